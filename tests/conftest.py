@@ -1,0 +1,33 @@
+"""Shared test set-up: 8 fake CPU devices for mesh tests, offline transformers, common fixtures."""
+import os
+
+# Must precede the first jax import: single-process sharding tests run on 8 fake CPU devices.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+CORPUS = [
+    "search for red running shoes under 50 dollars",
+    "CLICK [12]\nTYPE [4] [wireless mouse]\nSELECT [7] [large]\nSCROLL [DOWN]\nGO_BACK\nSTOP [done]",
+    "The quick brown fox jumps over the lazy dog. 0123456789",
+    "Add the cheapest item to the cart, then check out.  Two  spaces and\ttabs.",
+    "Prix: 12,50 € — größe M, café crème, 价格 便宜",
+]
+
+
+@pytest.fixture(scope="session")
+def spm_tokenizer_dir(tmp_path_factory):
+    """A SentencePiece tokenizer trained here, written as a HF tokenizer directory."""
+    from tgpo_jax.models.tokenizer import train_sentencepiece
+
+    out = tmp_path_factory.mktemp("spm")
+    return train_sentencepiece(CORPUS * 50, str(out), vocab_size=400)
+
+
+@pytest.fixture(scope="session")
+def spm_tokenizer(spm_tokenizer_dir):
+    from tgpo_jax.models.tokenizer import load_tokenizer
+
+    return load_tokenizer(spm_tokenizer_dir)

@@ -1,0 +1,145 @@
+"""The KV-cache sampler against step-by-step full forward passes of the same model."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from tgpo_jax.models.config import tiny_config
+from tgpo_jax.models.loading import flat_params, model_from_flat
+from tgpo_jax.models.sampler import Sampler, SamplingParams
+from tgpo_jax.models.transformer import init_model
+
+PROMPTS = [[5, 17, 33, 9], [44, 3, 8, 100, 21, 7, 61, 90, 12], [250]]
+
+
+def peaked_model(vocab=256, seed=0, **kw):
+    """Random weights scaled up so next-token distributions are peaked (no argmax ties)."""
+    cfg = tiny_config("llama", vocab_size=vocab, eos_token_id=None, **kw)
+    m = init_model(cfg, seed=seed)
+    flat = {p: v * (1.0 if "norm" in p else 6.0) for p, v in flat_params(m).items()}
+    return model_from_flat(cfg, flat)
+
+
+@nnx.jit
+def _forward(model, tokens):
+    return jax.nn.log_softmax(model(tokens)[0].astype(jnp.float32), axis=-1)
+
+
+def full_forward_logprobs(model, seq, pad_to=64):
+    """log softmax of an uncached forward over the whole sequence: [T, V].
+
+    Right padding to a fixed length (one compile) cannot change earlier positions under a causal mask.
+    """
+    tokens = np.zeros((1, pad_to), np.int32)
+    tokens[0, :len(seq)] = seq
+    return np.asarray(_forward(model, jnp.asarray(tokens)))[0, :len(seq)]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return peaked_model()
+
+
+def test_greedy_kv_cache_equals_stepwise_full_forward(model):
+    out = Sampler(model).generate_ids(PROMPTS, SamplingParams(temperature=0.0, max_tokens=20))
+    for prompt, (toks, lps, reason) in zip(PROMPTS, out):
+        assert reason == "length" and len(toks) == 20
+        seq = list(prompt)
+        for tok, lp in zip(toks, lps):
+            ref = full_forward_logprobs(model, seq)[-1]
+            assert tok == int(ref.argmax())  # greedy == argmax of the uncached model
+            assert abs(lp - ref[tok]) < 1e-4
+            seq.append(tok)
+
+
+def test_sampled_logprobs_equal_model_logprobs(model):
+    params = SamplingParams(temperature=1.0, max_tokens=16, seed=3)
+    for prompt, (toks, lps, _) in zip(PROMPTS, Sampler(model).generate_ids(PROMPTS, params)):
+        ref = full_forward_logprobs(model, prompt + toks)
+        want = [ref[len(prompt) - 1 + i, t] for i, t in enumerate(toks)]
+        np.testing.assert_allclose(lps, want, atol=1e-4)
+
+
+def test_top_k_samples_only_from_top_k(model):
+    params = SamplingParams(temperature=2.0, top_k=3, max_tokens=16, seed=1)
+    for prompt, (toks, _, _) in zip(PROMPTS, Sampler(model).generate_ids(PROMPTS, params)):
+        ref = full_forward_logprobs(model, prompt + toks)
+        for i, t in enumerate(toks):
+            top3 = np.argsort(ref[len(prompt) - 1 + i])[-3:]
+            assert t in top3
+
+
+def test_tiny_top_p_and_top_k_one_are_greedy(model):
+    greedy = Sampler(model).generate_ids(PROMPTS, SamplingParams(temperature=0.0, max_tokens=10))
+    for params in (SamplingParams(temperature=1.0, top_p=1e-6, max_tokens=10, seed=5),
+                   SamplingParams(temperature=1.0, top_k=1, max_tokens=10, seed=6)):
+        got = Sampler(model).generate_ids(PROMPTS, params)
+        assert [g[0] for g in got] == [g[0] for g in greedy]
+
+
+@pytest.mark.parametrize("top_k,top_p", [(0, 1.0), (5, 1.0), (0, 0.8)])
+def test_first_token_frequencies_follow_the_filtered_distribution(top_k, top_p):
+    model = peaked_model(vocab=64, seed=2)
+    prompt = [3, 9, 27]
+    n = 4000
+    out = Sampler(model, bucket=8).generate_ids([prompt] * n, SamplingParams(
+        temperature=0.7, top_k=top_k, top_p=top_p, max_tokens=1, seed=11))
+    counts = np.bincount([o[0][0] for o in out], minlength=64) / n
+    # numpy reference of temperature -> top-k -> top-p filtering
+    z = full_forward_logprobs(model, prompt)[-1] / 0.7
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    order = np.argsort(-p)
+    keep = np.zeros(64, bool)
+    keep[order[:top_k] if top_k else order] = True
+    if top_p < 1:
+        cum = np.cumsum(p[order])
+        keep_p = np.zeros(64, bool)
+        keep_p[order[: int(np.searchsorted(cum, top_p) + 1)]] = True
+        keep &= keep_p
+    want = np.where(keep, p, 0)
+    want /= want.sum()
+    assert counts[~keep].sum() == 0
+    assert 0.5 * np.abs(counts - want).sum() < 0.05  # total variation distance
+
+
+def test_eos_stops_a_row_and_same_seed_repeats(model):
+    greedy = Sampler(model).generate_ids(PROMPTS, SamplingParams(temperature=0.0, max_tokens=12))
+    eos = greedy[1][0][4]  # the 5th token row 1 produces
+    m2 = model_from_flat(model.cfg.replace(eos_token_id=eos), flat_params(model))
+    out = Sampler(m2).generate_ids(PROMPTS, SamplingParams(temperature=0.0, max_tokens=12))
+    toks, _, reason = out[1]
+    first = greedy[1][0].index(eos)
+    assert reason == "eos" and toks == greedy[1][0][:first + 1]
+    params = SamplingParams(temperature=1.0, max_tokens=8, seed=42)
+    a, b = (Sampler(model).generate_ids(PROMPTS, params) for _ in range(2))
+    assert [x[0] for x in a] == [x[0] for x in b]
+
+
+def test_stop_strings(spm_tokenizer):
+    model = peaked_model(vocab=len(spm_tokenizer), seed=4)
+    sampler = Sampler(model, spm_tokenizer)
+    prompt = spm_tokenizer("search for shoes", add_special_tokens=False)["input_ids"]
+    free = sampler.generate([prompt], SamplingParams(temperature=0.0, max_tokens=16))[0]
+    decode = lambda t: spm_tokenizer.decode(t, skip_special_tokens=False)  # noqa: E731
+    stop = decode(free.tokens[:6])[len(decode(free.tokens[:4])):]
+    assert stop.strip(), "need a visible stop string"
+    n = next(i for i in range(1, 17) if stop in decode(free.tokens[:i]))
+    got = sampler.generate([prompt], SamplingParams(temperature=0.0, max_tokens=16, stop=(stop,)))[0]
+    assert got.finish_reason == "stop"
+    assert got.tokens == free.tokens[:n] and len(got.logprobs) == n
+    full = decode(free.tokens[:n])
+    assert got.text == full[:full.index(stop)] and stop not in got.text
+
+
+def test_bad_requests_are_clear_errors(model):
+    s = Sampler(model)
+    with pytest.raises(ValueError, match="non-empty prompt"):
+        s.generate_ids([[]])
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        s.generate_ids([[1] * 500], SamplingParams(max_tokens=64))
+    with pytest.raises(ValueError, match="invalid sampling"):
+        SamplingParams(top_p=0.0)
+    with pytest.raises(ValueError, match="tokenizer"):
+        s.generate_ids([[1]], SamplingParams(stop=("x",)))

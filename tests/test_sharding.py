@@ -1,0 +1,66 @@
+"""The same logits on 1 device and on 8 fake CPU devices with parameters sharded by the rule table."""
+import jax
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from tgpo_jax import sharding as shd
+from tgpo_jax.models.config import tiny_config
+from tgpo_jax.models.hf_export import export_hf
+from tgpo_jax.models.loading import flat_params, load_model, shard_model
+from tgpo_jax.models.transformer import init_model
+
+MESHES = [(8, 1, 1), (2, 2, 2), (1, 4, 2), (1, 2, 4)]
+
+
+def _cfg():
+    # every sharded dimension divides 4, so each mesh above really splits the weights
+    return tiny_config("qwen3", vocab_size=256, hidden_size=64, intermediate_size=128, num_heads=8,
+                       num_kv_heads=4, head_dim=16, num_layers=2, qk_norm=True)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    model = init_model(_cfg(), seed=7)
+    tokens = np.random.default_rng(0).integers(0, 256, size=(8, 24))
+    return model, tokens, np.asarray(model(tokens)[0])
+
+
+@pytest.mark.parametrize("shape", MESHES, ids=lambda s: "x".join(map(str, s)))
+def test_sharded_logits_equal_single_device(reference, shape):
+    assert len(jax.devices()) == 8, "conftest sets 8 fake CPU devices"
+    model, tokens, want = reference
+    mesh = shd.make_mesh(shape)
+    sharded = shard_model(model, mesh)
+    q = sharded.layers.q_proj[...]
+    assert q.sharding.spec == P(None, "fsdp", "tensor", None)
+    n_split = mesh.shape["fsdp"] * mesh.shape["tensor"]
+    assert q.addressable_shards[0].data.size == q.size // n_split  # really split, not replicated
+    batch = jax.device_put(tokens, shd.batch_sharding(mesh, 2))
+    got = jax.jit(lambda m, t: m(t)[0])(sharded, batch)
+    np.testing.assert_allclose(np.asarray(got), want, atol=1e-5, rtol=0)
+
+
+def test_load_places_parameters_on_mesh(reference, tmp_path):
+    model, tokens, want = reference
+    out = export_hf(model, str(tmp_path / "m"))
+    mesh = shd.make_mesh((2, 2, 2))
+    loaded = load_model(out, mesh=mesh)
+    for path, v in flat_params(loaded).items():
+        assert v.sharding.spec == shd.spec_for(path, v.shape, mesh), path
+    assert loaded.embed[...].sharding.spec == P("tensor", "fsdp")
+    np.testing.assert_allclose(np.asarray(jax.jit(lambda m, t: m(t)[0])(loaded, tokens)), want, atol=1e-5)
+
+
+def test_indivisible_dimension_is_replicated_on_that_axis():
+    mesh = shd.make_mesh((1, 2, 4))
+    # SmolLM2's 3 kv heads cannot split 4 ways: the head axis is replicated, the hidden axis still split
+    assert shd.spec_for("layers/k_proj", (30, 576, 3, 64), mesh) == P(None, "fsdp", None, None)
+
+
+def test_mesh_shape_errors():
+    with pytest.raises(ValueError, match="needs 6 devices"):
+        shd.make_mesh((2, 3, 1))
+    assert dict(shd.make_mesh((2, -1, 1)).shape) == {"data": 2, "fsdp": 4, "tensor": 1}
+    with pytest.raises(ValueError, match="does not divide"):
+        shd.check_batch_divides(6, shd.make_mesh((2, 2, 2)))

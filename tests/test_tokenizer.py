@@ -1,0 +1,43 @@
+"""SentencePiece training -> HF tokenizer directory: encodings agree with sentencepiece itself."""
+import os
+
+import pytest
+import sentencepiece as spm
+
+from conftest import CORPUS
+from tgpo_jax.models.tokenizer import TokenizerNotFoundError, chat_ids, load_tokenizer, train_sentencepiece
+
+TEXTS = CORPUS + ["  leading spaces", "new\nlines\n\nand\ttabs", "unseen: ZQX ß ☃ 🙂", "12345"]
+
+
+def test_hf_encoding_equals_sentencepiece(spm_tokenizer_dir, spm_tokenizer):
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(spm_tokenizer_dir, "tokenizer.model"))
+    for text in TEXTS:
+        ids = spm_tokenizer(text, add_special_tokens=False)["input_ids"]
+        # Known difference: HF's Metaspace adds no dummy prefix before leading whitespace (BUILD_NOTES.md)
+        if text.startswith(" "):
+            assert spm_tokenizer.decode(ids).strip() == text.strip()
+            continue
+        assert ids == sp.encode(text), text
+        assert spm_tokenizer.decode(ids) == text  # identity normalisation: exact round trip
+
+
+def test_chat_template_and_special_tokens(spm_tokenizer):
+    ids = chat_ids(spm_tokenizer, [{"role": "user", "content": "buy shoes"}])
+    start = spm_tokenizer.convert_tokens_to_ids("<|im_start|>")
+    assert ids.count(start) == 2  # the user turn and the generation prompt
+    assert spm_tokenizer.decode(ids) == "<|im_start|>user\nbuy shoes<|im_end|>\n<|im_start|>assistant\n"
+    assert spm_tokenizer.eos_token_id == spm_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert spm_tokenizer.pad_token_id == 0
+
+
+def test_too_small_vocab_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="too small"):
+        train_sentencepiece(["abc"], str(tmp_path), vocab_size=100)
+
+
+def test_missing_tokenizer_is_a_clear_error(tmp_path):
+    with pytest.raises(TokenizerNotFoundError, match="no tokenizer files"):
+        load_tokenizer(str(tmp_path))
+    with pytest.raises(TokenizerNotFoundError, match="no tokenizer at"):
+        load_tokenizer(str(tmp_path / "nowhere"))

@@ -1,0 +1,234 @@
+"""Decoder-only transformer (Llama 3.x / SmolLM2, Qwen2/2.5, Qwen3) in Flax NNX.
+
+Layer weights are stacked on a leading layer axis and the forward pass is a ``lax.scan`` over
+layers: compile time stays flat in depth (a 40-layer Qwen3-14B compiles like a 1-layer model) and
+the same arrays shard with one rule per weight kind. Attention takes an explicit boolean mask
+[B, T, S] so packed tree sequences (prompt + several branches) and KV-cache decoding share one path.
+
+Shapes: B batch, T query length, S key length, D hidden, H heads, K kv heads, G = H // K,
+Dh head dim, F MLP width, V vocab, L layers.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from tgpo_jax.models.config import ModelConfig
+
+# Every stacked per-layer weight: name -> shape builder (cfg -> shape without the L axis).
+LAYER_SHAPES = {
+    "attn_norm": lambda c: (c.hidden_size,),
+    "q_proj": lambda c: (c.hidden_size, c.num_heads, c.head_dim),
+    "k_proj": lambda c: (c.hidden_size, c.num_kv_heads, c.head_dim),
+    "v_proj": lambda c: (c.hidden_size, c.num_kv_heads, c.head_dim),
+    "o_proj": lambda c: (c.num_heads, c.head_dim, c.hidden_size),
+    "q_bias": lambda c: (c.num_heads, c.head_dim),
+    "k_bias": lambda c: (c.num_kv_heads, c.head_dim),
+    "v_bias": lambda c: (c.num_kv_heads, c.head_dim),
+    "o_bias": lambda c: (c.hidden_size,),
+    "q_norm": lambda c: (c.head_dim,),
+    "k_norm": lambda c: (c.head_dim,),
+    "mlp_norm": lambda c: (c.hidden_size,),
+    "gate_proj": lambda c: (c.hidden_size, c.intermediate_size),
+    "up_proj": lambda c: (c.hidden_size, c.intermediate_size),
+    "down_proj": lambda c: (c.intermediate_size, c.hidden_size),
+}
+NORMS = ("attn_norm", "mlp_norm", "q_norm", "k_norm")
+BIASES = ("q_bias", "k_bias", "v_bias", "o_bias")
+
+
+def layer_param_names(cfg: ModelConfig) -> list[str]:
+    names = ["attn_norm", "q_proj", "k_proj", "v_proj", "o_proj", "mlp_norm", "gate_proj", "up_proj", "down_proj"]
+    if cfg.qkv_bias:
+        names += ["q_bias", "k_bias", "v_bias"]
+    if cfg.o_bias:
+        names += ["o_bias"]
+    if cfg.qk_norm:
+        names += ["q_norm", "k_norm"]
+    return names
+
+
+class KVCache(NamedTuple):
+    k: jax.Array  # [L, B, S, K, Dh]
+    v: jax.Array  # [L, B, S, K, Dh]
+
+    @classmethod
+    def zeros(cls, cfg: ModelConfig, batch: int, length: int, dtype=None) -> "KVCache":
+        shape = (cfg.num_layers, batch, length, cfg.num_kv_heads, cfg.head_dim)
+        dtype = dtype or jnp.dtype(cfg.dtype)
+        return cls(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+
+
+# --------------------------------------------------------------------------- pure helpers
+def rope_inv_freq(cfg: ModelConfig) -> np.ndarray:
+    """Inverse frequencies [Dh/2] in the Hugging Face convention, with llama3/linear scaling."""
+    dim = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / dim))
+    sc = cfg.rope_scaling
+    if not sc:
+        return inv.astype(np.float32)
+    kind = sc.get("rope_type", sc.get("type"))
+    factor = float(sc["factor"])
+    if kind == "linear":
+        return (inv / factor).astype(np.float32)
+    if kind == "llama3":
+        low, high = float(sc["low_freq_factor"]), float(sc["high_freq_factor"])
+        old_len = float(sc["original_max_position_embeddings"])
+        low_wavelen, high_wavelen = old_len / low, old_len / high
+        wavelen = 2 * math.pi / inv
+        scaled = np.where(wavelen > low_wavelen, inv / factor, inv)
+        smooth = (old_len / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+        return np.where(medium, smoothed, scaled).astype(np.float32)
+    return inv.astype(np.float32)
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
+    """x [B, T, N, Dh], positions [B, T] -> rotated x (rotate-half convention, float32 angles)."""
+    freqs = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, Dh/2]
+    emb = jnp.concatenate([freqs, freqs], axis=-1)[:, :, None, :]  # [B, T, 1, Dh]
+    cos, sin = jnp.cos(emb).astype(x.dtype), jnp.sin(emb).astype(x.dtype)
+    x1, x2 = jnp.split(x, 2, axis=-1)
+    return x * cos + jnp.concatenate([-x2, x1], axis=-1) * sin
+
+
+def rms_norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
+    xf = x.astype(jnp.float32)
+    xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    return w.astype(x.dtype) * xf.astype(x.dtype)
+
+
+def attention(q, k, v, mask):
+    """q [B,T,H,Dh], k/v [B,S,K,Dh], mask [B,T,S] bool -> [B,T,H,Dh]. Grouped-query, float32 softmax."""
+    b, t, h, dh = q.shape
+    kv = k.shape[2]
+    q = q.reshape(b, t, kv, h // kv, dh)
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32) / math.sqrt(dh)
+    scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    return out.reshape(b, t, h, dh)
+
+
+def causal_mask(valid: jax.Array) -> jax.Array:
+    """valid [B, S] (False on padding) -> [B, S, S]: query i sees valid keys j <= i."""
+    s = valid.shape[-1]
+    tri = jnp.tril(jnp.ones((s, s), dtype=bool))
+    return tri[None] & valid[:, None, :]
+
+
+def positions_from_valid(valid: jax.Array) -> jax.Array:
+    """Positions counting only valid tokens (left padding keeps the first real token at 0)."""
+    return jnp.maximum(jnp.cumsum(valid.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+# --------------------------------------------------------------------------- the model
+class Layers(nnx.Module):
+    """All decoder layers' weights, each stacked on a leading [L] axis."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        pdt = jnp.dtype(cfg.param_dtype)
+        for name in layer_param_names(cfg):
+            shape = (cfg.num_layers, *LAYER_SHAPES[name](cfg))
+            if name in NORMS:
+                value = jnp.ones(shape, pdt)
+            elif name in BIASES:
+                value = jnp.zeros(shape, pdt)
+            else:
+                value = 0.02 * jax.random.normal(rngs.params(), shape, pdt)
+            setattr(self, name, nnx.Param(value))
+
+
+class Transformer(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        pdt = jnp.dtype(cfg.param_dtype)
+        self.embed = nnx.Param(0.02 * jax.random.normal(rngs.params(), (cfg.vocab_size, cfg.hidden_size), pdt))
+        self.layers = Layers(cfg, rngs)
+        self.final_norm = nnx.Param(jnp.ones((cfg.hidden_size,), pdt))
+        if not cfg.tie_word_embeddings:
+            self.lm_head = nnx.Param(0.02 * jax.random.normal(rngs.params(), (cfg.hidden_size, cfg.vocab_size), pdt))
+
+    # tokens [B,T] int, positions [B,T] int, mask [B,T,S] bool -> hidden [B,T,D] (after the final norm)
+    def hidden_states(self, tokens, positions, mask, cache: KVCache | None = None, cache_index=None):
+        cfg = self.cfg
+        dt = jnp.dtype(cfg.dtype)
+        x = jnp.take(self.embed[...], tokens, axis=0).astype(dt)  # [B,T,D]
+        inv_freq = jnp.asarray(rope_inv_freq(cfg))
+        params = {n: getattr(self.layers, n)[...] for n in layer_param_names(cfg)}
+
+        def layer(x, p, ck, cv):
+            p = {n: a.astype(dt) for n, a in p.items()}
+            h = rms_norm(x, p["attn_norm"], cfg.rms_norm_eps)
+            q = jnp.einsum("btd,dhk->bthk", h, p["q_proj"])
+            k = jnp.einsum("btd,dhk->bthk", h, p["k_proj"])
+            v = jnp.einsum("btd,dhk->bthk", h, p["v_proj"])
+            if cfg.qkv_bias:
+                q, k, v = q + p["q_bias"], k + p["k_bias"], v + p["v_bias"]
+            if cfg.qk_norm:
+                q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)
+                k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
+            q, k = apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq)
+            if ck is not None:  # write this step's keys/values at cache_index, attend over the cache
+                ck = jax.lax.dynamic_update_slice_in_dim(ck, k.astype(ck.dtype), cache_index, axis=1)
+                cv = jax.lax.dynamic_update_slice_in_dim(cv, v.astype(cv.dtype), cache_index, axis=1)
+                k, v = ck.astype(dt), cv.astype(dt)
+            a = attention(q, k, v, mask)
+            a = jnp.einsum("bthk,hkd->btd", a, p["o_proj"])
+            if cfg.o_bias:
+                a = a + p["o_bias"]
+            x = x + a
+            h = rms_norm(x, p["mlp_norm"], cfg.rms_norm_eps)
+            g = jnp.einsum("btd,df->btf", h, p["gate_proj"])
+            u = jnp.einsum("btd,df->btf", h, p["up_proj"])
+            x = x + jnp.einsum("btf,fd->btd", jax.nn.silu(g) * u, p["down_proj"])
+            return x, ck, cv
+
+        if cfg.remat:
+            layer = jax.checkpoint(layer, policy=jax.checkpoint_policies.nothing_saveable)
+
+        if cache is None:
+            def body(x, p):
+                x, _, _ = layer(x, p, None, None)
+                return x, None
+            x, _ = jax.lax.scan(body, x, params)
+            new_cache = None
+        else:
+            def body(x, xs):
+                p, ck, cv = xs
+                x, ck, cv = layer(x, p, ck, cv)
+                return x, (ck, cv)
+            x, (ks, vs) = jax.lax.scan(body, x, (params, cache.k, cache.v))
+            new_cache = KVCache(ks, vs)
+        return rms_norm(x, self.final_norm[...].astype(dt), cfg.rms_norm_eps), new_cache
+
+    def output_embedding(self) -> jax.Array:
+        """[D, V] projection to the vocabulary (the transposed input embedding when tied)."""
+        w = self.embed[...].T if self.cfg.tie_word_embeddings else self.lm_head[...]
+        return w.astype(jnp.dtype(self.cfg.dtype))
+
+    def logits_from_hidden(self, h: jax.Array) -> jax.Array:
+        return jnp.einsum("btd,dv->btv", h, self.output_embedding())
+
+    def __call__(self, tokens, positions=None, mask=None, cache: KVCache | None = None, cache_index=None):
+        """tokens [B,T] -> (logits [B,T,V], cache). Defaults: positions 0..T-1, causal mask."""
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+        if mask is None:
+            mask = causal_mask(jnp.ones(tokens.shape, bool))
+        h, cache = self.hidden_states(tokens, positions, mask, cache, cache_index)
+        return self.logits_from_hidden(h), cache
+
+
+def init_model(cfg: ModelConfig, seed: int = 0) -> Transformer:
+    return Transformer(cfg, rngs=nnx.Rngs(params=seed))
+
+
+def param_count(model: Transformer) -> int:
+    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))

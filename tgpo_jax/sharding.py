@@ -1,0 +1,89 @@
+"""Device mesh and the partition-rule table for every model parameter.
+
+Mesh axes: ``data`` (pure data parallel), ``fsdp`` (data parallel with parameters sharded),
+``tensor`` (Megatron-style model parallel over heads and MLP width).
+"""
+from __future__ import annotations
+
+import logging
+import re
+from typing import Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+AXES = ("data", "fsdp", "tensor")
+BATCH_AXES = ("data", "fsdp")  # the batch dimension is split over both data-parallel axes
+
+# (regex on the "/"-joined parameter path, spec). First match wins; anything unmatched is replicated.
+# Stacked layer weights carry a leading [L] axis, never sharded.
+PARTITION_RULES: tuple[tuple[str, P], ...] = (
+    (r"^embed$", P("tensor", "fsdp")),  # [V, D]
+    (r"^lm_head$", P("fsdp", "tensor")),  # [D, V]
+    (r"^layers/(q|k|v)_proj$", P(None, "fsdp", "tensor", None)),  # [L, D, H|K, Dh]
+    (r"^layers/(q|k|v)_bias$", P(None, "tensor", None)),  # [L, H|K, Dh]
+    (r"^layers/o_proj$", P(None, "tensor", None, "fsdp")),  # [L, H, Dh, D]
+    (r"^layers/(gate|up)_proj$", P(None, "fsdp", "tensor")),  # [L, D, F]
+    (r"^layers/down_proj$", P(None, "tensor", "fsdp")),  # [L, F, D]
+    (r"lora_a$", P()),  # LoRA factors are small: replicate
+    (r"lora_b$", P()),
+    (r".*", P()),  # norms, biases over D
+)
+
+log = logging.getLogger(__name__)
+
+
+def make_mesh(shape: Sequence[int] = (1, 1, 1), devices=None) -> Mesh:
+    """A (data, fsdp, tensor) mesh over ``devices`` (default: all). -1 in one place takes the rest."""
+    devices = list(devices if devices is not None else jax.devices())
+    shape = list(shape)
+    if shape.count(-1) > 1:
+        raise ValueError(f"mesh shape {shape}: at most one -1")
+    if -1 in shape:
+        rest = int(np.prod([s for s in shape if s != -1]))
+        shape[shape.index(-1)] = len(devices) // rest
+    if int(np.prod(shape)) != len(devices):
+        raise ValueError(f"mesh shape {tuple(shape)} needs {int(np.prod(shape))} devices, have {len(devices)}")
+    arr = np.asarray(devices, dtype=object).reshape(shape)
+    return Mesh(arr, AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(AXES))
+
+
+def spec_for(path: str, shape: Sequence[int], mesh: Mesh, rules=PARTITION_RULES) -> P:
+    """The rule's spec for a parameter, with any axis that does not divide the dimension dropped."""
+    for pattern, spec in rules:
+        if re.search(pattern, path):
+            break
+    else:  # pragma: no cover - the table ends with a catch-all
+        spec = P()
+    out = []
+    for dim, axis in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+        size = mesh.shape[axis] if axis else 1
+        if axis and dim % size:
+            log.info("parameter %s: dim %d not divisible by mesh axis %s=%d; replicated on it", path, dim, axis, size)
+            axis = None
+        out.append(axis)
+    return P(*out)
+
+
+def sharding_for(path: str, shape: Sequence[int], mesh: Mesh | None):
+    if mesh is None:
+        return jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return NamedSharding(mesh, spec_for(path, shape, mesh))
+
+
+def put(array: np.ndarray, sharding) -> jax.Array:
+    """Place a host array with ``sharding``; each process only transfers its addressable shards."""
+    array = np.asarray(array)
+    return jax.make_array_from_callback(array.shape, sharding, lambda idx: array[idx])
+
+
+def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
+    return NamedSharding(mesh, P(BATCH_AXES, *([None] * (ndim - 1))))
+
+
+def check_batch_divides(batch_size: int, mesh: Mesh) -> None:
+    n = mesh.shape["data"] * mesh.shape["fsdp"]
+    if batch_size % n:
+        raise ValueError(f"batch size {batch_size} does not divide over the mesh's data x fsdp = {n} devices "
+                         f"(mesh {dict(mesh.shape)}); choose a multiple of {n}")
