@@ -24,6 +24,7 @@ INSTALL_REQUIRES = [
     "numpy>=2.0,<3",
     "tqdm>=4.66",
     "jinja2>=3.1",
+    "tensorboardX>=2.6,<3",
 ]
 EXTRAS = {
     # torch is pinned: any unpinned torch requirement pulls the CUDA build (several GB).

@@ -59,8 +59,8 @@ def test_indivisible_dimension_is_replicated_on_that_axis():
 
 
 def test_mesh_shape_errors():
-    with pytest.raises(ValueError, match="needs 6 devices"):
-        shd.make_mesh((2, 3, 1))
+    with pytest.raises(ValueError, match="needs 12 devices"):
+        shd.make_mesh((2, 3, 2))
     assert dict(shd.make_mesh((2, -1, 1)).shape) == {"data": 2, "fsdp": 4, "tensor": 1}
     with pytest.raises(ValueError, match="does not divide"):
         shd.check_batch_divides(6, shd.make_mesh((2, 2, 2)))

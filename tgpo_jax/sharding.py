@@ -43,9 +43,12 @@ def make_mesh(shape: Sequence[int] = (1, 1, 1), devices=None) -> Mesh:
     if -1 in shape:
         rest = int(np.prod([s for s in shape if s != -1]))
         shape[shape.index(-1)] = len(devices) // rest
-    if int(np.prod(shape)) != len(devices):
-        raise ValueError(f"mesh shape {tuple(shape)} needs {int(np.prod(shape))} devices, have {len(devices)}")
-    arr = np.asarray(devices, dtype=object).reshape(shape)
+    need = int(np.prod(shape))
+    if need > len(devices) or (need < len(devices) and jax.process_count() > 1):
+        raise ValueError(f"mesh shape {tuple(shape)} needs {need} devices, have {len(devices)}")
+    if need < len(devices):
+        log.warning("mesh shape %s uses %d of %d devices", tuple(shape), need, len(devices))
+    arr = np.asarray(devices[:need], dtype=object).reshape(shape)
     return Mesh(arr, AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(AXES))
 
 

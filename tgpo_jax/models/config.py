@@ -17,6 +17,8 @@ SUPPORTED = {
     "qwen3": "Qwen3ForCausalLM",
 }
 ROPE_TYPES = ("default", "llama3", "linear")
+# LoRA-able weights -> how many leading (input) dims of the per-layer weight the A factor takes
+LORA_SPLIT = {"q_proj": 1, "k_proj": 1, "v_proj": 1, "o_proj": 2, "gate_proj": 1, "up_proj": 1, "down_proj": 1}
 
 
 class UnsupportedModelError(ValueError):
@@ -48,6 +50,9 @@ class ModelConfig:
     dtype: str = "float32"  # compute dtype: float32 | bfloat16
     param_dtype: str = "float32"  # master weights
     remat: bool = False  # rematerialise each layer in the backward pass
+    lora_rank: int = 0  # > 0 adds LoRA factors (nnx.LoRAParam) to lora_targets; the base stays frozen
+    lora_alpha: float = 16.0
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
     def __post_init__(self):
         if self.model_type not in SUPPORTED:
@@ -61,6 +66,9 @@ class ModelConfig:
             kind = self.rope_scaling.get("rope_type", self.rope_scaling.get("type", "default"))
             if kind not in ROPE_TYPES:
                 raise UnsupportedModelError(f"rope scaling type {kind!r} is not supported; supported: {ROPE_TYPES}")
+        bad = set(self.lora_targets) - set(LORA_SPLIT)
+        if bad:
+            raise ValueError(f"lora_targets {sorted(bad)} are not LoRA-able weights; choose from {sorted(LORA_SPLIT)}")
         for name in ("dtype", "param_dtype"):
             if getattr(self, name) not in ("float32", "bfloat16"):
                 raise ValueError(f"{name}={getattr(self, name)!r}: expected 'float32' or 'bfloat16'")

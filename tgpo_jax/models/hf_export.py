@@ -16,7 +16,7 @@ import jax
 import ml_dtypes
 import numpy as np
 
-from tgpo_jax.models.loading import flat_params
+from tgpo_jax.models.loading import flat_params, merged_model
 from tgpo_jax.models.transformer import Transformer
 from tgpo_jax.models.weights import ours_to_hf
 
@@ -42,6 +42,7 @@ def export_hf(model: Transformer, out_dir: str, tokenizer=None, *, dtype: str | 
     """Write ``model`` (and ``tokenizer``) as a HF checkpoint directory; returns ``out_dir``."""
     from safetensors.numpy import save_file
 
+    model = merged_model(model)  # LoRA adapters are folded in: the export is a plain checkpoint
     cfg = model.cfg
     dtype = dtype or cfg.param_dtype
     if dtype not in DTYPES:

@@ -16,7 +16,7 @@ from flax import nnx
 
 from tgpo_jax import sharding as shd
 from tgpo_jax.models.config import ModelConfig
-from tgpo_jax.models.transformer import Transformer
+from tgpo_jax.models.transformer import Transformer, init_lora, merge_lora
 from tgpo_jax.models.weights import CheckpointError, GGUFSource, SafetensorsSource, hf_to_ours
 
 BUNDLED_ALIASES = ("bundled", "smollm2", "smollm2-135m", "bundled:smollm2")
@@ -96,6 +96,19 @@ def model_from_flat(cfg: ModelConfig, flat: dict[str, jax.Array]) -> Transformer
     return nnx.merge(graphdef, state)
 
 
+def merged_model(model: Transformer) -> Transformer:
+    """The same function without adapters: LoRA factors folded into their weights (for export)."""
+    cfg = model.cfg
+    if not cfg.lora_rank:
+        return model
+    flat = flat_params(model)
+    layers = merge_lora({p.split("/", 1)[1]: v for p, v in flat.items() if p.startswith("layers/")},
+                        cfg.lora_alpha / cfg.lora_rank)
+    out = {p: v for p, v in flat.items() if not p.startswith("layers/")}
+    out.update({f"layers/{n}": v for n, v in layers.items()})
+    return model_from_flat(cfg.replace(lora_rank=0), out)
+
+
 def shard_model(model: Transformer, mesh) -> Transformer:
     """Re-place every parameter of a live model with its partition-rule sharding on ``mesh``."""
     flat = {p: jax.device_put(v, shd.sharding_for(p, v.shape, mesh)) for p, v in flat_params(model).items()}
@@ -103,7 +116,7 @@ def shard_model(model: Transformer, mesh) -> Transformer:
 
 
 def load_model(path: str, *, mesh=None, dtype: str | None = None, param_dtype: str = "float32",
-               **config_overrides) -> Transformer:
+               lora_seed: int = 0, **config_overrides) -> Transformer:
     """Load a checkpoint onto ``mesh`` (or the default device).
 
     dtype: compute dtype ("float32" / "bfloat16"); param_dtype: dtype the weights are stored in.
@@ -120,4 +133,8 @@ def load_model(path: str, *, mesh=None, dtype: str | None = None, param_dtype: s
         return shd.put(arr.astype(np_dtype), shd.sharding_for(p, arr.shape, mesh))
 
     flat = hf_to_ours(source, cfg, shapes, put, dtype=np.float32)
+    if cfg.lora_rank:  # fresh adapters over the loaded base (B = 0: the model starts equal to the base)
+        for name, v in init_lora(cfg, jax.random.key(lora_seed)).items():
+            p = f"layers/{name}"
+            flat[p] = jax.device_put(v, shd.sharding_for(p, v.shape, mesh))
     return model_from_flat(cfg, flat)

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from tgpo_jax.models.config import ModelConfig
+from tgpo_jax.models.config import LORA_SPLIT, ModelConfig
 
 # Every stacked per-layer weight: name -> shape builder (cfg -> shape without the L axis).
 LAYER_SHAPES = {
@@ -129,8 +129,41 @@ def positions_from_valid(valid: jax.Array) -> jax.Array:
 
 
 # --------------------------------------------------------------------------- the model
+def lora_shapes(cfg: ModelConfig, name: str) -> tuple[tuple, tuple]:
+    """(A, B) shapes without the layer axis: A [*in, r], B [r, *out] for a weight [*in, *out]."""
+    shape = LAYER_SHAPES[name](cfg)
+    k = LORA_SPLIT[name]
+    return (*shape[:k], cfg.lora_rank), (cfg.lora_rank, *shape[k:])
+
+
+def init_lora(cfg: ModelConfig, key) -> dict[str, jax.Array]:
+    """Fresh stacked LoRA factors "<name>_lora_a/b"; B starts at zero so the adapted model equals the base."""
+    out = {}
+    if not cfg.lora_rank:
+        return out
+    pdt = jnp.dtype(cfg.param_dtype)
+    for name, k in zip(cfg.lora_targets, jax.random.split(key, len(cfg.lora_targets))):
+        a_shape, b_shape = lora_shapes(cfg, name)
+        fan_in = int(np.prod(a_shape[:-1]))
+        out[f"{name}_lora_a"] = jax.random.normal(k, (cfg.num_layers, *a_shape), pdt) / math.sqrt(fan_in)
+        out[f"{name}_lora_b"] = jnp.zeros((cfg.num_layers, *b_shape), pdt)
+    return out
+
+
+def merge_lora(p: dict[str, jax.Array], scale: float) -> dict[str, jax.Array]:
+    """Fold "<name>_lora_a/b" factors into their weights: W + scale * A @ B (stacked [L, ...] or one layer)."""
+    out = {n: a for n, a in p.items() if "_lora_" not in n}
+    for n in out:
+        if f"{n}_lora_a" in p:
+            a, b = p[f"{n}_lora_a"], p[f"{n}_lora_b"]
+            contract = lambda a, b: scale * jnp.tensordot(a, b, axes=1)  # noqa: E731
+            delta = jax.vmap(contract)(a, b) if a.ndim == LORA_SPLIT[n] + 2 else contract(a, b)
+            out[n] = out[n] + delta.astype(out[n].dtype)
+    return out
+
+
 class Layers(nnx.Module):
-    """All decoder layers' weights, each stacked on a leading [L] axis."""
+    """All decoder layers' weights, each stacked on a leading [L] axis (LoRA factors likewise)."""
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         pdt = jnp.dtype(cfg.param_dtype)
@@ -143,6 +176,8 @@ class Layers(nnx.Module):
             else:
                 value = 0.02 * jax.random.normal(rngs.params(), shape, pdt)
             setattr(self, name, nnx.Param(value))
+        for name, value in init_lora(cfg, rngs.params()).items():
+            setattr(self, name, nnx.LoRAParam(value))
 
 
 class Transformer(nnx.Module):
@@ -155,16 +190,27 @@ class Transformer(nnx.Module):
         if not cfg.tie_word_embeddings:
             self.lm_head = nnx.Param(0.02 * jax.random.normal(rngs.params(), (cfg.hidden_size, cfg.vocab_size), pdt))
 
+    def layer_params(self, use_lora: bool = True) -> dict[str, jax.Array]:
+        """Stacked per-layer weights; with LoRA, also the adapter factors "<name>_lora_a/b"."""
+        names = layer_param_names(self.cfg)
+        if self.cfg.lora_rank and use_lora:
+            names = names + [f"{n}_lora_{ab}" for n in self.cfg.lora_targets for ab in "ab"]
+        return {n: getattr(self.layers, n)[...] for n in names}
+
     # tokens [B,T] int, positions [B,T] int, mask [B,T,S] bool -> hidden [B,T,D] (after the final norm)
-    def hidden_states(self, tokens, positions, mask, cache: KVCache | None = None, cache_index=None):
+    def hidden_states(self, tokens, positions, mask, cache: KVCache | None = None, cache_index=None,
+                      use_lora: bool = True):
+        """use_lora=False runs the frozen base model: the reference policy of LoRA fine-tuning."""
         cfg = self.cfg
         dt = jnp.dtype(cfg.dtype)
         x = jnp.take(self.embed[...], tokens, axis=0).astype(dt)  # [B,T,D]
         inv_freq = jnp.asarray(rope_inv_freq(cfg))
-        params = {n: getattr(self.layers, n)[...] for n in layer_param_names(cfg)}
+        params = self.layer_params(use_lora)
+        lora_scale = cfg.lora_alpha / max(cfg.lora_rank, 1)
 
         def layer(x, p, ck, cv):
-            p = {n: a.astype(dt) for n, a in p.items()}
+            # LoRA: W + s * A @ B per layer inside the scan, so only one layer's merged weights exist at a time
+            p = {n: a.astype(dt) for n, a in merge_lora(p, lora_scale).items()}
             h = rms_norm(x, p["attn_norm"], cfg.rms_norm_eps)
             q = jnp.einsum("btd,dhk->bthk", h, p["q_proj"])
             k = jnp.einsum("btd,dhk->bthk", h, p["k_proj"])

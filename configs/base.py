@@ -1,0 +1,59 @@
+"""Base training config. Method files (sft.py, dpo.py, ...) start from it; the part after ':' picks a
+model preset from configs/models.py, e.g. ``--config=configs/tgpo.py:smollm2-135m``. Every field can be
+overridden on the command line: ``--config.optim.learning_rate=3e-6 --config.data.margin=0.1``.
+"""
+import ml_collections
+
+from configs import models
+
+
+def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.method = "tgpo"  # sft | dpo | tgpo | kto | kto_tree
+
+    c.model = ml_collections.ConfigDict(dict(
+        path="bundled",  # HF directory, .gguf, 'bundled', or '' for a from-scratch model (model.scratch)
+        tokenizer="",  # default: the model's own
+        dtype="bfloat16",  # compute
+        param_dtype="float32",  # master weights
+        remat=False,
+        lora_rank=0, lora_alpha=16.0, lora_seed=0,
+        scratch="",  # a preset name of tgpo_jax.models.config for from-scratch models ('tiny')
+        init_seed=0,
+    ))
+    c.data = ml_collections.ConfigDict(dict(
+        train_dir="",  # ArrayRecord node dataset (manifest.json inside)
+        eval_dir="",  # held-out node dataset; '' = no evaluation
+        layout="packed",  # packed (prompt once + branches, segment mask) | plain (prompt + branch rows)
+        max_len=1024, max_prompt_len=768, max_completion_len=128,
+        max_branches=4, max_pairs=6, max_items=8, kl_slot=True,
+        margin=0.0, weight_eps=1e-6, weight_clip=0.0,  # 0 = no clip
+        weight_norm="none",  # none | dataset_mean
+        kto_repeat_cap=0, sft_repeat=False,  # 0 = no cap
+        shuffle_seed=0,
+    ))
+    c.loss = ml_collections.ConfigDict(dict(
+        beta=0.1, dpo_loss_type="sigmoid", label_smoothing=0.0,
+        reference="live",  # live | precomputed | behaviour | none (SFT)
+        reference_cache="",  # sidecar directory for precomputed reference log-probs ('' = <output>/reference)
+        kto_weights="auto",  # auto (from the class ratio) | fixed (desirable_weight / undesirable_weight)
+        desirable_weight=1.0, undesirable_weight=1.0,
+    ))
+    c.optim = ml_collections.ConfigDict(dict(
+        learning_rate=1e-5, warmup_steps=0, warmup_fraction=0.1, schedule="cosine", end_lr_fraction=0.0,
+        weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8, clip_norm=1.0, grad_accum=1,
+    ))
+    c.train = ml_collections.ConfigDict(dict(
+        output_dir="runs/default",
+        batch_size=8,  # nodes (examples) per optimizer step, global
+        num_epochs=2, max_steps=0,  # 0 = num_epochs over the data
+        seed=0, chunk=128,
+        log_every=1, eval_every=0, eval_batches=0,  # eval_every 0 = at the end only; eval_batches 0 = all
+        save_every=50, keep=3, async_checkpoint=True, progress=True,
+        stop_after=0,  # testing aid: exit (as if killed) after this many steps of this process, 0 = never
+    ))
+    c.mesh = ml_collections.ConfigDict(dict(shape=(1, -1, 1)))  # (data, fsdp, tensor); -1 takes the rest
+    c.distributed = ml_collections.ConfigDict(dict(
+        enabled=False, coordinator="", num_processes=1, process_id=-1, local_device_count=0))
+    models.apply(c, preset)
+    return c

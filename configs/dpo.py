@@ -1,0 +1,10 @@
+"""dpo from the base config (METHOD §5). Usage: --config=configs/dpo.py[:preset]."""
+from configs import base
+
+
+def get_config(preset: str = "smollm2-135m"):
+    c = base.get_config(preset)
+    c.method = "dpo"
+    c.loss.beta = 0.1
+    c.train.output_dir = "runs/dpo"
+    return c

@@ -1,0 +1,9 @@
+"""kto from the base config (METHOD §5). Usage: --config=configs/kto.py[:preset]."""
+from configs import base
+
+
+def get_config(preset: str = "smollm2-135m"):
+    c = base.get_config(preset)
+    c.method = "kto"
+    c.train.output_dir = "runs/kto"
+    return c

@@ -1,0 +1,9 @@
+"""kto_tree from the base config (METHOD §5). Usage: --config=configs/kto_tree.py[:preset]."""
+from configs import base
+
+
+def get_config(preset: str = "smollm2-135m"):
+    c = base.get_config(preset)
+    c.method = "kto_tree"
+    c.train.output_dir = "runs/kto_tree"
+    return c

@@ -1,0 +1,10 @@
+"""tgpo from the base config (METHOD §5). Usage: --config=configs/tgpo.py[:preset]."""
+from configs import base
+
+
+def get_config(preset: str = "smollm2-135m"):
+    c = base.get_config(preset)
+    c.method = "tgpo"
+    c.data.weight_norm = "none"
+    c.train.output_dir = "runs/tgpo"
+    return c

@@ -1,0 +1,117 @@
+"""Pairs and labels from one node (METHOD §4), against numbers worked out by hand."""
+import math
+
+import pytest
+
+from tgpo_jax.data.examples import (Pair, PairConfig, class_counts, kto_items, kto_tree_items, label_conflict,
+                                    normalise_weights, preference_pairs, sft_items)
+from tgpo_jax.data.schema import Branch, NodeRecord
+
+SQRT6 = 2.449489742783178  # 1 / sigma for Q = [1, .5, 0]: sigma^2 = (.25 + 0 + .25) / 3 = 1/6
+
+
+def node(*branches):
+    """branches: (q, n_success, n_failed) or (q, n_success, n_failed, reaches_success)."""
+    bs = []
+    for k, spec in enumerate(branches):
+        q, s, f = spec[:3]
+        reaches = spec[3] if len(spec) > 3 else s > 0
+        bs.append(Branch(action=f"Thought.\nCLICK [b{k}]", command=f"CLICK [b{k}]", q=q, rewards={"r": q},
+                         n_total=s + f, n_success=s, n_failed=f, on_success_path=s > 0, reaches_success=reaches))
+    return NodeRecord(task_id="t", node_id="n", prompt=[{"role": "user", "content": "go"}], branches=bs).validate()
+
+
+THREE = node((1.0, 2, 1), (0.5, 0, 3), (0.0, 1, 0))
+
+
+def test_pairs_weights_by_hand():
+    assert preference_pairs(THREE, PairConfig()) == [
+        Pair(0, 1, pytest.approx(0.5 * SQRT6), 0.5),  # 1.2247448713915890
+        Pair(0, 2, pytest.approx(SQRT6), 1.0),  # 2.449489742783178
+        Pair(1, 2, pytest.approx(0.5 * SQRT6), 0.5),
+    ]
+    assert preference_pairs(THREE)[0].weight == pytest.approx(1.224744871391589, abs=1e-12)
+
+
+def test_margin_is_strict():
+    assert preference_pairs(THREE, PairConfig(margin=0.6)) == [Pair(0, 2, pytest.approx(SQRT6), 1.0)]
+    # dQ = 0.5 exactly is not > 0.5
+    assert [(p.chosen, p.rejected) for p in preference_pairs(THREE, PairConfig(margin=0.5))] == [(0, 2)]
+    assert preference_pairs(THREE, PairConfig(margin=1.0)) == []
+
+
+def test_weight_clip():
+    ws = [p.weight for p in preference_pairs(THREE, PairConfig(weight_clip=2.0))]
+    assert ws == pytest.approx([1.224744871391589, 2.0, 1.224744871391589])
+
+
+def test_ties_and_order():
+    assert preference_pairs(node((0.3, 1, 0), (0.3, 0, 1))) == []
+    # Q = [.3, .3, .9]: mean .5, sigma^2 = (.04 + .04 + .16) / 3 = .08, sigma = .28284271247461906
+    pairs = preference_pairs(node((0.3, 1, 0), (0.3, 0, 1), (0.9, 1, 0)))
+    assert [(p.chosen, p.rejected) for p in pairs] == [(2, 0), (2, 1)]
+    assert [p.weight for p in pairs] == pytest.approx([2.1213203435596424] * 2)
+    assert [p.delta_q for p in pairs] == pytest.approx([0.6, 0.6])
+    # unsorted Q: the better branch is chosen whatever its index; Q = [0, 2] has sigma = 1
+    assert preference_pairs(node((0.0, 0, 1), (2.0, 1, 0))) == [Pair(1, 0, 2.0, 2.0)]
+
+
+def test_single_branch_and_eps():
+    assert preference_pairs(node((5.0, 3, 0))) == []
+    # sigma = 5e-10 < eps = 1e-6, so w = 1e-9 / 1e-6 = 1e-3
+    (p,) = preference_pairs(node((0.0, 0, 1), (1e-9, 1, 0)))
+    assert (p.chosen, p.rejected) == (1, 0) and p.weight == pytest.approx(1e-3)
+
+
+def test_normalise_weights():
+    assert normalise_weights([1.0, 2.0, 3.0]) == pytest.approx([0.5, 1.0, 1.5])
+    assert normalise_weights([]) == []
+    assert normalise_weights([0.0, 0.0]) == [0.0, 0.0]
+    assert math.fsum(normalise_weights([0.2, 7.0, 1.3, 4.4])) == pytest.approx(4.0)
+
+
+def test_sft_items():
+    assert sft_items(THREE, PairConfig()) == [0, 2]
+    assert sft_items(THREE, PairConfig(sft_repeat=True)) == [0, 0, 2]
+    assert sft_items(node((1.0, 0, 4))) == []
+
+
+def test_kto_plain():
+    items = kto_items(THREE, PairConfig())
+    assert items == [(0, True), (0, True), (0, False), (1, False), (1, False), (1, False), (2, True)]
+    assert class_counts(items) == (3, 4)
+    capped = kto_items(THREE, PairConfig(kto_repeat_cap=1))
+    assert capped == [(0, True), (0, False), (1, False), (2, True)]
+    assert class_counts(capped) == (2, 2)
+    assert class_counts([]) == (0, 0)
+
+
+def test_kto_tree():
+    # decimal values whose float sum rounds: the middle one is on the mean, not above it
+    assert kto_tree_items(node((0.1, 1, 0), (0.2, 1, 0), (0.3, 1, 0))) == [(0, False), (1, False), (2, True)]
+    # mean Q = 0.5: branch 1 sits exactly on the mean and is undesirable
+    assert kto_tree_items(THREE, PairConfig()) == [(0, True), (1, False), (2, False)]
+    assert kto_tree_items(node((0.25, 1, 0), (0.25, 0, 1))) == [(0, False), (1, False)]
+    assert kto_tree_items(node((-1.0, 0, 1), (2.0, 1, 0), (0.4, 0, 1), (0.6, 1, 0))) == [  # mean 0.5
+        (0, False), (1, True), (2, False), (3, True)]
+    # single-branch nodes: reachability decides, not Q or the counts
+    assert kto_tree_items(node((9.0, 2, 0, False))) == [(0, False)]
+    assert kto_tree_items(node((-3.0, 0, 2, True))) == [(0, True)]
+    assert class_counts(kto_tree_items(THREE)) == (1, 2)
+
+
+def test_label_conflict():
+    # branch 0 is taken by 2 successful and 1 failed trajectory: its 3 occurrences conflict; total 3 + 3 + 1
+    assert label_conflict(THREE) == (3, 7)
+    assert label_conflict(node((1.0, 2, 0), (0.0, 0, 2))) == (0, 4)
+    # trajectories counted in n_total but neither successful nor failed carry no label
+    b = Branch(action="a", command="c", q=0.0, rewards={}, n_total=5, n_success=1, n_failed=1,
+               on_success_path=True, reaches_success=True)
+    rec = NodeRecord(task_id="t", node_id="n", prompt=[{"role": "user", "content": "go"}], branches=[b])
+    assert label_conflict(rec) == (2, 2)
+
+
+def test_config_validation():
+    for bad in (dict(margin=-0.1), dict(weight_eps=0.0), dict(weight_clip=0.0), dict(kto_repeat_cap=0)):
+        with pytest.raises(ValueError):
+            PairConfig(**bad)

@@ -1,0 +1,188 @@
+"""One tree node -> one fixed-shape training example (numpy), for every method and layout.
+
+Layouts (``CollateConfig.layout``):
+- ``packed``: one row per node: the prompt once, then each used branch as its own segment. A
+  branch token attends to the prompt and to its own earlier tokens only; its positions continue
+  from the prompt end. A branch's first token is predicted from the prompt's last hidden state.
+- ``plain``: one row per branch, each ``prompt + branch`` (the usual per-sequence layout).
+
+Either way an example holds: rows ``tokens/positions/segments/pred/slot`` [R, L]; per-branch
+*slots* [S] (a slot = one completion whose summed log-prob a loss needs); ``pairs`` [P] over slots;
+KTO ``items`` [I] over slots; and an optional KL slot (a mismatched completion, for KTO's KL estimate).
+Prompt tokens never carry loss (slot = -1); the action is tokenised separately from the prompt (no
+merge across the boundary) and ends with EOS, trained once.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from tgpo_jax.data import examples as ex
+from tgpo_jax.data.schema import NodeRecord
+
+METHODS = ("sft", "dpo", "tgpo", "kto", "kto_tree")
+LAYOUTS = ("packed", "plain")
+
+
+@dataclasses.dataclass(frozen=True)
+class CollateConfig:
+    method: str = "tgpo"
+    layout: str = "packed"
+    max_len: int = 1024  # L: row length
+    max_prompt_len: int = 768  # prompts are cut from the left (the observation is at the end)
+    max_completion_len: int = 128
+    max_branches: int = 4  # S: slots per example (branches kept per node)
+    max_pairs: int = 6  # P: pairs per example
+    max_items: int = 8  # I: KTO items per example
+    kl_slot: bool = True  # KTO: add a mismatched completion for the KL estimate
+    pairs: ex.PairConfig = ex.PairConfig()
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"method {self.method!r}: expected one of {METHODS}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout {self.layout!r}: expected one of {LAYOUTS}")
+        if self.max_prompt_len + self.max_completion_len > self.max_len:
+            raise ValueError(f"max_prompt_len ({self.max_prompt_len}) + max_completion_len "
+                             f"({self.max_completion_len}) exceeds max_len ({self.max_len})")
+
+    @property
+    def num_slots(self) -> int:
+        return self.max_branches + int(self.uses_kl)
+
+    @property
+    def uses_kl(self) -> bool:
+        return self.method in ("kto", "kto_tree") and self.kl_slot
+
+    @property
+    def rows(self) -> int:
+        return 1 if self.layout == "packed" else self.num_slots
+
+
+def node_selection(node: NodeRecord, cfg: CollateConfig):
+    """-> (branch indices used, pairs [(ci, ri, w)], items [(bi, desirable)]) in node branch indices."""
+    pc = cfg.pairs
+    if cfg.method == "sft":
+        return sorted(set(ex.sft_items(node, pc))), [], []
+    if cfg.method in ("dpo", "tgpo"):
+        pairs = [(p.chosen, p.rejected, p.weight) for p in ex.preference_pairs(node, pc)]
+        pairs = sorted(pairs, key=lambda p: -p[2])[: cfg.max_pairs]  # keep the most informative pairs
+        used = sorted({i for c, r, _ in pairs for i in (c, r)})
+        return used, pairs, []
+    items = ex.kto_items(node, pc) if cfg.method == "kto" else ex.kto_tree_items(node, pc)
+    return sorted({i for i, _ in items}), [], items
+
+
+def example_weight_values(node: NodeRecord, cfg: CollateConfig) -> list[float]:
+    """The pair weights this node contributes (for dataset-mean normalisation)."""
+    return [w for _, _, w in node_selection(node, cfg)[1]]
+
+
+def tokenize_node(node: NodeRecord, tokenizer, cfg: CollateConfig):
+    """-> (prompt ids, [completion ids per branch], truncated flag)."""
+    from tgpo_jax.models.tokenizer import chat_ids
+
+    prompt = chat_ids(tokenizer, node.prompt, add_generation_prompt=True)
+    truncated = len(prompt) > cfg.max_prompt_len
+    prompt = prompt[-cfg.max_prompt_len:]
+    eos = tokenizer.eos_token_id
+    comps = []
+    for b in node.branches:
+        ids = tokenizer(b.action, add_special_tokens=False)["input_ids"] + [eos]
+        truncated |= len(ids) > cfg.max_completion_len
+        comps.append(ids[: cfg.max_completion_len])
+    return prompt, comps, truncated
+
+
+def empty_example(cfg: CollateConfig) -> dict[str, np.ndarray]:
+    r, l, s = cfg.rows, cfg.max_len, cfg.num_slots
+    return {
+        "tokens": np.zeros((r, l), np.int32),
+        "positions": np.zeros((r, l), np.int32),
+        "segments": np.full((r, l), -1, np.int32),  # -1 pad, 0 prompt, k >= 1 completion segment k
+        "pred": np.zeros((r, l), np.int32),  # index of the token whose hidden state predicts this one
+        "slot": np.full((r, l), -1, np.int32),  # slot of a loss-carrying token, -1 elsewhere
+        "slot_valid": np.zeros((s,), bool),
+        "slot_behaviour": np.zeros((s,), np.float32),
+        "slot_has_behaviour": np.zeros((s,), bool),
+        "slot_ref": np.zeros((s,), np.float32),
+        "pair_chosen": np.zeros((cfg.max_pairs,), np.int32),
+        "pair_rejected": np.zeros((cfg.max_pairs,), np.int32),
+        "pair_weight": np.zeros((cfg.max_pairs,), np.float32),
+        "pair_valid": np.zeros((cfg.max_pairs,), bool),
+        "item_slot": np.zeros((cfg.max_items,), np.int32),
+        "item_desirable": np.zeros((cfg.max_items,), bool),
+        "item_valid": np.zeros((cfg.max_items,), bool),
+        "kl_slot": np.full((1,), -1, np.int32),
+        "index": np.full((), -1, np.int64),
+    }
+
+
+def _place(ex_: dict, row: int, start: int, ids: Sequence[int], segment: int, pos0: int, pred0: int, slot: int):
+    """Write ``ids`` into ``row`` from ``start``; the first token is predicted from index ``pred0``."""
+    n = len(ids)
+    sl = slice(start, start + n)
+    ex_["tokens"][row, sl] = ids
+    ex_["positions"][row, sl] = np.arange(pos0, pos0 + n)
+    ex_["segments"][row, sl] = segment
+    if slot >= 0:
+        ex_["pred"][row, sl] = np.concatenate([[pred0], np.arange(start, start + n - 1)])
+        ex_["slot"][row, sl] = slot
+    return start + n
+
+
+def build_example(node: NodeRecord, tokenizer, cfg: CollateConfig, *, index: int = -1,
+                  kl_completion: Sequence[int] | None = None, weight_scale: float = 1.0,
+                  tokenized=None) -> dict[str, np.ndarray]:
+    """Collate one node. ``kl_completion``: token ids of another node's completion (KTO's KL slot)."""
+    out = empty_example(cfg)
+    out["index"] = np.asarray(index, np.int64)
+    used, pairs, items = node_selection(node, cfg)
+    prompt, comps, _ = tokenized or tokenize_node(node, tokenizer, cfg)
+    p = len(prompt)
+
+    # Which branches fit: all used ones in plain layout (one row each); in packed layout while the row has room.
+    kept, room = [], cfg.max_len - p
+    for b in used[: cfg.max_branches]:
+        if cfg.layout == "packed":
+            if len(comps[b]) > room:
+                continue
+            room -= len(comps[b])
+        kept.append(b)
+    slot_of = {b: k for k, b in enumerate(kept)}
+    seqs = [(slot_of[b], comps[b]) for b in kept]
+    if cfg.uses_kl and kl_completion is not None and len(kl_completion) and \
+            (cfg.layout == "plain" or len(kl_completion[: cfg.max_completion_len]) <= room):
+        kl = cfg.max_branches
+        seqs.append((kl, list(kl_completion[: cfg.max_completion_len])))
+        out["kl_slot"][0] = kl
+
+    if cfg.layout == "packed":
+        end = _place(out, 0, 0, prompt, 0, 0, 0, -1)
+        for slot, ids in seqs:
+            end = _place(out, 0, end, ids, slot + 1, p, p - 1, slot)
+    else:
+        for slot, ids in seqs:
+            end = _place(out, slot, 0, prompt, 0, 0, 0, -1)
+            _place(out, slot, end, ids, 1, p, p - 1, slot)
+    for slot, _ in seqs:
+        out["slot_valid"][slot] = True
+    for b, k in slot_of.items():
+        lp = node.branches[b].behaviour_logprob
+        if lp is not None:
+            out["slot_behaviour"][k], out["slot_has_behaviour"][k] = lp, True
+
+    pairs = [(c, r, w) for c, r, w in pairs if c in slot_of and r in slot_of][: cfg.max_pairs]
+    for j, (c, r, w) in enumerate(pairs):
+        out["pair_chosen"][j], out["pair_rejected"][j] = slot_of[c], slot_of[r]
+        out["pair_weight"][j], out["pair_valid"][j] = w * weight_scale, True
+    items = [(b, d) for b, d in items if b in slot_of][: cfg.max_items]
+    for j, (b, d) in enumerate(items):
+        out["item_slot"][j], out["item_desirable"][j], out["item_valid"][j] = slot_of[b], d, True
+    return out
+
+
+def stack(examples: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {k: np.stack([e[k] for e in examples]) for k in examples[0]}

@@ -1,0 +1,140 @@
+"""Training examples derived from one ``NodeRecord`` (METHOD §4): preference pairs, SFT, KTO and KTO-Tree labels.
+
+Pure functions, no I/O and no JAX: the collator calls them per node, so every objective and every ablation
+(margin, weight clip, repeats) reads the same stored dataset. Items refer to branches by index into
+``node.branches``; the collator turns (prompt, branch.action) into tokens.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterable, Sequence
+
+from tgpo_jax.data.schema import NodeRecord
+
+MEAN_TOL = 1e-9  # relative tolerance for "above the node's mean" (KTO-Tree)
+
+
+@dataclasses.dataclass(frozen=True)
+class PairConfig:
+    margin: float = 0.0  # a pair needs Q_w - Q_l > margin (strict: ties never make a pair)
+    weight_eps: float = 1e-6  # sigma guard: w = |dQ| / max(sigma, eps)
+    weight_clip: float | None = None  # upper clip of w, applied per pair before any normalisation
+    kto_repeat_cap: int | None = None  # plain KTO: at most this many copies per (branch, label)
+    sft_repeat: bool = False  # SFT: repeat a branch once per successful trajectory taking it
+
+    def __post_init__(self) -> None:
+        # A negative margin would turn ties (and reversed pairs) into preferences; refuse it.
+        if not (math.isfinite(self.margin) and self.margin >= 0):
+            raise ValueError(f"margin must be finite and >= 0, got {self.margin}")
+        if not self.weight_eps > 0:
+            raise ValueError(f"weight_eps must be > 0, got {self.weight_eps}")
+        if self.weight_clip is not None and not self.weight_clip > 0:
+            raise ValueError(f"weight_clip must be > 0 or None, got {self.weight_clip}")
+        if self.kto_repeat_cap is not None and self.kto_repeat_cap < 1:
+            raise ValueError(f"kto_repeat_cap must be >= 1 or None, got {self.kto_repeat_cap}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    chosen: int  # branch index
+    rejected: int  # branch index
+    weight: float  # TGPO weight |dQ| / sigma (clipped if configured); DPO ignores it
+    delta_q: float  # Q_chosen - Q_rejected (> margin)
+
+
+def _population_std(qs: Sequence[float]) -> float:
+    mean = math.fsum(qs) / len(qs)
+    return math.sqrt(math.fsum((q - mean) ** 2 for q in qs) / len(qs))
+
+
+def preference_pairs(node: NodeRecord, cfg: PairConfig = PairConfig()) -> list[Pair]:
+    """All ordered branch pairs (i, j) with Q_i - Q_j > margin, ordered by (chosen, rejected)."""
+    qs = [float(b.q) for b in node.branches]
+    if len(qs) < 2:
+        return []
+    # sigma over ALL branches of the node (not just the pair), so weights are comparable within a node.
+    # |Q_i - Q_j| <= 2*sqrt(n)*sigma, so w stays bounded even when sigma falls under eps.
+    sigma = max(_population_std(qs), cfg.weight_eps)
+    pairs = []
+    for i, qi in enumerate(qs):
+        for j, qj in enumerate(qs):
+            d = qi - qj
+            if i == j or not d > cfg.margin:
+                continue
+            w = d / sigma
+            if cfg.weight_clip is not None:
+                w = min(w, cfg.weight_clip)
+            pairs.append(Pair(chosen=i, rejected=j, weight=w, delta_q=d))
+    return pairs
+
+
+def normalise_weights(weights: Sequence[float]) -> list[float]:
+    """Divide by the mean so the dataset's average weight is 1 (keeps the loss scale of plain DPO)."""
+    ws = [float(w) for w in weights]
+    if not ws:
+        return []
+    mean = math.fsum(ws) / len(ws)
+    if mean <= 0:  # all-zero weights: nothing to rescale
+        return ws
+    return [w / mean for w in ws]
+
+
+def sft_items(node: NodeRecord, cfg: PairConfig = PairConfig()) -> list[int]:
+    """SFT/RFT: branches taken by at least one successful trajectory (optionally once per success)."""
+    items: list[int] = []
+    for i, b in enumerate(node.branches):
+        if b.n_success > 0:
+            items.extend([i] * (b.n_success if cfg.sft_repeat else 1))
+    return items
+
+
+def kto_items(node: NodeRecord, cfg: PairConfig = PairConfig()) -> list[tuple[int, bool]]:
+    """Plain KTO: each step occurrence labelled with its own trajectory's outcome (conflicts kept)."""
+    cap = cfg.kto_repeat_cap
+
+    def capped(n: int) -> int:
+        return n if cap is None else min(n, cap)
+
+    items: list[tuple[int, bool]] = []
+    for i, b in enumerate(node.branches):
+        items.extend([(i, True)] * capped(b.n_success))
+        items.extend([(i, False)] * capped(b.n_failed))
+    return items
+
+
+def kto_tree_items(node: NodeRecord, cfg: PairConfig = PairConfig()) -> list[tuple[int, bool]]:
+    """KTO-Tree: one item per branch; desirable iff Q is strictly above the node's mean branch Q.
+
+    Single-branch nodes have no comparison, so the label is whether a successful end is reachable.
+    """
+    bs = node.branches
+    if len(bs) == 1:
+        return [(0, bool(bs[0].reaches_success))]
+    # A branch within float rounding of the mean counts as on it (Q = .1, .2, .3: .2 is not "above").
+    qs = [float(b.q) for b in bs]
+    mean = sum(qs) / len(qs)
+    tol = MEAN_TOL * max(1.0, abs(mean))
+    return [(i, q - mean > tol) for i, q in enumerate(qs)]
+
+
+def label_conflict(node: NodeRecord) -> tuple[int, int]:
+    """(step occurrences on branches taken by >= 1 successful and >= 1 failed trajectory, all occurrences)."""
+    conflicted = total = 0
+    for b in node.branches:
+        occ = b.n_success + b.n_failed
+        total += occ
+        if b.n_success > 0 and b.n_failed > 0:
+            conflicted += occ
+    return conflicted, total
+
+
+def class_counts(items: Iterable[tuple[int, bool]]) -> tuple[int, int]:
+    """(n_desirable, n_undesirable) of KTO items, for setting w_D / w_U from the class ratio."""
+    n_d = n_u = 0
+    for _, desirable in items:
+        if desirable:
+            n_d += 1
+        else:
+            n_u += 1
+    return n_d, n_u

@@ -1,0 +1,100 @@
+"""grain input pipeline: node records -> collated examples -> seeded shuffle -> process shard -> batches.
+
+``NodeExamples`` is a random-access source over the nodes that yield something for the method (a
+node with no preference pair is useless to DPO). Example ``i`` pairs its node with the completion of
+example ``i + 1`` for KTO's KL slot — a fixed mismatch, as TRL builds its KL dataset — so every
+example (and its reference log-probs) is a pure function of ``i``. grain's iterator state is a
+small dict, saved with each checkpoint for exact resume.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import grain
+import numpy as np
+
+from tgpo_jax.data import examples as ex
+from tgpo_jax.data.collate import CollateConfig, build_example, node_selection, tokenize_node
+from tgpo_jax.data.io import DatasetReader
+from tgpo_jax.losses import kto_class_weights
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetStats:
+    num_nodes: int
+    num_examples: int
+    num_pairs: int
+    num_desirable: int
+    num_undesirable: int
+    mean_pair_weight: float
+
+
+class NodeExamples:
+    """Random-access collated examples over the usable nodes of one dataset directory."""
+
+    def __init__(self, data_dir: str, tokenizer, cfg: CollateConfig, *, weight_norm: str = "none",
+                 ref_table: np.ndarray | None = None):
+        if weight_norm not in ("none", "dataset_mean"):
+            raise ValueError(f"weight_norm {weight_norm!r}: expected 'none' or 'dataset_mean'")
+        self.data_dir, self.tokenizer, self.cfg = data_dir, tokenizer, cfg
+        self.reader = DatasetReader(data_dir)
+        self.indices: list[int] = []
+        weights, n_d, n_u = [], 0, 0
+        for i in range(len(self.reader)):  # one pass: which nodes are usable, and dataset-level statistics
+            used, pairs, items = node_selection(self.reader[i], cfg)
+            if not used:
+                continue
+            self.indices.append(i)
+            weights += [w for _, _, w in pairs]
+            d, u = ex.class_counts(items)
+            n_d, n_u = n_d + d, n_u + u
+        if not self.indices:
+            raise ValueError(f"dataset {data_dir} has no node usable for method {cfg.method!r}")
+        mean_w = float(np.mean(weights)) if weights else 1.0
+        self.weight_scale = 1.0 / mean_w if weight_norm == "dataset_mean" and mean_w > 0 else 1.0
+        self.class_weights = kto_class_weights(n_d, n_u)
+        self.stats = DatasetStats(len(self.reader), len(self.indices), len(weights), n_d, n_u, mean_w)
+        self.ref_table = ref_table
+        if ref_table is not None and ref_table.shape != (len(self), cfg.num_slots):
+            raise ValueError(f"reference table shape {ref_table.shape} != ({len(self)}, {cfg.num_slots}): "
+                             "it was computed for another dataset or collation")
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        i = int(i) % len(self)
+        node = self.reader[self.indices[i]]
+        kl = None
+        if self.cfg.uses_kl:
+            other = self.reader[self.indices[(i + 1) % len(self)]]
+            used = node_selection(other, self.cfg)[0]
+            kl = tokenize_node(other, self.tokenizer, self.cfg)[1][used[0]]
+        out = build_example(node, self.tokenizer, self.cfg, index=i, kl_completion=kl, weight_scale=self.weight_scale)
+        if self.ref_table is not None:
+            out["slot_ref"] = self.ref_table[i].astype(np.float32)
+        return out
+
+
+def make_dataset(source, *, batch_size: int, seed: int, num_epochs: int | None, shuffle: bool = True,
+                 process_index: int = 0, process_count: int = 1, drop_remainder: bool = True):
+    """-> grain IterDataset of per-process batches ([batch_size // process_count, ...] arrays)."""
+    if batch_size % process_count:
+        raise ValueError(f"global batch size {batch_size} does not divide over {process_count} processes")
+    ds = grain.MapDataset.source(source)
+    if shuffle:
+        ds = ds.seed(seed).shuffle()  # a fresh permutation every epoch
+    ds = ds.repeat(num_epochs)
+    ds = ds[process_index::process_count]
+    ds = ds.batch(batch_size // process_count, drop_remainder=drop_remainder)
+    return ds.to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=4))
+
+
+def steps_per_epoch(source, batch_size: int) -> int:
+    n = len(source) // batch_size
+    if n == 0:
+        raise ValueError(f"dataset has {len(source)} examples, fewer than one batch of {batch_size}")
+    return n

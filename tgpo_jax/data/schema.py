@@ -1,0 +1,112 @@
+"""The record schema: one tree node per record — the contract between ``rollout/`` and training.
+
+A node is a merged page state (METHOD §2) with the chat prompt for it (METHOD §1) and its action
+branches (METHOD §4), each carrying its value Q, reward components and trajectory counts. Pairs and
+labels are *not* stored: ``tgpo_jax.data.examples`` derives them from the node at collation time, so one
+dataset serves SFT, DPO, KTO, KTO-Tree and TGPO and every ablation of margin or weighting.
+
+Records serialise to UTF-8 JSON (readable with any tool, versioned by ``schema_version``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any, Mapping, Sequence
+
+SCHEMA_VERSION = 1
+ROLES = ("system", "user", "assistant")
+REWARD_KEYS = ("r_acc", "r_format", "r_red", "r_subgoal", "r")  # METHOD §3, per-step means over the branch
+
+
+class SchemaError(ValueError):
+    """A record does not follow the schema (wrong version, missing field, bad value)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Branch:
+    action: str  # the policy's whole output for the step (thought + command): the trained completion
+    command: str  # canonical command (METHOD §1), element ids replaced by stable descriptors
+    q: float  # branch value Q(s, a) (METHOD §4)
+    rewards: Mapping[str, float]  # mean reward components of the steps merged into this branch
+    n_total: int  # trajectories taking this branch
+    n_success: int
+    n_failed: int
+    on_success_path: bool  # lies on at least one successful trajectory
+    reaches_success: bool  # a successful end is reachable from this branch in the merged graph
+    behaviour_logprob: float | None = None  # summed log-prob of ``action`` under the collecting policy
+
+    def validate(self, where: str) -> None:
+        if not isinstance(self.action, str) or not self.action:
+            raise SchemaError(f"{where}: action must be a non-empty string")
+        if not isinstance(self.command, str):
+            raise SchemaError(f"{where}: command must be a string")
+        if not _finite(self.q):
+            raise SchemaError(f"{where}: q={self.q!r} is not a finite number")
+        for k, v in self.rewards.items():
+            if not _finite(v):
+                raise SchemaError(f"{where}: reward {k}={v!r} is not a finite number")
+        if min(self.n_total, self.n_success, self.n_failed) < 0 or self.n_success + self.n_failed > self.n_total:
+            raise SchemaError(f"{where}: counts total={self.n_total} success={self.n_success} "
+                              f"failed={self.n_failed} are inconsistent")
+        if self.behaviour_logprob is not None and not (_finite(self.behaviour_logprob) and self.behaviour_logprob <= 0):
+            raise SchemaError(f"{where}: behaviour_logprob={self.behaviour_logprob!r} must be a finite value <= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeRecord:
+    task_id: str
+    node_id: str
+    prompt: Sequence[Mapping[str, str]]  # chat messages [{"role", "content"}], ending before the action
+    branches: Sequence[Branch]
+    meta: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # url, depth, split, ... (free form)
+    schema_version: int = SCHEMA_VERSION
+
+    def validate(self) -> "NodeRecord":
+        where = f"node {self.task_id}/{self.node_id}"
+        if self.schema_version != SCHEMA_VERSION:
+            raise SchemaError(f"{where}: schema_version {self.schema_version}, this reader knows {SCHEMA_VERSION}")
+        if not self.prompt:
+            raise SchemaError(f"{where}: empty prompt")
+        for i, m in enumerate(self.prompt):
+            if m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+                raise SchemaError(f"{where}: prompt message {i} needs role in {ROLES} and string content")
+        if not self.branches:
+            raise SchemaError(f"{where}: no branches")
+        for i, b in enumerate(self.branches):
+            b.validate(f"{where} branch {i}")
+        return self
+
+    # ------------------------------------------------------------------ serialisation
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.to_json(), ensure_ascii=False, sort_keys=True, allow_nan=False).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "NodeRecord":
+        version = d.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise SchemaError(f"record schema_version {version!r}; this reader knows {SCHEMA_VERSION}")
+        try:
+            branches = [Branch(**b) for b in d["branches"]]
+            rec = cls(task_id=d["task_id"], node_id=d["node_id"], prompt=[dict(m) for m in d["prompt"]],
+                      branches=branches, meta=dict(d.get("meta", {})), schema_version=version)
+        except (KeyError, TypeError) as e:
+            raise SchemaError(f"record does not match schema v{SCHEMA_VERSION}: {e}") from e
+        return rec.validate()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "NodeRecord":
+        try:
+            d = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise SchemaError(f"record is not valid UTF-8 JSON: {e}") from e
+        if not isinstance(d, dict):
+            raise SchemaError("record is not a JSON object")
+        return cls.from_json(d)
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -1,0 +1,53 @@
+"""Orbax checkpoints of the whole training state: parameters, optimizer, step, RNG and data iterator.
+
+Saves are asynchronous (training continues while arrays are written) and atomic (Orbax writes to a
+temporary directory and renames it when complete), ``keep`` most recent are kept. Restores go into an
+abstract target carrying each array's sharding, so a run resumes onto the same mesh layout.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+
+class Checkpointer:
+    def __init__(self, directory: str, *, keep: int = 3, async_save: bool = True):
+        self.directory = os.path.abspath(directory)
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=async_save,
+                                               create=True)
+        self.manager = ocp.CheckpointManager(self.directory, options=options)
+
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
+
+    def save(self, step: int, state: dict[str, Any], data_state: dict | None = None, extra: dict | None = None,
+             force: bool = True) -> None:
+        meta = {"step": int(step), "data_state": _jsonable(data_state), **(extra or {})}
+        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                          meta=ocp.args.JsonSave(meta)), force=force)
+
+    def restore(self, state_like: dict[str, Any], step: int | None = None) -> tuple[dict[str, Any], dict]:
+        """``state_like``: a live or abstract state; its arrays' shardings place the restored arrays."""
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state_like)
+        out = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
+                                                                   meta=ocp.args.JsonRestore()))
+        return out["state"], out["meta"]
+
+    def wait(self) -> None:
+        self.manager.wait_until_finished()
+
+    def close(self) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+
+def _jsonable(x):
+    """grain iterator states are JSON-friendly dicts; anything else is stored as its repr-free JSON form."""
+    return json.loads(json.dumps(x)) if x is not None else None

@@ -1,0 +1,78 @@
+"""Log-probs of completion tokens without materialising float32 [batch, length, vocab] logits.
+
+``token_logprobs`` maps over sequence chunks: only one chunk's logits [N, c, V] exist at a time, and
+``jax.checkpoint`` makes the backward pass recompute them per chunk instead of storing them.
+``slot_logprobs`` runs the model over collated rows (``tgpo_jax.data.collate``) with the segment-aware
+mask and sums token log-probs per slot (one completion each).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from tgpo_jax.models.transformer import Transformer
+
+
+def token_logprobs(hidden: jax.Array, w_out: jax.Array, targets: jax.Array, chunk: int = 128) -> jax.Array:
+    """hidden [N, T, D] (state predicting each target), w_out [D, V], targets [N, T] -> log p [N, T] f32."""
+    n, t, d = hidden.shape
+    c = min(chunk, t)
+    pad = (-t) % c
+    h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0))).reshape(n, -1, c, d).swapaxes(0, 1)  # [C, N, c, D]
+    y = jnp.pad(targets, ((0, 0), (0, pad))).reshape(n, -1, c).swapaxes(0, 1)  # [C, N, c]
+
+    @jax.checkpoint
+    def one(h_c, y_c):
+        logits = jnp.einsum("ncd,dv->ncv", h_c, w_out, preferred_element_type=jnp.float32)
+        picked = jnp.take_along_axis(logits, y_c[..., None], axis=-1)[..., 0]
+        return picked - jax.nn.logsumexp(logits, axis=-1)
+
+    out = jax.lax.map(lambda xs: one(*xs), (h, y))  # [C, N, c]
+    return out.swapaxes(0, 1).reshape(n, -1)[:, :t]
+
+
+def naive_token_logprobs(hidden, w_out, targets):
+    """Reference: full float32 logits, then log softmax (tests and tiny models only)."""
+    logits = jnp.einsum("ntd,dv->ntv", hidden, w_out, preferred_element_type=jnp.float32)
+    return jnp.take_along_axis(jax.nn.log_softmax(logits, -1), targets[..., None], -1)[..., 0]
+
+
+def segment_mask(segments: jax.Array) -> jax.Array:
+    """segments [N, L] (-1 pad, 0 prompt, k completion k) -> attention mask [N, L, L].
+
+    A query sees earlier keys of the prompt and of its own segment: branches packed after one
+    prompt never see each other.
+    """
+    q, k = segments[:, :, None], segments[:, None, :]
+    causal = jnp.tril(jnp.ones((segments.shape[1],) * 2, bool))[None]
+    return causal & (k >= 0) & ((k == 0) | (k == q))
+
+
+def flatten_rows(batch: dict) -> dict:
+    """[B, R, L] rows -> [B*R, L]; per-example slot ids -> global ids (offset by example)."""
+    b, r, l = batch["tokens"].shape
+    s = batch["slot_valid"].shape[1]
+    offset = (jnp.arange(b, dtype=jnp.int32) * s)[:, None, None]
+    slot = jnp.where(batch["slot"] >= 0, batch["slot"] + offset, -1)
+    flat = {k: batch[k].reshape(b * r, l) for k in ("tokens", "positions", "segments", "pred")}
+    flat["slot"] = slot.reshape(b * r, l)
+    return flat
+
+
+def slot_logprobs(model: Transformer, batch: dict, *, use_lora: bool = True, chunk: int = 128):
+    """Summed log-prob of every slot's completion.
+
+    batch: collated examples stacked on a leading [B] axis. Returns (slot log-probs [B*S] f32,
+    token log-probs [B*R, L] f32 with 0 off-slot, loss-token mask [B*R, L]).
+    """
+    rows = flatten_rows(batch)
+    num_slots = batch["slot_valid"].size
+    h, _ = model.hidden_states(rows["tokens"], rows["positions"], segment_mask(rows["segments"]),
+                               use_lora=use_lora)  # [N, L, D]
+    h_pred = jnp.take_along_axis(h, rows["pred"][..., None], axis=1)  # [N, L, D]
+    lp = token_logprobs(h_pred, model.output_embedding(), rows["tokens"], chunk)
+    on = rows["slot"] >= 0
+    lp = jnp.where(on, lp, 0.0)
+    ids = jnp.where(on, rows["slot"], num_slots).reshape(-1)
+    per_slot = jax.ops.segment_sum(lp.reshape(-1), ids, num_segments=num_slots + 1)[:num_slots]
+    return per_slot, lp, on

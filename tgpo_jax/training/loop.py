@@ -1,0 +1,210 @@
+"""The training loop: config -> mesh, model, data, reference, optimizer -> steps, evals, checkpoints.
+
+Resumes from the latest checkpoint in ``train.output_dir`` (parameters, optimizer, step, RNG and the
+grain iterator), so a killed run continues exactly where its last checkpoint stopped.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+
+import jax
+
+from tgpo_jax import sharding as shd
+from tgpo_jax.data import examples as ex
+from tgpo_jax.data.collate import CollateConfig
+from tgpo_jax.data.pipeline import NodeExamples, make_dataset, steps_per_epoch
+from tgpo_jax.models.config import tiny_config
+from tgpo_jax.models.loading import load_model
+from tgpo_jax.models.tokenizer import load_tokenizer
+from tgpo_jax.models.transformer import init_model
+from tgpo_jax.training import reference as ref_lib
+from tgpo_jax.training.checkpoint import Checkpointer
+from tgpo_jax.training.metrics import MetricsWriter
+from tgpo_jax.training.objective import LossConfig
+from tgpo_jax.training.step import OptimConfig, Trainer, to_global_batch
+
+log = logging.getLogger(__name__)
+
+
+class TrainingDiverged(RuntimeError):
+    """A step produced a non-finite loss or gradient; nothing of it was applied or saved."""
+
+
+def maybe_initialize_distributed(cfg) -> None:
+    d = cfg.distributed
+    if not d.enabled or jax.distributed.is_initialized():
+        return
+    if d.local_device_count:
+        jax.config.update("jax_num_cpu_devices", int(d.local_device_count))
+    kw = {}
+    if d.coordinator:  # explicit (multi-process on one machine, GPU hosts); else auto-detected (TPU pods, SLURM)
+        kw = dict(coordinator_address=d.coordinator, num_processes=int(d.num_processes), process_id=int(d.process_id))
+    jax.distributed.initialize(**kw)
+
+
+def collate_config(cfg) -> CollateConfig:
+    d = cfg.data
+    pairs = ex.PairConfig(margin=d.margin, weight_eps=d.weight_eps, weight_clip=d.weight_clip or None,
+                          kto_repeat_cap=d.kto_repeat_cap or None, sft_repeat=d.sft_repeat)
+    return CollateConfig(method=cfg.method, layout=d.layout, max_len=d.max_len, max_prompt_len=d.max_prompt_len,
+                         max_completion_len=d.max_completion_len, max_branches=d.max_branches,
+                         max_pairs=d.max_pairs, max_items=d.max_items, kl_slot=d.kl_slot, pairs=pairs)
+
+
+def build_model(cfg, mesh, tokenizer):
+    m = cfg.model
+    overrides = dict(dtype=m.dtype, remat=m.remat, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha)
+    if m.path:
+        return load_model(m.path, mesh=mesh, param_dtype=m.param_dtype, lora_seed=m.lora_seed, **overrides)
+    if m.scratch != "tiny":
+        raise ValueError(f"model.path is empty and model.scratch={m.scratch!r}: give a checkpoint or 'tiny'")
+    mc = tiny_config(vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
+                     pad_token_id=tokenizer.pad_token_id, param_dtype=m.param_dtype, **overrides)
+    from tgpo_jax.models.loading import shard_model
+
+    return shard_model(init_model(mc, seed=m.init_seed), mesh)
+
+
+def _eval(trainer, state, source, cfg, mesh) -> dict:
+    """Mean metrics over the held-out source (each batch weighted equally)."""
+    nproc, pidx = jax.process_count(), jax.process_index()
+    ds = make_dataset(source, batch_size=cfg.train.batch_size, seed=0, num_epochs=1, shuffle=False,
+                      process_index=pidx, process_count=nproc)
+    sums, n = {}, 0
+    for i, local in enumerate(ds):
+        if cfg.train.eval_batches and i >= cfg.train.eval_batches:
+            break
+        m = trainer.eval_step(state, to_global_batch(local, mesh, 1))
+        for k, v in m.items():
+            sums[k] = sums.get(k, 0.0) + float(v)
+        n += 1
+    return {k: v / max(n, 1) for k, v in sums.items()}
+
+
+def train(cfg) -> dict:
+    """Run (or resume) one training job; returns a summary with the final and eval metrics."""
+    maybe_initialize_distributed(cfg)
+    out_dir = os.path.abspath(cfg.train.output_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    mesh = shd.make_mesh(tuple(cfg.mesh.shape))
+    n_batch = mesh.shape["data"] * mesh.shape["fsdp"]
+    micro = cfg.train.batch_size // max(cfg.optim.grad_accum, 1)
+    if cfg.train.batch_size % cfg.optim.grad_accum or micro % n_batch:
+        raise ValueError(f"batch_size {cfg.train.batch_size} / grad_accum {cfg.optim.grad_accum} = {micro} "
+                         f"examples per micro-batch must divide over the mesh's data x fsdp = {n_batch} devices")
+    if jax.process_index() == 0:
+        with open(os.path.join(out_dir, "config.json"), "w") as f:
+            f.write(cfg.to_json_best_effort(indent=2))
+
+    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+    model = build_model(cfg, mesh, tokenizer)
+    ccfg = collate_config(cfg)
+    if not cfg.data.train_dir:
+        raise ValueError("data.train_dir is empty: point it at a node dataset directory (manifest.json inside)")
+    train_src = NodeExamples(cfg.data.train_dir, tokenizer, ccfg, weight_norm=cfg.data.weight_norm)
+    eval_src = NodeExamples(cfg.data.eval_dir, tokenizer, ccfg, weight_norm=cfg.data.weight_norm) \
+        if cfg.data.eval_dir else None
+    if train_src.weight_scale != 1.0 and eval_src is not None:
+        eval_src.weight_scale = train_src.weight_scale  # one normaliser: the training set's
+
+    w_d, w_u = (train_src.class_weights if cfg.loss.kto_weights == "auto"
+                else (cfg.loss.desirable_weight, cfg.loss.undesirable_weight))
+    loss_cfg = LossConfig(method=cfg.method, beta=cfg.loss.beta, dpo_loss_type=cfg.loss.dpo_loss_type,
+                          label_smoothing=cfg.loss.label_smoothing, desirable_weight=w_d, undesirable_weight=w_u,
+                          reference=cfg.loss.reference)
+    per_epoch = steps_per_epoch(train_src, cfg.train.batch_size)
+    total = cfg.train.max_steps or per_epoch * cfg.train.num_epochs
+    o = cfg.optim
+    optim = OptimConfig(learning_rate=o.learning_rate, warmup_steps=o.warmup_steps or int(o.warmup_fraction * total),
+                        schedule=o.schedule, total_steps=total, end_lr_fraction=o.end_lr_fraction,
+                        weight_decay=o.weight_decay, b1=o.b1, b2=o.b2, eps=o.eps, clip_norm=o.clip_norm,
+                        grad_accum=o.grad_accum)
+    trainer = Trainer(model, loss_cfg, optim, mesh, chunk=cfg.train.chunk)
+    if loss_cfg.reference == "precomputed":
+        cache = cfg.loss.reference_cache or os.path.join(out_dir, "reference")
+        for src in filter(None, (train_src, eval_src)):
+            src.ref_table = ref_lib.reference_table(trainer, src, cache, batch_size=cfg.train.batch_size,
+                                                    model_id=cfg.model.path or cfg.model.scratch)
+    elif loss_cfg.reference == "behaviour":
+        ref_lib.check_behaviour_logprobs(train_src)
+
+    ckpt = Checkpointer(os.path.join(out_dir, "checkpoints"), keep=cfg.train.keep,
+                        async_save=cfg.train.async_checkpoint)
+    writer = MetricsWriter(out_dir)
+    state = trainer.init_state(cfg.train.seed)
+    ds = make_dataset(train_src, batch_size=cfg.train.batch_size, seed=cfg.data.shuffle_seed,
+                      num_epochs=None if cfg.train.max_steps else cfg.train.num_epochs,
+                      process_index=jax.process_index(), process_count=jax.process_count())
+    it = iter(ds)
+    start = 0
+    if ckpt.latest_step() is not None:
+        state, meta = ckpt.restore(state)
+        it.set_state(meta["data_state"])
+        start = int(meta["step"])
+        _truncate_metrics(writer.path, start)
+        log.info("resumed from step %d", start)
+
+    summary = {"method": cfg.method, "steps": total, "per_epoch": per_epoch, "dataset": dataclasses.asdict(train_src.stats),
+               "kto_class_weights": [w_d, w_u], "weight_scale": train_src.weight_scale}
+    bar = _progress(cfg, total, start)
+    step, last, t0, ran = start, {}, time.perf_counter(), 0
+    try:
+        while step < total:
+            local = next(it)
+            state, m = trainer.train_step(state, to_global_batch(local, mesh, cfg.optim.grad_accum))
+            if not bool(m["finite"]):
+                raise TrainingDiverged(f"step {step + 1}: non-finite loss {float(m['loss'])} / grad norm "
+                                       f"{float(m['grad_norm'])}; the update was not applied. Last good checkpoint: "
+                                       f"step {ckpt.latest_step()} in {ckpt.directory}")
+            step += 1
+            ran += 1
+            if step % cfg.train.log_every == 0 or step == total:
+                last = writer.write(step, {**m, "steps_per_sec": ran / (time.perf_counter() - t0)})
+                bar.set_postfix(loss=f"{last['train/loss']:.4f}")
+            if cfg.train.eval_every and eval_src is not None and step % cfg.train.eval_every == 0:
+                writer.write(step, _eval(trainer, state, eval_src, cfg, mesh), prefix="eval")
+            if step % cfg.train.save_every == 0 or step == total:
+                ckpt.save(step, state, data_state=it.get_state())
+            bar.update(1)
+            if cfg.train.stop_after and ran >= cfg.train.stop_after and step < total:
+                ckpt.wait()
+                summary["stopped_early_at"] = step
+                return summary
+    finally:
+        bar.close()
+        ckpt.wait()
+        writer.flush()
+    if eval_src is not None:
+        summary["eval"] = writer.write(step, _eval(trainer, state, eval_src, cfg, mesh), prefix="eval")
+    summary["final"] = last
+    summary["final_step"] = step
+    if jax.process_index() == 0:
+        with open(os.path.join(out_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2, default=float)
+    ckpt.close()
+    writer.close()
+    summary["state"] = state
+    summary["trainer"] = trainer
+    return summary
+
+
+def _truncate_metrics(path: str, step: int) -> None:
+    """Drop metric rows logged after the checkpoint we resume from (they will be logged again)."""
+    if not os.path.exists(path) or jax.process_index() != 0:
+        return
+    with open(path) as f:
+        rows = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
+    with open(path, "w") as f:
+        f.writelines(rows)
+
+
+def _progress(cfg, total: int, start: int):
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=start, desc=f"{cfg.method}", unit="step",
+                disable=not cfg.train.progress or jax.process_index() != 0, dynamic_ncols=True)
+

@@ -1,0 +1,68 @@
+"""The training objective of each method, from slot log-probs of a collated batch (METHOD §5)."""
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+from tgpo_jax import losses
+
+REFERENCE_MODES = ("live", "precomputed", "behaviour", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+    method: str = "tgpo"  # sft | dpo | tgpo | kto | kto_tree
+    beta: float = 0.1
+    dpo_loss_type: str = "sigmoid"  # sigmoid | ipo | hinge | robust (DPO only; TGPO is weighted sigmoid)
+    label_smoothing: float = 0.0
+    desirable_weight: float = 1.0  # KTO; set from the class ratio by the trainer
+    undesirable_weight: float = 1.0
+    reference: str = "live"  # live | precomputed | behaviour | none (SFT)
+
+    def __post_init__(self):
+        if self.reference not in REFERENCE_MODES:
+            raise ValueError(f"reference {self.reference!r}: expected one of {REFERENCE_MODES}")
+        if self.method != "sft" and self.reference == "none":
+            raise ValueError(f"method {self.method} needs a reference (live, precomputed or behaviour)")
+        if self.method in ("kto", "kto_tree") and self.reference == "behaviour":
+            raise ValueError("KTO's KL term scores mismatched completions, which have no behaviour log-prob: "
+                             "use reference=live or precomputed")
+        if self.dpo_loss_type not in losses.DPO_LOSS_TYPES:
+            raise ValueError(f"dpo_loss_type {self.dpo_loss_type!r}: expected one of {losses.DPO_LOSS_TYPES}")
+
+
+def _global(idx, per_example: int):
+    """[B, K] per-example slot indices -> [B*K] indices into the flattened [B*S] slot array."""
+    b = idx.shape[0]
+    return (idx + (jnp.arange(b, dtype=idx.dtype) * per_example)[:, None]).reshape(-1)
+
+
+def reference_slots(batch: dict, cfg: LossConfig):
+    """Reference slot log-probs carried by the batch (precomputed sidecar or behaviour policy)."""
+    if cfg.reference == "precomputed":
+        return batch["slot_ref"].reshape(-1)
+    if cfg.reference == "behaviour":
+        return batch["slot_behaviour"].reshape(-1)
+    raise ValueError(f"reference {cfg.reference!r} is not carried by the batch")
+
+
+def objective(policy_slots, ref_slots, token_lp, token_on, batch: dict, cfg: LossConfig):
+    """policy_slots/ref_slots [B*S]; token_lp/token_on [B*R, L] -> (loss, metrics)."""
+    if cfg.method == "sft":
+        return losses.sft_loss(token_lp, token_on)
+    s = batch["slot_valid"].shape[1]
+    if cfg.method in ("dpo", "tgpo"):
+        c, r = _global(batch["pair_chosen"], s), _global(batch["pair_rejected"], s)
+        valid = batch["pair_valid"].reshape(-1)
+        args = (policy_slots[c], policy_slots[r], ref_slots[c], ref_slots[r])
+        if cfg.method == "tgpo":
+            return losses.tgpo_loss(*args, batch["pair_weight"].reshape(-1), valid, beta=cfg.beta)
+        return losses.dpo_loss(*args, valid, beta=cfg.beta, loss_type=cfg.dpo_loss_type,
+                               label_smoothing=cfg.label_smoothing)
+    items = _global(batch["item_slot"], s)
+    kl = _global(jnp.maximum(batch["kl_slot"], 0), s)
+    return losses.kto_loss(policy_slots[items], ref_slots[items], batch["item_desirable"].reshape(-1),
+                           batch["item_valid"].reshape(-1), policy_slots[kl], ref_slots[kl],
+                           (batch["kl_slot"] >= 0).reshape(-1), beta=cfg.beta,
+                           desirable_weight=cfg.desirable_weight, undesirable_weight=cfg.undesirable_weight)
