@@ -28,8 +28,8 @@ INSTALL_REQUIRES = [
 ]
 EXTRAS = {
     # torch is pinned: any unpinned torch requirement pulls the CUDA build (several GB).
-    "test": ["pytest>=8,<10", "torch==2.13.0", "accelerate>=1.15,<2"],
-    "bench": ["torch==2.13.0", "accelerate>=1.15,<2"],
+    "test": ["pytest>=8,<10", "torch==2.13.0", "accelerate>=1.15,<2", "portpicker>=1.6"],
+    "bench": ["torch==2.13.0", "accelerate>=1.15,<2", "trl>=1.16,<1.17"],  # trl: bench/dpo_step.py (tested 1.16.0)
 }
 
 setup(

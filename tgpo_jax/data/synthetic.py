@@ -1,7 +1,7 @@
 """Synthetic tree-node records: a small preference task with a known answer, for tests and benchmarks.
 
 Each node asks to click one target item among several; the branch that clicks the target has the
-highest Q, a branch clicking a related item a middle Q, others low. A policy that learns the task must
+highest Q, a scroll (a harmless detour) a middle Q, clicking another item the lowest. A policy that learns the task must
 copy the target from the prompt into its command, so held-out nodes (new target/option draws) measure
 generalisation, not memorisation. ``observation_words`` pads the prompt like a web page's
 accessibility tree (web-agent-shaped: long shared prompt, short actions).
@@ -32,8 +32,9 @@ def synthetic_nodes(n: int, seed: int = 0, *, num_branches: int = 3, observation
         for k in range(num_branches):
             item = options[k]
             ok = k == 0
+            action, command = (f"CLICK [{item}]", f"CLICK [button '{item}']") if k != 1 else ("SCROLL [DOWN]",) * 2
             branches.append(Branch(
-                action=f"CLICK [{item}]", command=f"CLICK [button '{item}']", q=qs[k],
+                action=action, command=command, q=qs[k],
                 rewards={"r_acc": 1.0, "r_format": 1.0, "r_red": 0.0, "r_subgoal": qs[k], "r": 2.0 + 3 * qs[k]},
                 n_total=2, n_success=2 if ok else 0, n_failed=0 if ok else 2, on_success_path=ok,
                 reaches_success=ok, behaviour_logprob=-1.0 - 0.5 * k))

@@ -273,7 +273,10 @@ class Transformer(nnx.Module):
 
 
 def init_model(cfg: ModelConfig, seed: int = 0) -> Transformer:
-    return Transformer(cfg, rngs=nnx.Rngs(params=seed))
+    """A randomly initialised model; one jitted initialiser instead of one compile per weight shape."""
+    graphdef = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(params=seed))))[0]
+    state = jax.jit(lambda: nnx.split(Transformer(cfg, rngs=nnx.Rngs(params=seed)))[1])()
+    return nnx.merge(graphdef, state)
 
 
 def param_count(model: Transformer) -> int:

@@ -36,10 +36,10 @@ class TrainingDiverged(RuntimeError):
 
 def maybe_initialize_distributed(cfg) -> None:
     d = cfg.distributed
+    if d.local_device_count:  # fake CPU devices per process (tests, CPU demos); must precede backend start
+        jax.config.update("jax_num_cpu_devices", int(d.local_device_count))
     if not d.enabled or jax.distributed.is_initialized():
         return
-    if d.local_device_count:
-        jax.config.update("jax_num_cpu_devices", int(d.local_device_count))
     kw = {}
     if d.coordinator:  # explicit (multi-process on one machine, GPU hosts); else auto-detected (TPU pods, SLURM)
         kw = dict(coordinator_address=d.coordinator, num_processes=int(d.num_processes), process_id=int(d.process_id))
@@ -96,6 +96,10 @@ def train(cfg) -> dict:
     if cfg.train.batch_size % cfg.optim.grad_accum or micro % n_batch:
         raise ValueError(f"batch_size {cfg.train.batch_size} / grad_accum {cfg.optim.grad_accum} = {micro} "
                          f"examples per micro-batch must divide over the mesh's data x fsdp = {n_batch} devices")
+    for section, key in (("model", "path"), ("model", "tokenizer"), ("data", "train_dir"), ("data", "eval_dir")):
+        value = cfg[section][key]
+        if value and os.path.exists(value):  # the saved config must work from any working directory
+            cfg[section][key] = os.path.abspath(value)
     if jax.process_index() == 0:
         with open(os.path.join(out_dir, "config.json"), "w") as f:
             f.write(cfg.to_json_best_effort(indent=2))
@@ -170,10 +174,8 @@ def train(cfg) -> dict:
             if step % cfg.train.save_every == 0 or step == total:
                 ckpt.save(step, state, data_state=it.get_state())
             bar.update(1)
-            if cfg.train.stop_after and ran >= cfg.train.stop_after and step < total:
-                ckpt.wait()
-                summary["stopped_early_at"] = step
-                return summary
+            if cfg.train.kill_after and ran >= cfg.train.kill_after:
+                os._exit(137)  # testing aid: die like a killed process, no cleanup, saves possibly in flight
     finally:
         bar.close()
         ckpt.wait()

@@ -78,9 +78,14 @@ class Trainer:
     # ------------------------------------------------------------------ state
     def init_state(self, seed: int = 0) -> dict[str, Any]:
         params = jax.tree.map(jnp.copy, self.initial_params)  # the state owns (and donates) its own buffers
-        opt_state = jax.jit(self.tx.init)(params)
-        return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": opt_state,
-                "rng": jax.random.key_data(jax.random.key(seed))}
+        repl = NamedSharding(self.mesh, P())
+        # optimizer moments take their parameter's sharding; counters and the like are replicated
+        opt_sh = optax.tree_map_params(self.tx, lambda _, s: s, jax.eval_shape(self.tx.init, params),
+                                       jax.tree.map(lambda x: x.sharding, params), transform_non_params=lambda _: repl)
+        opt_state = jax.jit(self.tx.init, out_shardings=opt_sh)(params)
+        put = lambda x: jax.device_put(x, repl)  # noqa: E731
+        return {"step": put(jnp.zeros((), jnp.int32)), "params": params, "opt_state": opt_state,
+                "rng": put(jax.random.key_data(jax.random.key(seed)))}
 
     def model(self, params) -> Transformer:
         return nnx.merge(self.graphdef, params, self.frozen)

@@ -1,0 +1,35 @@
+"""Config files: every method x preset builds; overrides reach the fields; bad values are clear errors."""
+import importlib
+
+import pytest
+
+from configs import models
+from tgpo_jax.data.collate import CollateConfig
+from tgpo_jax.training.objective import LossConfig
+
+METHODS = ["sft", "dpo", "kto", "kto_tree", "tgpo"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("preset", sorted(models.PRESETS))
+def test_every_method_and_preset_builds(method, preset):
+    c = importlib.import_module(f"configs.{method}").get_config(preset)
+    assert c.method == method and c.preset == preset
+    assert c.loss.reference == ("none" if method == "sft" else "live")
+    LossConfig(method=c.method, reference=c.loss.reference)  # validates
+    if preset == "qwen3-14b":
+        assert c.mesh.shape[2] == 4 and c.model.remat and c.distributed.enabled
+
+
+def test_unknown_preset_and_bad_values():
+    with pytest.raises(ValueError, match="unknown model preset 'gpt9'"):
+        importlib.import_module("configs.tgpo").get_config("gpt9")
+    with pytest.raises(ValueError, match="method 'ppo'"):
+        CollateConfig(method="ppo")
+    with pytest.raises(ValueError, match="exceeds max_len"):
+        CollateConfig(max_len=64, max_prompt_len=60, max_completion_len=8)
+    with pytest.raises(ValueError, match="KL term"):
+        LossConfig(method="kto", reference="behaviour")
+    with pytest.raises(ValueError, match="dpo_loss_type"):
+        LossConfig(method="dpo", dpo_loss_type="square")
+

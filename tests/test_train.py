@@ -1,0 +1,180 @@
+"""The training loop: mesh equivalence, exact resume after a kill, learning, references, LoRA, NaN stop."""
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from tgpo_jax import sharding as shd
+from tgpo_jax.data.pipeline import NodeExamples
+from tgpo_jax.models.loading import shard_model
+from tgpo_jax.models.tokenizer import load_tokenizer
+from tgpo_jax.training import loop
+from tgpo_jax.training.checkpoint import Checkpointer
+from tgpo_jax.training.metrics import read_metrics
+from tgpo_jax.training.objective import LossConfig
+from tgpo_jax.training.step import OptimConfig, Trainer, to_global_batch
+from train_helpers import make_workspace, run_train_cli, tiny_config
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return make_workspace(tmp_path_factory.mktemp("work"))
+
+
+def _losses(out):
+    return [r["train/loss"] for r in read_metrics(out) if "train/loss" in r]
+
+
+@pytest.mark.parametrize("method,meshes", [("tgpo", [(8, 1, 1), (2, 2, 2), (1, 4, 2)]), ("kto", [(2, 2, 2)])])
+def test_same_loss_and_gradients_on_every_mesh(work, method, meshes):
+    c = tiny_config(work, method, "/tmp/unused")
+    tok = load_tokenizer(work["tok"])
+    src = NodeExamples(work["train"], tok, loop.collate_config(c))
+    local = {k: np.stack([src[i][k] for i in range(8)]) for k in src[0]}
+    base = loop.build_model(c, None, tok)
+    results = []
+    for shape in [(1, 1, 1), *meshes]:
+        mesh = shd.make_mesh(shape)
+        trainer = Trainer(shard_model(base, mesh), LossConfig(method=method, reference="live"),
+                          OptimConfig(learning_rate=1e-2), mesh)
+        batch = to_global_batch(local, mesh, 1)
+        state, _ = trainer.train_step(trainer.init_state(), batch)  # policy != reference from here on
+        grad_fn = jax.jit(jax.value_and_grad(
+            lambda p: trainer._loss(p, trainer.ref_params, jax.tree.map(lambda x: x[0], batch))[0]))
+        loss, grads = grad_fn(state["params"])
+        state, m = trainer.train_step(state, batch)
+        results.append((float(loss), jax.device_get(grads), float(m["loss"]), jax.device_get(state["params"])))
+    ref = results[0]
+    for loss, grads, loss2, params in results[1:]:
+        assert loss == pytest.approx(ref[0], rel=1e-5)
+        assert loss2 == pytest.approx(ref[2], rel=1e-4)
+        for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(ref[1])):
+            np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4)
+        for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(ref[3])):
+            # Adam divides by sqrt(v): near-zero gradients amplify summation-order noise to ~1e-5 here
+            np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+def test_resume_after_kill_is_exact(work, tmp_path):
+    common = ["--config.train.max_steps=20", "--config.train.save_every=5"]
+    straight = run_train_cli(work, "tgpo", tmp_path / "straight", common)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    killed = run_train_cli(work, "tgpo", tmp_path / "resumed", common + ["--config.train.kill_after=12"])
+    assert killed.returncode == 137, killed.stderr[-3000:]
+    ck = Checkpointer(str(tmp_path / "resumed" / "checkpoints"))
+    assert ck.latest_step() in (5, 10)  # killed after step 12: the step-15 save never happened
+    ck.close()
+    resumed = run_train_cli(work, "tgpo", tmp_path / "resumed", common)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = _losses(tmp_path / "straight"), _losses(tmp_path / "resumed")
+    assert len(a) == len(b) == 20 and a == b  # identical, not merely close
+    sa = Checkpointer(str(tmp_path / "straight" / "checkpoints"))
+    sb = Checkpointer(str(tmp_path / "resumed" / "checkpoints"))
+    pa = sa.manager.restore(20)["state"]["params"]
+    pb = sb.manager.restore(20)["state"]["params"]
+    for x, y in zip(jax.tree.leaves(pa), jax.tree.leaves(pb)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.fixture(scope="module")
+def big_work(tmp_path_factory):
+    return make_workspace(tmp_path_factory.mktemp("big"), n_train=800, n_test=40)
+
+
+@pytest.mark.parametrize("method", ["dpo", "tgpo"])
+def test_preference_training_raises_heldout_reward_accuracy(big_work, tmp_path, method):
+    c = tiny_config(big_work, method, tmp_path / method, **{"train.max_steps": 200})
+    s = loop.train(c)
+    acc = s["eval"]["eval/rewards/accuracies"]
+    # chance is 0.5 (a random policy orders a pair either way); ~0.8 is typical after 200 steps
+    assert acc >= 0.7, s["eval"]
+    assert s["eval"]["eval/rewards/margins"] > 0
+
+
+def test_precomputed_reference_equals_live_and_is_cached(work, tmp_path):
+    live = loop.train(tiny_config(work, "tgpo", tmp_path / "live", **{"train.max_steps": 2}))
+    pre_cfg = tiny_config(work, "tgpo", tmp_path / "pre", **{"train.max_steps": 2, "loss.reference": "precomputed"})
+    pre = loop.train(pre_cfg)
+    assert _losses(tmp_path / "pre") == pytest.approx(_losses(tmp_path / "live"), rel=1e-5)
+    assert pre["eval"]["eval/loss"] == pytest.approx(live["eval"]["eval/loss"], rel=1e-5)
+    files = sorted(os.listdir(tmp_path / "pre" / "reference"))
+    assert len(files) == 2  # one table for the training set, one for the eval set
+    mtimes = [os.path.getmtime(tmp_path / "pre" / "reference" / f) for f in files]
+    pre_cfg.train.output_dir = str(tmp_path / "pre2")
+    pre_cfg.loss.reference_cache = str(tmp_path / "pre" / "reference")
+    loop.train(pre_cfg)  # same fingerprint: the sidecar is reused, not recomputed
+    assert [os.path.getmtime(tmp_path / "pre" / "reference" / f) for f in files] == mtimes
+    pre_cfg.data.max_completion_len = 12  # another collation: another fingerprint
+    pre_cfg.train.output_dir = str(tmp_path / "pre3")
+    loop.train(pre_cfg)
+    assert len(os.listdir(tmp_path / "pre" / "reference")) == 4
+
+
+def test_behaviour_reference(work, tmp_path):
+    s = loop.train(tiny_config(work, "dpo", tmp_path / "b", **{"train.max_steps": 3, "loss.reference": "behaviour"}))
+    # the stored behaviour log-probs (-1.0 ... -2.0) are far from the random model's, so rewards are not 0
+    assert abs(s["final"]["train/rewards/chosen"]) > 0.1
+    with pytest.raises(ValueError, match="behaviour"):
+        loop.train(tiny_config(work, "kto", tmp_path / "k", **{"loss.reference": "behaviour"}))
+
+
+def test_lora_trains_only_adapters(work, tmp_path):
+    c = tiny_config(work, "dpo", tmp_path / "lora", **{"train.max_steps": 5})
+    c.model.lora_rank = 4
+    s = loop.train(c)
+    trainer, state = s["trainer"], s["state"]
+    names = {"/".join(map(str, k)) for k, _ in jax.tree_util.tree_flatten_with_path(state["params"])[0]}
+    assert names and all("lora" in n for n in names)
+    b = [np.abs(np.asarray(v)).max() for k, v in jax.tree_util.tree_flatten_with_path(state["params"])[0]
+         if "lora_b" in str(k)]
+    assert max(b) > 0  # adapters moved from their zero init
+    # step 1: B = 0, so policy == base == reference and DPO's loss is exactly log 2
+    assert _losses(tmp_path / "lora")[0] == pytest.approx(np.log(2), abs=1e-6)
+    base = loop.build_model(tiny_config(work, "dpo", tmp_path / "unused"), None, load_tokenizer(work["tok"]))
+    frozen = {"/".join(map(str, k)): v for k, v in jax.tree_util.tree_flatten_with_path(trainer.frozen)[0]}
+    fresh = {"/".join(map(str, k)): v for k, v in jax.tree_util.tree_flatten_with_path(
+        nnx.state(base, nnx.Param))[0]}
+    assert set(frozen) == set(fresh)
+    for k in frozen:
+        np.testing.assert_array_equal(np.asarray(frozen[k]), np.asarray(fresh[k]), err_msg=k)  # base untouched
+
+
+def test_other_methods_train(work, tmp_path):
+    for method in ("sft", "kto", "kto_tree"):
+        s = loop.train(tiny_config(work, method, tmp_path / method, **{"train.max_steps": 12}))
+        losses = _losses(tmp_path / method)
+        assert all(np.isfinite(losses)) and s["final_step"] == 12
+        if method == "sft":
+            assert losses[-1] < losses[0] - 0.5  # SFT visibly fits the successful actions
+        events = os.listdir(tmp_path / method / "tensorboard")
+        assert any(f.startswith("events.out.tfevents") for f in events)
+
+
+def test_non_finite_step_stops_with_last_checkpoint_intact(work, tmp_path, monkeypatch):
+    from tgpo_jax.training import step as step_lib
+
+    real = step_lib.objective
+
+    def poisoned(*args, **kw):
+        loss, m = real(*args, **kw)
+        return loss * np.nan, m
+
+    c = tiny_config(work, "dpo", tmp_path / "nan", **{"train.max_steps": 6, "train.save_every": 1})
+    loop.train(tiny_config(work, "dpo", tmp_path / "nan", **{"train.max_steps": 2, "train.save_every": 1}))
+    monkeypatch.setattr(step_lib, "objective", poisoned)
+    with pytest.raises(loop.TrainingDiverged, match=r"step 3: non-finite loss.*Last good checkpoint: step 2"):
+        loop.train(c)
+    ck = Checkpointer(str(tmp_path / "nan" / "checkpoints"))
+    assert ck.latest_step() == 2
+    restored = ck.manager.restore(2)["state"]
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(restored["params"]))
+    ck.close()
+
+
+def test_batch_that_does_not_divide_the_mesh_is_an_error(work, tmp_path):
+    c = tiny_config(work, "dpo", tmp_path / "x", **{"mesh.shape": (8, 1, 1), "train.batch_size": 4})
+    with pytest.raises(ValueError, match="must divide over the mesh"):
+        loop.train(c)
