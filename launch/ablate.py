@@ -26,6 +26,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from absl import app, flags
 
+from launch.entry import prepare
+
 log = logging.getLogger(__name__)
 
 METRICS = ("eval/rewards/accuracies", "eval/rewards/margins", "eval/loss", "train/loss")
@@ -312,10 +314,7 @@ def _define_flags():
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    prepare(argv)
     f = flags.FLAGS
     run_ablation(f.config, f.sweep, f.out, f.set)
     md = os.path.join(os.path.abspath(f.out), "summary.md")

@@ -8,10 +8,11 @@ loads the result.
 """
 from __future__ import annotations
 
-import logging
 import os
 
 from absl import app, flags
+
+from launch.entry import prepare
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -49,10 +50,7 @@ def _define_flags():
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    prepare(argv)
     f = flags.FLAGS
     out_dir, summary = export_run(f.run_dir, f.out, step=f.step, dtype=f.dtype, max_shard_gb=f.max_shard_gb)
     print(out_dir)

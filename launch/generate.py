@@ -5,10 +5,11 @@
 """
 from __future__ import annotations
 
-import os
 import time
 
 from absl import app, flags
+
+from launch.entry import prepare
 
 _MODEL = flags.DEFINE_string("model", "bundled", "HF directory, .gguf file, or 'bundled' (SmolLM2-135M-Instruct)")
 _TOKENIZER = flags.DEFINE_string("tokenizer", None, "tokenizer path (default: the model's)")
@@ -26,8 +27,7 @@ _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "compute
 
 
 def main(argv):
-    del argv
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    prepare(argv)
     from tgpo_jax.models.loading import load_model
     from tgpo_jax.models.sampler import Sampler, SamplingParams
     from tgpo_jax.models.tokenizer import chat_ids, load_tokenizer

@@ -10,19 +10,17 @@ Rerunning the same command resumes from the latest checkpoint in the output dire
 from __future__ import annotations
 
 import json
-import logging
-import os
 
 from absl import app
 from ml_collections import config_flags
+
+from launch.entry import prepare
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/tgpo.py", "training config file (path[:preset])")
 
 
 def main(argv):
-    del argv
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    prepare(argv)
     from tgpo_jax.training.loop import train
 
     summary = train(_CONFIG.value)

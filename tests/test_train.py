@@ -1,5 +1,4 @@
 """The training loop: mesh equivalence, exact resume after a kill, learning, references, LoRA, NaN stop."""
-import json
 import os
 
 import jax
