@@ -75,11 +75,6 @@ def node_selection(node: NodeRecord, cfg: CollateConfig):
     return sorted({i for i, _ in items}), [], items
 
 
-def example_weight_values(node: NodeRecord, cfg: CollateConfig) -> list[float]:
-    """The pair weights this node contributes (for dataset-mean normalisation)."""
-    return [w for _, _, w in node_selection(node, cfg)[1]]
-
-
 def tokenize_node(node: NodeRecord, tokenizer, cfg: CollateConfig):
     """-> (prompt ids, [completion ids per branch], truncated flag)."""
     from tgpo_jax.models.tokenizer import chat_ids
@@ -87,13 +82,14 @@ def tokenize_node(node: NodeRecord, tokenizer, cfg: CollateConfig):
     prompt = chat_ids(tokenizer, node.prompt, add_generation_prompt=True)
     truncated = len(prompt) > cfg.max_prompt_len
     prompt = prompt[-cfg.max_prompt_len:]
-    eos = tokenizer.eos_token_id
-    comps = []
-    for b in node.branches:
-        ids = tokenizer(b.action, add_special_tokens=False)["input_ids"] + [eos]
-        truncated |= len(ids) > cfg.max_completion_len
-        comps.append(ids[: cfg.max_completion_len])
-    return prompt, comps, truncated
+    full = [action_ids(b.action, tokenizer) for b in node.branches]
+    truncated |= any(len(ids) > cfg.max_completion_len for ids in full)
+    return prompt, [ids[: cfg.max_completion_len] for ids in full], truncated
+
+
+def action_ids(action: str, tokenizer) -> list[int]:
+    """The action tokenised on its own (no merge with the prompt), ending with EOS."""
+    return tokenizer(action, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
 
 
 def empty_example(cfg: CollateConfig) -> dict[str, np.ndarray]:

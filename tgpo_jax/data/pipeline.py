@@ -15,7 +15,7 @@ import grain
 import numpy as np
 
 from tgpo_jax.data import examples as ex
-from tgpo_jax.data.collate import CollateConfig, build_example, node_selection, tokenize_node
+from tgpo_jax.data.collate import CollateConfig, action_ids, build_example, node_selection
 from tgpo_jax.data.io import DatasetReader
 from tgpo_jax.losses import kto_class_weights
 
@@ -72,7 +72,7 @@ class NodeExamples:
         if self.cfg.uses_kl:
             other = self.reader[self.indices[(i + 1) % len(self)]]
             used = node_selection(other, self.cfg)[0]
-            kl = tokenize_node(other, self.tokenizer, self.cfg)[1][used[0]]
+            kl = action_ids(other.branches[used[0]].action, self.tokenizer)[: self.cfg.max_completion_len]
         out = build_example(node, self.tokenizer, self.cfg, index=i, kl_completion=kl, weight_scale=self.weight_scale)
         if self.ref_table is not None:
             out["slot_ref"] = self.ref_table[i].astype(np.float32)

@@ -72,7 +72,7 @@ class Trainer:
         self.tx = make_optimizer(optim_cfg)
         # full fine-tuning with a live reference keeps a frozen copy of the initial weights
         self.ref_params = params if (loss_cfg.reference == "live" and not self.lora) else None
-        self._train = self._eval = None
+        self._train = self._eval = self._ref = None
         self.initial_params = params
 
     # ------------------------------------------------------------------ state
@@ -153,7 +153,7 @@ class Trainer:
 
     def reference_logprobs(self, batch):
         """Reference slot log-probs [A*B, S] of a batch (for the precomputed sidecar)."""
-        if not hasattr(self, "_ref"):
+        if self._ref is None:
             def ref(params, b):
                 b = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), b)
                 return slot_logprobs(self.model(params), b, use_lora=False, chunk=self.chunk)[0]
