@@ -25,10 +25,12 @@ INSTALL_REQUIRES = [
     "tqdm>=4.66",
     "jinja2>=3.1",
     "tensorboardX>=2.6,<3",
+    "bm25s>=0.3.16,<0.4",  # the shop's search ranking
+    "miniwob>=1.1,<2",  # MiniWoB++ task pages (we serve its HTML; its selenium env is unused)
 ]
 EXTRAS = {
     # torch is pinned: any unpinned torch requirement pulls the CUDA build (several GB).
-    "test": ["pytest>=8,<10", "torch==2.13.0", "accelerate>=1.15,<2", "portpicker>=1.6"],
+    "test": ["pytest>=8,<10", "torch==2.13.0", "accelerate>=1.15,<2", "portpicker>=1.6", "psutil>=5.9"],
     "bench": ["torch==2.13.0", "accelerate>=1.15,<2", "trl>=1.16,<1.17"],  # trl: bench/dpo_step.py (tested 1.16.0)
 }
 

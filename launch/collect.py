@@ -1,0 +1,128 @@
+"""Collect browser episodes: tasks × K runs × a policy → an episodes directory.
+
+  python -m launch.collect --env=shop --split=train --num_tasks=50 --runs=8 --policy=oracle \
+      --wrong_choice=0.15 --loop=0.1 --malformed=0.05 --premature_stop=0.02 --out=data/episodes/train
+  python -m launch.collect --env=miniwob --policy=model --model=bundled --out=data/episodes/miniwob
+  python -m launch.collect --policy=http --http_url=http://127.0.0.1:8000 --http_model=tgpo --out=…
+  # shard over processes / hosts (same --out on a shared disk, or merge the directories later):
+  python -m launch.collect … --shard_index=$I --num_shards=4
+Re-running the same command resumes: finished episodes are skipped, interrupted and errored ones re-run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from absl import app, flags
+
+from launch.entry import prepare
+
+F = flags.FLAGS
+flags.DEFINE_enum("env", "shop", ["shop", "miniwob"], "environment")
+flags.DEFINE_enum("split", "train", ["train", "test"], "task split")
+flags.DEFINE_integer("num_tasks", 0, "first N tasks of the split (0 = all)")
+flags.DEFINE_list("task_ids", [], "explicit task ids (overrides --num_tasks)")
+flags.DEFINE_list("families", [], "only these task families")
+flags.DEFINE_string("locale", "en", "shop catalogue locale: en | zh")
+flags.DEFINE_integer("runs", 4, "K: runs per task")
+flags.DEFINE_enum("policy", "oracle", ["oracle", "model", "http"], "policy")
+flags.DEFINE_float("wrong_choice", 0.1, "oracle: rate of wrong item / option choices")
+flags.DEFINE_float("loop", 0.1, "oracle: rate of redundant detours (link, then GO_BACK)")
+flags.DEFINE_float("malformed", 0.03, "oracle: rate of malformed outputs")
+flags.DEFINE_float("premature_stop", 0.02, "oracle: rate of premature STOP")
+flags.DEFINE_string("model", "bundled", "model policy: checkpoint / HF directory / GGUF / 'bundled'")
+flags.DEFINE_float("temperature", 0.7, "model / http policy sampling temperature")
+flags.DEFINE_integer("max_tokens", 128, "model / http policy: tokens per step")
+flags.DEFINE_integer("max_batch", 8, "model policy: largest sampler batch")
+flags.DEFINE_string("http_url", "http://127.0.0.1:8000", "http policy: OpenAI-compatible server base URL")
+flags.DEFINE_string("http_model", "", "http policy: model name on that server")
+flags.DEFINE_string("out", "data/episodes", "output collection directory")
+flags.DEFINE_integer("seed", 0, "collection seed (oracle mistakes, sampling)")
+flags.DEFINE_integer("contexts", 4, "parallel browser contexts")
+flags.DEFINE_integer("shard_index", 0, "this process's shard")
+flags.DEFINE_integer("num_shards", 1, "number of shards")
+flags.DEFINE_integer("max_steps", 30, "steps per episode")
+flags.DEFINE_integer("budget_tokens", 1024, "observation text budget (tokens)")
+flags.DEFINE_bool("screenshots", True, "save screenshots (the pHash is always recorded)")
+flags.DEFINE_bool("retry_errored", True, "re-run episodes that errored in an earlier run")
+flags.DEFINE_float("step_timeout_s", 180.0, "per-step watchdog")
+flags.DEFINE_float("episode_timeout_s", 1800.0, "per-episode watchdog")
+flags.DEFINE_list("allow_origins", [], "GOTO / navigation allowlist beyond the environment's own origin")
+flags.DEFINE_integer("recycle_after", 100, "episodes per browser before a fresh one")
+
+
+def select_tasks(env, split: str, num_tasks: int = 0, task_ids=(), families=()):
+    tasks = env.tasks(split)
+    if families:
+        unknown = set(families) - {t.family for t in tasks}
+        if unknown:
+            raise app.UsageError(f"unknown task families {sorted(unknown)}; have {sorted({t.family for t in tasks})}")
+        tasks = [t for t in tasks if t.family in families]
+    if task_ids:
+        by_id = {t.task_id: t for t in tasks}
+        missing = [i for i in task_ids if i not in by_id]
+        if missing:
+            raise app.UsageError(f"no such task ids in the {split} split: {missing[:5]}")
+        return [by_id[i] for i in task_ids]
+    if num_tasks:
+        # Interleave families so the first N cover every family.
+        by_family: dict[str, list] = {}
+        for t in tasks:
+            by_family.setdefault(t.family, []).append(t)
+        mixed = [t for group in zip(*by_family.values()) for t in group]
+        chosen = {t.task_id for t in mixed}
+        rest = [t for t in tasks if t.task_id not in chosen]
+        tasks = (mixed + rest)[:num_tasks]
+    return tasks
+
+
+def make_policy(env):
+    if F.policy == "oracle":
+        from rollout.policies.oracle import OracleNoise, OraclePolicy
+        noise = OracleNoise(F.wrong_choice, F.loop, F.malformed, F.premature_stop)
+        return OraclePolicy(env, noise, seed=F.seed), {"noise": dataclasses.asdict(noise)}
+    from tgpo_jax.models.sampler import SamplingParams
+    params = SamplingParams(temperature=F.temperature, max_tokens=F.max_tokens, seed=F.seed)
+    if F.policy == "model":
+        from rollout.policies.model import ModelPolicy
+        return ModelPolicy.from_path(F.model, params=params, budget_tokens=F.budget_tokens * 2,
+                                     max_batch=F.max_batch), {"model": F.model}
+    from rollout.policies.http import OpenAIPolicy
+    return OpenAIPolicy(F.http_url, F.http_model, temperature=F.temperature, max_tokens=F.max_tokens,
+                        budget_tokens=F.budget_tokens * 2), {"http_url": F.http_url, "http_model": F.http_model}
+
+
+def main(argv):
+    prepare(argv)
+    import asyncio
+
+    from rollout.collect import CollectConfig, collect_async
+    from rollout.envs import make_env
+    from rollout.harness.runner import HarnessConfig
+
+    env = make_env(F.env, **({"locale": F.locale} if F.env == "shop" else {}))
+    tasks = select_tasks(env, F.split, F.num_tasks, F.task_ids, F.families)
+    if not tasks:
+        raise app.UsageError("no tasks selected")
+    policy, policy_meta = make_policy(env)
+    harness = HarnessConfig(max_steps=F.max_steps, budget_tokens=F.budget_tokens, screenshots=F.screenshots,
+                            step_timeout_s=F.step_timeout_s, episode_timeout_s=F.episode_timeout_s,
+                            extra_origins=tuple(F.allow_origins), recycle_after=F.recycle_after)
+    cfg = CollectConfig(out_dir=F.out, runs=F.runs, seed=F.seed, contexts=F.contexts, shard_index=F.shard_index,
+                        num_shards=F.num_shards, retry_errored=F.retry_errored, harness=harness)
+    meta = {"split": F.split, "locale": F.locale if F.env == "shop" else None, **policy_meta}
+
+    async def go():
+        try:
+            return await collect_async(env, tasks, policy, cfg, meta=json.loads(json.dumps(meta, default=str)))
+        finally:
+            await policy.close()
+            env.stop()
+
+    counts = asyncio.run(go())
+    print(json.dumps({"out": F.out, "shard": f"{F.shard_index}/{F.num_shards}", **counts,
+                      "harness": dataclasses.asdict(harness)}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    app.run(main)

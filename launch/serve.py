@@ -1,0 +1,51 @@
+"""Serve a policy model over an OpenAI-compatible API (chat and text completions, log-probs of sampled tokens).
+
+  python -m launch.serve                                   # the bundled SmolLM2-135M-Instruct on 127.0.0.1:8000
+  python -m launch.serve --model=runs/tgpo/export --port=8001 --served_model_name=tgpo
+  curl -s localhost:8000/v1/chat/completions -H 'Content-Type: application/json' \
+      -d '{"model": "bundled", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16, "logprobs": true}'
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from absl import app, flags
+
+from launch.entry import prepare
+
+_MODEL = flags.DEFINE_string("model", "bundled", "HF directory, .gguf file, or 'bundled' (SmolLM2-135M-Instruct)")
+_TOKENIZER = flags.DEFINE_string("tokenizer", None, "tokenizer path (default: the model's)")
+_SERVED_NAME = flags.DEFINE_string("served_model_name", None, "model id clients send (default: --model)")
+_HOST = flags.DEFINE_string("host", "127.0.0.1", "address to bind (loopback by default)")
+_PORT = flags.DEFINE_integer("port", 8000, "port to bind (0 = any free port)")
+_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "compute dtype")
+_MAX_TOKENS = flags.DEFINE_integer("default_max_tokens", 256, "max_tokens when a request gives none")
+
+
+def main(argv):
+    prepare(argv)
+    from rollout.serve import ModelServer
+    from tgpo_jax.models.loading import load_model
+    from tgpo_jax.models.sampler import Sampler
+    from tgpo_jax.models.tokenizer import load_tokenizer
+
+    t0 = time.perf_counter()
+    tokenizer = load_tokenizer(_TOKENIZER.value or _MODEL.value)
+    model = load_model(_MODEL.value, dtype=_DTYPE.value)
+    if not model.cfg.eos_token_ids and tokenizer.eos_token_id is not None:
+        model.cfg = model.cfg.replace(eos_token_id=tokenizer.eos_token_id)
+    logging.info("loaded %s (%s, %d layers) in %.1fs", _MODEL.value, model.cfg.model_type, model.cfg.num_layers,
+                 time.perf_counter() - t0)
+    server = ModelServer(Sampler(model, tokenizer), tokenizer, _SERVED_NAME.value or _MODEL.value,
+                         host=_HOST.value, port=_PORT.value, default_max_tokens=_MAX_TOKENS.value)
+    server.bind()
+    print(f"serving {server.model_name} at {server.base_url}/v1", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    app.run(main)

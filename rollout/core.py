@@ -1,0 +1,243 @@
+"""Shared types of the rollout side (METHOD §1): tasks, observations, commands, checks, policy I/O.
+
+Every other rollout module speaks in these types; they hold plain, JSON-able values so that a step
+can be recorded as it is and read back by the tree builder.
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, Mapping, Protocol, Sequence
+
+
+# ---------------------------------------------------------------- commands and their errors
+COMMANDS = ("CLICK", "TYPE", "SELECT", "CLEAR", "SCROLL", "GOTO", "GO_BACK", "STOP")
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """One parsed command. ``id`` is an injected element id; ``arg`` is text / option / UP|DOWN / url / answer."""
+    name: str
+    id: str | None = None
+    arg: str | None = None
+
+    def render(self) -> str:
+        """The command as the grammar writes it (parse(render(c)) == c)."""
+        if self.name in ("CLICK", "CLEAR"):
+            return f"{self.name} [{self.id}]"
+        if self.name in ("TYPE", "SELECT"):
+            return f"{self.name} [{self.id}] [{self.arg}]"
+        if self.name in ("SCROLL", "GOTO"):
+            return f"{self.name} [{self.arg}]"
+        if self.name == "STOP":
+            return f"STOP [{self.arg or ''}]"
+        return self.name  # GO_BACK
+
+
+class ActionError(Exception):
+    """A command that could not be parsed or executed. ``kind`` is the stable, typed name the agent sees."""
+    kind = "action_error"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def info(self) -> "ErrorInfo":
+        return ErrorInfo(self.kind, self.message)
+
+
+class UnknownCommand(ActionError):
+    kind = "unknown_command"
+
+
+class MalformedCommand(ActionError):
+    kind = "malformed_command"
+
+
+class MissingId(ActionError):
+    kind = "missing_id"
+
+
+class NoSuchElement(ActionError):
+    kind = "no_such_element"
+
+
+class InvalidTarget(ActionError):
+    """The element exists but the command cannot apply to it (SELECT on a link, an option it lacks)."""
+    kind = "invalid_target"
+
+
+class ActionTimeout(ActionError):
+    kind = "timeout"
+
+
+class NavigationBlocked(ActionError):
+    kind = "navigation_blocked"
+
+
+ERROR_KINDS = tuple(c.kind for c in (UnknownCommand, MalformedCommand, MissingId, NoSuchElement, InvalidTarget,
+                                     ActionTimeout, NavigationBlocked))
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorInfo:
+    kind: str
+    message: str
+
+
+# ---------------------------------------------------------------- observations
+@dataclasses.dataclass(frozen=True)
+class Element:
+    """An element the harness gave an id. ``role`` + ``name`` is its stable descriptor across runs."""
+    id: str
+    role: str
+    name: str
+    value: str | None = None  # text field value / selected option
+    options: tuple[str, ...] = ()  # <select> options
+    checked: bool | None = None
+    disabled: bool = False
+    href: str | None = None
+    interactive: bool = True
+
+    def descriptor(self) -> str:
+        return f"{self.role} {self.name!r}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    url: str
+    title: str
+    text: str  # accessibility-tree text with element ids, within the token budget
+    elements: tuple[Element, ...]
+    screenshot: str | None = None  # PNG path (relative to the episode directory when recorded)
+    phash: str | None = None  # imagehash pHash, hex
+    error: ErrorInfo | None = None  # the last action's error
+    truncated: bool = False  # text was cut to the budget
+
+    def by_id(self, element_id: str) -> Element | None:
+        for e in self.elements:
+            if e.id == element_id:
+                return e
+        return None
+
+    def find(self, role: str | None = None, name: str | None = None, contains: str | None = None) -> list[Element]:
+        """Elements matching role and exact name / name substring (case-insensitive), in page order."""
+        out = []
+        for e in self.elements:
+            if role is not None and e.role != role:
+                continue
+            if name is not None and e.name.strip().lower() != name.strip().lower():
+                continue
+            if contains is not None and contains.lower() not in e.name.lower():
+                continue
+            out.append(e)
+        return out
+
+
+# ---------------------------------------------------------------- tasks and checks
+@dataclasses.dataclass(frozen=True)
+class Task:
+    task_id: str  # unique across envs and splits
+    env: str  # environment name ("shop", "miniwob")
+    family: str  # task family ("webshop", "procedure", "multi_cart", "click-button", ...)
+    instruction: str
+    start_path: str  # path (with query) under the environment's origin
+    optimal_steps: int  # the known optimal number of commands, STOP included when the task needs one
+    split: str  # "train" | "test"
+    goal: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # JSON-able; what the check compares against
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self) | {"goal": dict(self.goal)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Task":
+        return cls(**d)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """The environment's task check on the current state (METHOD §2's merge guard reads ``progress``)."""
+    success: bool
+    score: float  # task reward in [0, 1] (WebShop's score formula, MiniWoB's own reward mapped to [0, 1], ...)
+    progress: str = ""  # canonical partial-progress key: two states with different keys are never merged
+    done: bool = False  # the environment ended the episode by itself (order placed, MiniWoB episode over)
+
+
+# ---------------------------------------------------------------- policies
+@dataclasses.dataclass(frozen=True)
+class HistoryItem:
+    command: str  # the raw command line the policy gave (or its parsed rendering)
+    thought: str
+    error: str | None = None  # error kind of that step, if any
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyRequest:
+    task: Task
+    observation: Observation
+    history: tuple[HistoryItem, ...]
+    step: int
+    episode_key: str  # "<task_id>/<run>": unique per episode; seeds the episode's randomness
+    seed: int  # collection seed
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyOutput:
+    text: str  # the whole output: thought + command (METHOD §1)
+    logprob: float | None = None  # behaviour log-prob of the text (summed over its tokens), when known
+    num_tokens: int | None = None
+    info: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class Policy(Protocol):
+    name: str
+
+    async def act(self, request: PolicyRequest) -> PolicyOutput: ...
+
+    async def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------- environments
+class Environment(abc.ABC):
+    """A website family: serves its pages on loopback, lists tasks, checks them, and knows their optimal plans."""
+    name: str = "env"
+
+    @abc.abstractmethod
+    def start(self) -> str:
+        """Start serving (idempotent); returns the origin, e.g. ``http://127.0.0.1:PORT``."""
+
+    @abc.abstractmethod
+    def stop(self) -> None: ...
+
+    @property
+    @abc.abstractmethod
+    def origin(self) -> str: ...
+
+    def allowed_origins(self) -> tuple[str, ...]:
+        """Origins ``GOTO`` may reach (default: the environment's own)."""
+        return (self.origin,)
+
+    @abc.abstractmethod
+    def tasks(self, split: str) -> list[Task]: ...
+
+    @abc.abstractmethod
+    async def reset(self, context, page, task: Task, episode_key: str) -> None:
+        """Fresh state for one episode in ``context`` (cookies / session), then navigate ``page`` to the task start."""
+
+    @abc.abstractmethod
+    async def check(self, page, task: Task, episode_key: str) -> CheckResult: ...
+
+    @abc.abstractmethod
+    def oracle(self, task: Task, obs: Observation, memory: dict) -> Command:
+        """The next command of the task's optimal plan from the current observation (closed loop).
+        ``memory`` is a per-episode dict the plan may keep notes in (and ``mistake`` may alter)."""
+
+    def mistake(self, task: Task, obs: Observation, memory: dict, rng) -> Command | None:
+        """A realistic wrong choice at this state (wrong item / option), committing ``memory`` to it; None if
+        this state offers no such choice. ``rng`` is a ``random.Random``."""
+        return None
+
+    def essential_query_params(self) -> Mapping[str, Sequence[str]] | None:
+        """Per-path query parameters that identify a page, for URL normalisation (METHOD §2); None = keep all
+        but tracking / session parameters."""
+        return None

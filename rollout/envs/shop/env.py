@@ -1,0 +1,114 @@
+"""``ShopEnv``: the embedded web shop (the project's default website) as a rollout ``Environment``."""
+from __future__ import annotations
+
+import hashlib
+from typing import Mapping, Sequence
+
+from rollout.core import CheckResult, Command, Environment, Observation, Task
+from rollout.envs.shop.catalog import OPTION_NAMES, Catalog
+from rollout.envs.shop.plan import Planner
+from rollout.envs.shop.search import SearchPage, ShopSearch
+from rollout.envs.shop.server import ShopServer
+from rollout.envs.shop.tasks import TaskMaker, check_state, progress_key
+
+
+class ShopEnv(Environment):
+    """A seeded shop of ``num_products`` products served on 127.0.0.1 (``start()`` picks a free port).
+
+    ``catalog``, ``search()`` and ``tasks()`` work without a server or browser; ``reset`` / ``check`` need
+    ``start()``. One server serves every episode: an episode's state is the session whose ``sid`` cookie is
+    derived from its ``episode_key``.
+    """
+    name = "shop"
+
+    def __init__(self, seed: int = 0, num_products: int = 1200, locale: str = "en", n_train: int = 200,
+                 n_test: int = 40, max_results: int = 50):
+        self.seed, self.locale = seed, locale
+        self.catalog = Catalog(seed, num_products, locale)
+        self.searcher = ShopSearch(self.catalog, max_results=max_results)
+        self._maker = TaskMaker(self.catalog, self.searcher, seed, n_train, n_test)
+        self._tasks: dict[str, list[Task]] = {}
+        self._server: ShopServer | None = None
+        self._planner = Planner(self)
+
+    # -------------------------------------------------------------- serving
+    def start(self) -> str:
+        if self._server is None:
+            self._server = ShopServer(self.catalog, self.searcher, self.locale)
+        return self._server.origin
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+    @property
+    def origin(self) -> str:
+        if self._server is None:
+            raise RuntimeError("ShopEnv is not started; call start() first")
+        return self._server.origin
+
+    @property
+    def server(self) -> ShopServer:
+        if self._server is None:
+            raise RuntimeError("ShopEnv is not started; call start() first")
+        return self._server
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    # -------------------------------------------------------------- catalogue
+    def search(self, query: str, sort: str = "relevance", page: int = 1) -> SearchPage:
+        return self.searcher.page(query, sort, page)
+
+    # -------------------------------------------------------------- tasks
+    def tasks(self, split: str) -> list[Task]:
+        if split not in ("train", "test"):
+            raise ValueError(f"split must be 'train' or 'test', not {split!r}")
+        if split not in self._tasks:
+            self._tasks[split] = self._maker.make(split)
+        return list(self._tasks[split])
+
+    # -------------------------------------------------------------- episodes
+    @staticmethod
+    def session_id(episode_key: str) -> str:
+        return hashlib.sha1(f"shop-session:{episode_key}".encode()).hexdigest()
+
+    def new_session(self, episode_key: str) -> str:
+        """A fresh, empty session for ``episode_key`` (old state under the same key is dropped)."""
+        return self.server.state.new(self.session_id(episode_key))
+
+    async def reset(self, context, page, task: Task, episode_key: str) -> None:
+        sid = self.new_session(episode_key)
+        await context.add_cookies([{"name": "sid", "value": sid, "url": self.origin}])
+        await page.goto(self.origin + task.start_path, wait_until="domcontentloaded")
+
+    def check_session(self, task: Task, sid: str) -> CheckResult:
+        cart, orders = self.server.state.snapshot(sid)
+        return check_state(self, task, cart, orders)
+
+    async def check(self, page, task: Task, episode_key: str) -> CheckResult:
+        return self.check_session(task, self.session_id(episode_key))
+
+    def progress(self, sid: str) -> str:
+        return progress_key(*self.server.state.snapshot(sid))
+
+    # -------------------------------------------------------------- plans
+    def oracle(self, task: Task, obs: Observation, memory: dict) -> Command:
+        return self._planner.oracle(task, obs, memory)
+
+    def mistake(self, task: Task, obs: Observation, memory: dict, rng) -> Command | None:
+        return self._planner.mistake(task, obs, memory, rng)
+
+    def essential_query_params(self) -> Mapping[str, Sequence[str]]:
+        """Query parameters that identify a page, per path ("*" matches one path segment):
+        ``/search``: q, sort, page (defaults relevance / 1 are omitted from the shop's own links);
+        ``/added``: item and the option slugs (q there only feeds "Continue shopping");
+        ``/checkout``: error (the form shown again with an error message);
+        ``/item/<id>``: none (q/sort/page there only feed "Back to search"); other pages: none."""
+        return {"/": [], "/search": ["q", "sort", "page"], "/item/*": [], "/added": ["item", *OPTION_NAMES],
+                "/cart": [], "/checkout": ["error"], "/order/*": []}

@@ -1,0 +1,112 @@
+"""The noisy oracle: follows the task's optimal plan with configurable rates of realistic mistakes.
+
+Mistakes (each drawn per step from the episode's own RNG, so trajectories depend only on the
+collection seed and the episode key — not on scheduling or the number of parallel contexts):
+- ``wrong_choice``: at a choice point (a results list, an option select) take a wrong item / option
+  and carry on with it (the environment's ``mistake`` commits the plan's memory), usually a failure;
+- ``loop``: a redundant detour — follow an unrelated link, then ``GO_BACK`` (a correction loop);
+- ``malformed``: output that breaks the grammar (missing brackets, unknown verb, no command line);
+- ``premature_stop``: ``STOP`` before the task is done.
+So runs of one task succeed and fail on shared states, which is what the tree needs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import random
+
+from rollout.commands import format_output
+from rollout.core import Command, Environment, Observation, PolicyOutput, PolicyRequest
+
+
+@dataclasses.dataclass(frozen=True)
+class OracleNoise:
+    wrong_choice: float = 0.0
+    loop: float = 0.0
+    malformed: float = 0.0
+    premature_stop: float = 0.0
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"oracle noise {f.name}={v} must be in [0, 1]")
+
+
+MALFORMED = ("{verb} {id}", "{verb_lower} on element {id}", "PRESS [{id}]", "{verb} [{id}", "")
+
+
+class OraclePolicy:
+    def __init__(self, env: Environment, noise: OracleNoise = OracleNoise(), seed: int = 0, name: str = "oracle"):
+        self.env = env
+        self.noise = noise
+        self.seed = seed
+        self.name = name
+        self._episodes: dict[str, dict] = {}
+
+    def _state(self, key: str, step: int) -> dict:
+        st = self._episodes.get(key)
+        if st is None or step == 0:  # step 0: a new (or re-run) episode starts from scratch
+            digest = hashlib.sha256(f"{self.seed}/{key}".encode()).digest()
+            st = {"memory": {}, "rng": random.Random(int.from_bytes(digest[:8], "little")), "pending": []}
+            self._episodes[key] = st
+        return st
+
+    async def act(self, request: PolicyRequest) -> PolicyOutput:
+        st = self._state(request.episode_key, request.step)
+        rng, obs, n = st["rng"], request.observation, self.noise
+        draws = [rng.random() for _ in range(4)]  # always four draws: the stream never depends on the branch
+        if st["pending"]:
+            cmd = st["pending"].pop(0)
+            return self._out(cmd, obs, "Going back: that page was not what I needed.")
+        if request.step > 0 and draws[0] < n.premature_stop:
+            return self._out(Command("STOP", arg=""), obs, "I think the task is done.", mistake="premature_stop")
+        if draws[1] < n.malformed:
+            good = self.env.oracle(request.task, obs, dict(st["memory"]))  # a copy: a malformed step changes nothing
+            return PolicyOutput(self._garble(good, rng), info={"mistake": "malformed"})
+        if draws[2] < n.loop:
+            detour = self._detour(obs, rng)
+            if detour is not None:
+                st["pending"].append(Command("GO_BACK"))
+                return self._out(detour, obs, "Let me look at this page first.", mistake="loop")
+        if draws[3] < n.wrong_choice:
+            cmd = self.env.mistake(request.task, obs, st["memory"], rng)
+            if cmd is not None:
+                return self._out(cmd, obs, None, mistake="wrong_choice")
+        return self._out(self.env.oracle(request.task, obs, st["memory"]), obs, None)
+
+    def _out(self, cmd: Command, obs: Observation, thought: str | None, mistake: str | None = None) -> PolicyOutput:
+        return PolicyOutput(format_output(thought or _explain(cmd, obs), cmd),
+                            info={"mistake": mistake} if mistake else {})
+
+    @staticmethod
+    def _garble(cmd: Command, rng: random.Random) -> str:
+        form = MALFORMED[rng.randrange(len(MALFORMED))]
+        text = form.format(verb=cmd.name, verb_lower=cmd.name.lower(), id=cmd.id or "1")
+        return f"Thought: {_explain(cmd, None)}\n" + (f"Command: {text}" if text else "")
+
+    @staticmethod
+    def _detour(obs: Observation, rng: random.Random) -> Command | None:
+        """A same-site link to another page: following it and coming back is a redundant loop."""
+        here = obs.url.split("#")[0]
+        links = [e for e in obs.elements if e.role == "link" and e.href and not e.href.startswith("#")
+                 and e.href.split("#")[0] != here and e.href.split("/")[2:3] == here.split("/")[2:3]]
+        if not links:
+            return None
+        return Command("CLICK", links[rng.randrange(len(links))].id)
+
+    async def close(self) -> None:
+        self._episodes.clear()
+
+    def forget(self, episode_key: str) -> None:
+        self._episodes.pop(episode_key, None)
+
+
+def _explain(cmd: Command, obs: Observation | None) -> str:
+    """A short, plan-style explanation of a command (Agent Q's thought)."""
+    el = obs.by_id(cmd.id) if (obs is not None and cmd.id) else None
+    what = el.descriptor() if el is not None else (f"element {cmd.id}" if cmd.id else "")
+    return {"CLICK": f"Click {what}.", "TYPE": f"Type {cmd.arg!r} into {what}.",
+            "SELECT": f"Choose {cmd.arg!r} in {what}.", "CLEAR": f"Clear {what}.",
+            "SCROLL": f"Scroll {str(cmd.arg).lower()} to see more.", "GOTO": f"Open {cmd.arg}.",
+            "GO_BACK": "Go back to the previous page.", "STOP": "The task is complete."}[cmd.name]

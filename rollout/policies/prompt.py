@@ -1,0 +1,159 @@
+"""The policy prompt (METHOD §1): Agent Q's compact history, truncated to a token budget.
+
+    [system] SYSTEM_PROMPT: the command grammar and the output format
+    [user]   Task: <instruction>
+
+             Previous actions:
+             (2 earlier actions omitted)
+             3. CLICK [12] | Open the first result.
+             4. TYPE [7] [red shoes] | Search for the shoes. (error: no_such_element)
+
+             Current page:
+             <observation text>
+
+             Give your next step as 'Thought: ...' then 'Command: ...'.
+
+Truncation, when the prompt exceeds the budget: the oldest history items go first (a note says how many), then the
+observation text is cut from its end. Everything is deterministic: the same request gives the same messages.
+"""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from rollout.core import HistoryItem, Observation, PolicyRequest
+
+SYSTEM_PROMPT = """\
+You are a web agent. You complete a task in a web browser by giving one command per step.
+Each step you see the task, your previous actions, and the current page: its URL, its title, and its text with \
+element ids in square brackets, like [12].
+
+Commands (ids are the numbers shown in square brackets on the page):
+CLICK [id] - click the element with that id.
+TYPE [id] [text] - fill the text field with that id with text (replaces its content; does not submit: \
+click the button to submit).
+SELECT [id] [option] - choose the option in the drop-down with that id.
+CLEAR [id] - empty the text field with that id.
+SCROLL [UP] or SCROLL [DOWN] - scroll the page.
+GOTO [url] - open a url.
+GO_BACK - go back to the previous page.
+STOP [answer] - end the task, with the answer if the task asks for one (else STOP []).
+
+Answer in exactly this format, one short thought line, then one command line, nothing after it:
+Thought: <why this command moves the task forward>
+Command: <one command>"""
+
+ANSWER_CUE = "Give your next step as 'Thought: ...' then 'Command: ...'."
+OMITTED = "({k} earlier action{s} omitted)"
+CUT_NOTE = "\n[... page text cut to fit the prompt]"
+CHARS_PER_TOKEN = 4  # estimate without a tokenizer
+
+
+def observation_text(obs: Observation) -> str:
+    """The page as the policy sees it: the harness's renderer, or a plain fallback while it is missing."""
+    try:
+        from rollout.harness.observe import render_observation
+    except ImportError:
+        render_observation = None
+    if render_observation is not None:
+        return render_observation(obs)
+    error = f"Error: {obs.error.kind}: {obs.error.message}\n" if obs.error is not None else ""
+    return f"URL: {obs.url}\nTitle: {obs.title}\n" + error + obs.text
+
+
+def _one_line(s: str) -> str:
+    return re.sub(r"\s+", " ", s or "").strip()
+
+
+def _cut(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: max(n - 1, 0)].rstrip() + "…"
+
+
+def history_line(index: int, item: HistoryItem, thought_chars: int = 160, command_chars: int = 200) -> str:
+    """``3. CLICK [12] | Open the first result. (error: no_such_element)``"""
+    line = f"{index}. {_cut(_one_line(item.command), command_chars) or '(no command)'}"
+    thought = _cut(_one_line(item.thought), thought_chars)
+    if thought:
+        line += f" | {thought}"
+    if item.error:
+        line += f" (error: {item.error})"
+    return line
+
+
+def _user_text(instruction: str, history: Sequence[HistoryItem], dropped: int, page: str,
+               thought_chars: int) -> str:
+    lines = [f"Task: {instruction.strip()}", "", "Previous actions:"]
+    if dropped:
+        lines.append(OMITTED.format(k=dropped, s="" if dropped == 1 else "s"))
+    kept = history[dropped:]
+    lines += [history_line(dropped + i + 1, h, thought_chars) for i, h in enumerate(kept)]
+    if not history:
+        lines.append("None")
+    lines += ["", "Current page:", page, "", ANSWER_CUE]
+    return "\n".join(lines)
+
+
+def count_tokens(messages: Sequence[dict], tokenizer=None) -> int:
+    """Prompt length in tokens: the chat template with the generation prompt when there is a tokenizer,
+    else about 4 characters a token (plus a few per message for the template)."""
+    if tokenizer is None:
+        return sum(-(-len(m["content"]) // CHARS_PER_TOKEN) + 4 for m in messages) + 3
+    if getattr(tokenizer, "chat_template", None):
+        from tgpo_jax.models.tokenizer import chat_ids
+
+        return len(chat_ids(tokenizer, messages))
+    return sum(len(tokenizer(m["content"], add_special_tokens=False)["input_ids"]) + 4 for m in messages) + 3
+
+
+def build_messages(request: PolicyRequest, *, tokenizer=None, budget_tokens: int = 2048,
+                   thought_chars: int = 160, system_prompt: str = SYSTEM_PROMPT) -> list[dict]:
+    """Chat messages for one step, within ``budget_tokens`` where at all possible (the system text and the
+    task alone are never cut)."""
+    history = tuple(request.history)
+    page = observation_text(request.observation)
+    instruction = request.task.instruction
+
+    def messages(dropped: int, page_text: str) -> list[dict]:
+        return [{"role": "system", "content": system_prompt},
+                {"role": "user", "content": _user_text(instruction, history, dropped, page_text, thought_chars)}]
+
+    def fits(m) -> bool:
+        return count_tokens(m, tokenizer) <= budget_tokens
+
+    # 1. drop the oldest history items, one at a time (the note makes the length non-monotone: scan linearly)
+    for dropped in range(len(history) + 1):
+        m = messages(dropped, page)
+        if fits(m):
+            return m
+    # 2. no history left: cut the page text from its end (binary search on its length in characters)
+    dropped = len(history)
+    lo, hi = 0, len(page)  # lo: longest prefix known to fit (0 may not fit either)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(messages(dropped, page[:mid] + CUT_NOTE)):
+            lo = mid
+        else:
+            hi = mid - 1
+    return messages(dropped, page[:lo] + CUT_NOTE)
+
+
+def prompt_ids(request: PolicyRequest, tokenizer, budget_tokens: int = 2048, **kw) -> list[int]:
+    """Token ids of the step's prompt (chat template, generation prompt added), counted with ``tokenizer``."""
+    from tgpo_jax.models.tokenizer import chat_ids
+
+    return chat_ids(tokenizer, build_messages(request, tokenizer=tokenizer, budget_tokens=budget_tokens, **kw))
+
+
+# ---------------------------------------------------------------- the end of an output
+_COMMAND_LINE = re.compile(r"^[ \t]*(command|action)[ \t]*:[ \t]*\S.*$", re.I | re.M)
+
+
+def command_end(text: str) -> int | None:
+    """Index of the newline that ends the first non-empty ``Command:`` line of ``text``, when more text follows
+    it (the output should end there); None otherwise."""
+    m = _COMMAND_LINE.search(text)
+    if m is None or m.end() >= len(text):
+        return None
+    if not text[m.end():].strip():
+        return None  # only whitespace follows: nothing worth cutting
+    return m.end()

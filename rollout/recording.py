@@ -1,0 +1,161 @@
+"""Episode recordings: one directory per episode with ``steps.jsonl``, screenshots and ``summary.json``.
+
+Layout under a collection directory::
+
+    collection.json                   what was collected (env, policy, seed, K, harness settings)
+    tasks.jsonl                       the tasks, one JSON object per line
+    episodes/<task dir>/<run:03d>/
+        steps.jsonl                   one line per step, appended and flushed as the step ends
+        screens/<t:03d>.png           the screenshot of state s_t (final state: final.png)
+        summary.json                  written last, atomically: an episode is finished iff it exists
+
+A directory without ``summary.json`` is an interrupted episode; resuming deletes and re-runs it.
+Errored episodes (browser crash, watchdog) have ``status == "errored"``; resume re-runs them by default.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from typing import Any, Iterator
+
+from rollout.core import Task
+
+FINISHED = ("success", "failure")
+STATUSES = FINISHED + ("errored",)
+
+
+class RecordingError(ValueError):
+    """A collection directory or episode recording that cannot be read or does not match."""
+
+
+def task_dir_name(task_id: str) -> str:
+    return task_id.replace("/", "__")
+
+
+def episode_dir(out_dir: str, task_id: str, run: int) -> str:
+    return os.path.join(out_dir, "episodes", task_dir_name(task_id), f"{run:03d}")
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, ensure_ascii=False, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class EpisodeWriter:
+    """Writes one episode as it happens; ``finish`` seals it with the summary."""
+
+    def __init__(self, out_dir: str, task_id: str, run: int, screenshots: bool = True):
+        self.dir = episode_dir(out_dir, task_id, run)
+        if os.path.exists(self.dir):
+            shutil.rmtree(self.dir)  # an interrupted or errored earlier attempt
+        os.makedirs(os.path.join(self.dir, "screens") if screenshots else self.dir, exist_ok=True)
+        self._steps = open(os.path.join(self.dir, "steps.jsonl"), "w", encoding="utf-8")
+        self.num_steps = 0
+
+    def screenshot_path(self, name: str) -> tuple[str, str]:
+        """(absolute path, path relative to the episode directory) for screenshot ``name``."""
+        rel = os.path.join("screens", f"{name}.png")
+        return os.path.join(self.dir, rel), rel
+
+    def step(self, record: dict) -> None:
+        self._steps.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
+        self._steps.flush()
+        self.num_steps += 1
+
+    def finish(self, summary: dict) -> None:
+        if summary.get("status") not in STATUSES:
+            raise ValueError(f"bad episode status {summary.get('status')!r}")
+        self._steps.close()
+        write_json_atomic(os.path.join(self.dir, "summary.json"), summary)
+
+    def close(self) -> None:
+        if not self._steps.closed:
+            self._steps.close()
+
+
+def read_summary(path: str) -> dict | None:
+    f = os.path.join(path, "summary.json")
+    if not os.path.exists(f):
+        return None
+    try:
+        with open(f, encoding="utf-8") as fh:
+            return json.load(fh)
+    except json.JSONDecodeError as e:
+        raise RecordingError(f"corrupt episode summary {f}: {e}") from e
+
+
+def episode_status(out_dir: str, task_id: str, run: int) -> str | None:
+    """'success' | 'failure' | 'errored' for a sealed episode, None if absent or interrupted."""
+    s = read_summary(episode_dir(out_dir, task_id, run))
+    return None if s is None else s["status"]
+
+
+@dataclasses.dataclass
+class EpisodeRecord:
+    path: str
+    summary: dict
+    steps: list[dict]
+
+    @property
+    def task_id(self) -> str:
+        return self.summary["task_id"]
+
+
+def read_steps(path: str) -> list[dict]:
+    steps = []
+    with open(os.path.join(path, "steps.jsonl"), encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            try:
+                steps.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise RecordingError(f"corrupt step {i} in {path}/steps.jsonl: {e}") from e
+    return steps
+
+
+def iter_episodes(out_dir: str, include_errored: bool = False) -> Iterator[EpisodeRecord]:
+    """Sealed episodes of a collection, in task / run order (errored ones only when asked)."""
+    root = os.path.join(out_dir, "episodes")
+    if not os.path.isdir(root):
+        raise RecordingError(f"{out_dir} is not a collection directory (no episodes/)")
+    for task in sorted(os.listdir(root)):
+        for run in sorted(os.listdir(os.path.join(root, task))):
+            path = os.path.join(root, task, run)
+            summary = read_summary(path)
+            if summary is None or (summary["status"] == "errored" and not include_errored):
+                continue
+            yield EpisodeRecord(path, summary, read_steps(path))
+
+
+def write_tasks(out_dir: str, tasks: list[Task]) -> None:
+    tmp = os.path.join(out_dir, f"tasks.jsonl.tmp.{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for t in tasks:
+            f.write(json.dumps(t.to_json(), ensure_ascii=False, sort_keys=True) + "\n")
+    os.replace(tmp, os.path.join(out_dir, "tasks.jsonl"))
+
+
+def read_tasks(out_dir: str) -> list[Task]:
+    with open(os.path.join(out_dir, "tasks.jsonl"), encoding="utf-8") as f:
+        return [Task.from_json(json.loads(line)) for line in f if line.strip()]
+
+
+def check_collection(out_dir: str, meta: dict) -> None:
+    """Write ``collection.json``, or check a resumed / sibling-shard collection used the same settings."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "collection.json")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            old = json.load(f)
+        diff = {k: (old.get(k), meta.get(k)) for k in set(old) | set(meta) if old.get(k) != meta.get(k)}
+        if diff:
+            raise RecordingError(
+                f"{out_dir} holds a collection with other settings ({', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in sorted(diff.items()))}); "
+                "use another --out or --overwrite")
+        return
+    write_json_atomic(path, meta)

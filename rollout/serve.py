@@ -1,0 +1,299 @@
+"""An OpenAI-compatible HTTP server for the project's own model (stdlib ``ThreadingHTTPServer``).
+
+    POST /v1/chat/completions   messages, max_tokens (max_completion_tokens), temperature, top_p, top_k
+                                (extension), stop, seed, logprobs (bool), top_logprobs (0 only), n (1 only)
+    POST /v1/completions        prompt (a string or token ids), the same sampling fields, logprobs (int: 0 only
+                                returns the sampled tokens' log-probs; top alternatives are not offered)
+    GET  /v1/models, GET /health
+
+Requests are served one at a time on the sampler (a lock). Log-probs are the model's own (temperature-1) log-probs
+of the sampled tokens, EOS included when generation ended with it, so their sum is the behaviour log-prob that
+``ModelPolicy`` reports. Unsupported fields get a 400 answer in OpenAI's error shape.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_TOKENS = 256
+_FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
+
+
+class RequestError(Exception):
+    def __init__(self, message: str, status: int = 400, param: str | None = None,
+                 type_: str = "invalid_request_error", code: str | None = None):
+        super().__init__(message)
+        self.message, self.status, self.param, self.type, self.code = message, status, param, type_, code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def _number(body: dict, key: str, kind, default, lo=None, hi=None):
+    v = body.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not float(v).is_integer()):
+        raise RequestError(f"'{key}' must be {'an integer' if kind is int else 'a number'}, got {v!r}", param=key)
+    v = kind(v)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise RequestError(f"'{key}' must be in [{lo}, {hi}], got {v}", param=key)
+    return v
+
+
+class ModelServer:
+    def __init__(self, sampler, tokenizer, model_name: str, host: str = "127.0.0.1", port: int = 0, *,
+                 default_max_tokens: int = DEFAULT_MAX_TOKENS):
+        self.sampler, self.tokenizer, self.model_name = sampler, tokenizer, model_name
+        self.host, self.port = host, port
+        self.default_max_tokens = default_max_tokens
+        self.created = int(time.time())
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def bind(self) -> ThreadingHTTPServer:
+        if self._httpd is None:
+            server = self
+
+            class Handler(_Handler):
+                owner = server
+
+            self._httpd = ThreadingHTTPServer((self.host, self.port), Handler)
+            self._httpd.daemon_threads = True
+            self.port = self._httpd.server_address[1]
+        return self._httpd
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> str:
+        """Serve in a background thread; -> the base URL (``http://host:port``; the API lives under /v1)."""
+        httpd = self.bind()
+        if self._thread is None:
+            self._thread = threading.Thread(target=httpd.serve_forever, name="model-server", daemon=True)
+            self._thread.start()
+        return self.base_url
+
+    def serve_forever(self) -> None:
+        httpd = self.bind()
+        log.info("serving %s at %s/v1", self.model_name, self.base_url)
+        try:
+            httpd.serve_forever()
+        finally:
+            httpd.server_close()
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            if self._thread is not None:  # shutdown() waits for a running serve_forever loop
+                self._httpd.shutdown()
+                self._thread.join(timeout=10)
+            self._httpd.server_close()
+        self._httpd = self._thread = None
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    # ------------------------------------------------------------------ endpoints
+    def models(self) -> dict:
+        return {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": self.created,
+                                            "owned_by": "tgpo-jax"}]}
+
+    def _common(self, body: dict):
+        from tgpo_jax.models.sampler import SamplingParams
+
+        if not isinstance(body, dict):
+            raise RequestError("the request body must be a JSON object")
+        model = body.get("model")
+        if model is not None and model != self.model_name:
+            raise RequestError(f"The model `{model}` does not exist; this server serves `{self.model_name}`",
+                               status=404, param="model", code="model_not_found")
+        if _number(body, "n", int, 1) != 1:
+            raise RequestError("only n=1 is supported", param="n")
+        if _number(body, "best_of", int, 1) != 1:
+            raise RequestError("only best_of=1 is supported", param="best_of")
+        if body.get("stream"):
+            raise RequestError("streaming is not supported", param="stream")
+        stop = body.get("stop")
+        if stop is None:
+            stop = ()
+        elif isinstance(stop, str):
+            stop = (stop,)
+        elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+            stop = tuple(s for s in stop if s)
+        else:
+            raise RequestError("'stop' must be a string or a list of strings", param="stop")
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        key = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+        max_tokens = _number({key: max_tokens}, key, int, self.default_max_tokens, lo=1)
+        seed = _number(body, "seed", int, None)
+        params = SamplingParams(
+            temperature=_number(body, "temperature", float, 1.0, lo=0.0, hi=2.0),
+            top_p=_number(body, "top_p", float, 1.0, lo=1e-9, hi=1.0),
+            top_k=max(_number(body, "top_k", int, 0, lo=-1), 0),  # vLLM's -1 = off
+            max_tokens=max_tokens, stop=stop,
+            seed=(seed & 0x7FFFFFFF) if seed is not None else secrets.randbits(31))
+        return params
+
+    def _generate(self, prompt: list[int], params):
+        if not prompt:
+            raise RequestError("the prompt is empty")
+        limit = self.sampler.cfg.max_position_embeddings
+        if len(prompt) + params.max_tokens > limit:
+            raise RequestError(f"the prompt has {len(prompt)} tokens and max_tokens is {params.max_tokens}: "
+                               f"together more than the model's context of {limit} tokens",
+                               code="context_length_exceeded")
+        with self._lock:
+            return self.sampler.generate([prompt], params)[0]
+
+    def _token_texts(self, tokens: list[int]) -> list[str]:
+        """Per-token texts that concatenate to the decoded completion where the tokenizer allows."""
+        out, prev = [], ""
+        for i in range(len(tokens)):
+            cur = self.tokenizer.decode(tokens[: i + 1], skip_special_tokens=False)
+            if cur.startswith(prev):
+                out.append(cur[len(prev):])
+            else:  # a partial UTF-8 sequence resolved: fall back to the token alone
+                out.append(self.tokenizer.decode([tokens[i]], skip_special_tokens=False))
+            prev = cur
+        return out
+
+    def chat(self, body: dict) -> dict:
+        from tgpo_jax.models.tokenizer import chat_ids
+
+        params = self._common(body)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise RequestError("'messages' must be a non-empty list", param="messages")
+        clean = []
+        for m in messages:
+            if not isinstance(m, dict) or "role" not in m:
+                raise RequestError("each message needs a 'role' and a 'content'", param="messages")
+            content = m.get("content")
+            if isinstance(content, list):  # content parts: text only
+                if any(not isinstance(p, dict) or p.get("type") != "text" for p in content):
+                    raise RequestError("only text content parts are supported", param="messages")
+                content = "".join(p.get("text", "") for p in content)
+            if content is None:
+                content = ""
+            if not isinstance(content, str):
+                raise RequestError("message content must be a string or a list of text parts", param="messages")
+            clean.append({"role": m["role"], "content": content})
+        want_logprobs = body.get("logprobs")
+        if want_logprobs is not None and not isinstance(want_logprobs, bool):
+            raise RequestError("'logprobs' must be a boolean", param="logprobs")
+        if _number(body, "top_logprobs", int, 0):
+            raise RequestError("top_logprobs > 0 is not supported (the sampled tokens' log-probs are)",
+                               param="top_logprobs")
+        try:
+            prompt = chat_ids(self.tokenizer, clean)
+        except Exception as e:  # noqa: BLE001 - a template that rejects the messages
+            raise RequestError(f"the chat template rejected the messages: {e}", param="messages") from e
+        c = self._generate(prompt, params)
+        choice = {"index": 0, "message": {"role": "assistant", "content": c.text},
+                  "finish_reason": _FINISH[c.finish_reason], "logprobs": None}
+        if want_logprobs:
+            choice["logprobs"] = {"content": [
+                {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+                for t, lp in zip(self._token_texts(c.tokens), c.logprobs)]}
+        return self._response("chat.completion", "chatcmpl", choice, len(prompt), len(c.tokens))
+
+    def completion(self, body: dict) -> dict:
+        params = self._common(body)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            ids = list(prompt)
+        else:
+            raise RequestError("'prompt' must be one string or one list of token ids", param="prompt")
+        if body.get("echo"):
+            raise RequestError("echo is not supported", param="echo")
+        nlp = body.get("logprobs")
+        if nlp is not None and (isinstance(nlp, bool) or not isinstance(nlp, int) or nlp < 0):
+            raise RequestError("'logprobs' must be a non-negative integer", param="logprobs")
+        if nlp:
+            raise RequestError("logprobs > 0 (top alternatives) is not supported; use logprobs=0 for the "
+                               "sampled tokens' log-probs", param="logprobs")
+        c = self._generate(ids, params)
+        choice = {"index": 0, "text": c.text, "finish_reason": _FINISH[c.finish_reason], "logprobs": None}
+        if nlp is not None:
+            texts = self._token_texts(c.tokens)
+            offsets, pos = [], 0
+            for t in texts:
+                offsets.append(pos)
+                pos += len(t)
+            choice["logprobs"] = {"tokens": texts, "token_logprobs": list(c.logprobs),
+                                  "top_logprobs": None, "text_offset": offsets}
+        return self._response("text_completion", "cmpl", choice, len(ids), len(c.tokens))
+
+    def _response(self, obj: str, prefix: str, choice: dict, n_prompt: int, n_completion: int) -> dict:
+        return {"id": f"{prefix}-{uuid.uuid4().hex}", "object": obj, "created": int(time.time()),
+                "model": self.model_name, "choices": [choice],
+                "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_completion,
+                          "total_tokens": n_prompt + n_completion}}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: ModelServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):  # quiet: through logging, not stderr
+        log.debug("%s - " + fmt, self.address_string(), *args)
+
+    def _send(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, e: RequestError) -> None:
+        self._send(e.status, e.body())
+
+    def do_GET(self):
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path in ("/health", "/v1/health"):
+            self._send(200, {"status": "ok", "model": self.owner.model_name})
+        elif path == "/v1/models":
+            self._send(200, self.owner.models())
+        else:
+            self._error(RequestError(f"no route GET {path}", status=404, code="not_found"))
+
+    def do_POST(self):
+        path = self.path.split("?", 1)[0].rstrip("/")
+        route = {"/v1/chat/completions": self.owner.chat, "/v1/completions": self.owner.completion}.get(path)
+        try:
+            n = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(n) if n else b""
+            if route is None:
+                raise RequestError(f"no route POST {path}", status=404, code="not_found")
+            try:
+                body = json.loads(raw or b"null")
+            except ValueError as e:
+                raise RequestError(f"the body is not valid JSON: {e}") from e
+            self._send(200, route(body))
+        except RequestError as e:
+            self._error(e)
+        except ValueError as e:  # the sampler's own checks (sampling parameters, lengths)
+            self._error(RequestError(str(e)))
+        except Exception as e:  # noqa: BLE001
+            log.exception("request failed")
+            self._error(RequestError(f"internal error: {type(e).__name__}: {e}", status=500,
+                                     type_="server_error"))

@@ -1,0 +1,168 @@
+"""MiniWoB++ environment: the package's own task pages and rewards, solved by our oracle through our harness."""
+from __future__ import annotations
+
+import asyncio
+import random
+import urllib.request
+
+import pytest
+
+pytest.importorskip("playwright")
+pytest.importorskip("miniwob")
+
+from rollout import browser_path  # noqa: E402
+from rollout.core import Command  # noqa: E402
+from rollout.envs.miniwob import SUPPORTED, MiniWoBEnv, query_text  # noqa: E402
+from rollout.harness.execute import execute, install_guards  # noqa: E402
+from rollout.harness.observe import install, observe  # noqa: E402
+
+TASKS = ("click-button", "click-link", "enter-text", "focus-text", "click-checkboxes", "click-dialog", "click-test-2",
+         "click-button-sequence", "click-option", "enter-password", "login-user", "click-test")
+
+
+class Harness:
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.env = MiniWoBEnv(train_seeds=3, test_seeds=2)
+        self.env.start()
+        self.run(self._start())
+
+    async def _start(self):
+        from playwright.async_api import async_playwright
+
+        self.pw = await async_playwright().start()
+        self.browser = await self.pw.chromium.launch(executable_path=browser_path.chromium_executable(),
+                                                     args=list(browser_path.CHROMIUM_ARGS))
+        # One context for the module (the runner makes one per episode; reset() loads a fresh document anyway).
+        self.ctx = await self.browser.new_context()
+        await install(self.ctx)
+        await install_guards(self.ctx, self.env.allowed_origins())
+        self.page = await self.ctx.new_page()
+
+    def run(self, coro):
+        return self.loop.run_until_complete(coro)
+
+    async def episode(self, task, policy, max_steps=8):
+        """reset → (observe → policy → execute → check)*; returns (check, commands, observations)."""
+        page = self.page
+        await self.env.reset(self.ctx, page, task, f"{task.task_id}/0")
+        memory, cmds, seen = {}, [], []
+        check = await self.env.check(page, task, "")
+        assert not check.done and not check.success
+        for _ in range(max_steps):
+            obs = await observe(page, with_screenshot=False)
+            seen.append(obs)
+            cmd = policy(task, obs, memory)
+            cmds.append(cmd)
+            if cmd.name == "STOP":
+                break
+            await execute(page, cmd, allowed_origins=self.env.allowed_origins())
+            check = await self.env.check(page, task, "")
+            if check.done:
+                break
+        return check, cmds, seen
+
+    def close(self):
+        async def stop():
+            await self.browser.close()
+            await self.pw.stop()
+        self.run(stop())
+        self.loop.close()
+        self.env.stop()
+
+
+@pytest.fixture(scope="module")
+def h():
+    harness = Harness()
+    yield harness
+    harness.close()
+
+
+def test_tasks_and_splits():
+    env = MiniWoBEnv(task_names=["click-button", "enter-text"], train_seeds=5, test_seeds=3)
+    train, test = env.tasks("train"), env.tasks("test")
+    assert len(train) == 10 and len(test) == 6
+    assert not {t.goal["seed"] for t in train} & {t.goal["seed"] for t in test}
+    assert len({t.task_id for t in train + test}) == 16
+    t = train[0]
+    assert t.task_id == "miniwob/click-button/0" and t.env == "miniwob" and t.family == "click-button"
+    assert t.start_path == "/miniwob/click-button.html" and t.optimal_steps == 1 and t.split == "train"
+    with pytest.raises(ValueError):
+        MiniWoBEnv(task_names=["no-such-task"])
+
+
+def test_server_binds_loopback(h):
+    origin = h.env.origin
+    assert origin.startswith("http://127.0.0.1:")
+    assert h.env._httpd.server_address[0] == "127.0.0.1"
+    assert h.env.start() == origin  # idempotent
+    with urllib.request.urlopen(origin + "/miniwob/click-button.html", timeout=5) as r:
+        assert r.status == 200 and b"core.js" in r.read()
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_oracle_solves(h, name):
+    tasks = [t for t in h.env.tasks("train") if t.family == name][:1] + \
+            [t for t in h.env.tasks("test") if t.family == name][:1]
+    for task in tasks:
+        check, cmds, seen = h.run(h.episode(task, h.env.oracle))
+        assert check.done and check.success and check.score == 1.0, (task.task_id, cmds, seen[-1].text)
+        assert check.progress == "done=1,raw=1"
+        assert all(c.name != "STOP" for c in cmds)
+        if SUPPORTED[name]:
+            assert len(cmds) == SUPPORTED[name], (task.task_id, cmds)
+        assert query_text(seen[0])  # the utterance is the first text line
+
+
+def test_seed_determines_problem(h):
+    async def first_obs(task):
+        await h.env.reset(h.ctx, h.page, task, "k")
+        obs = await observe(h.page, with_screenshot=False)
+        return obs, await h.env.utterance(h.page)
+
+    tasks = [t for t in h.env.tasks("train") if t.family == "click-checkboxes"]
+    o1, u1 = h.run(first_obs(tasks[0]))
+    o2, u2 = h.run(first_obs(tasks[0]))
+    assert o1.text == o2.text and u1 == u2 == query_text(o1)
+    others = [h.run(first_obs(t))[0].text for t in tasks[1:]]
+    assert any(o != o1.text for o in others)
+
+
+def test_wrong_action_fails(h):
+    def wrong_button(task, obs, memory):
+        want = query_text(obs).split('"')[1]
+        wrong = [e for e in obs.find(role="button") if e.name != want]
+        return Command("CLICK", wrong[0].id) if wrong else Command("STOP", arg="")
+
+    def wrong_text(task, obs, memory):
+        if not memory:
+            memory["typed"] = True
+            return Command("TYPE", obs.find(role="textbox")[0].id, "not the name")
+        return Command("CLICK", obs.find(role="button", name="Submit")[0].id)
+
+    tried = 0
+    for task in [t for t in h.env.tasks("train") + h.env.tasks("test") if t.family == "click-button"]:
+        check, cmds, _ = h.run(h.episode(task, wrong_button, max_steps=1))
+        if cmds[-1].name == "STOP":  # this seed's page has only right buttons
+            continue
+        tried += 1
+        assert check.done and not check.success and check.score == 0.0 and check.progress == "done=1,raw=-1"
+    assert tried >= 1
+    task = [t for t in h.env.tasks("train") if t.family == "enter-text"][0]
+    check, cmds, _ = h.run(h.episode(task, wrong_text))
+    assert check.done and not check.success and check.score == 0.0
+
+
+def test_mistake_then_oracle_recovers_or_fails(h):
+    """mistake() gives a wrong command of the same kind; the episode's reward says so."""
+    rng = random.Random(0)
+    task = [t for t in h.env.tasks("train") if t.family == "click-test-2"][0]
+
+    def policy(task, obs, memory):
+        return h.env.mistake(task, obs, memory, rng) or h.env.oracle(task, obs, memory)
+
+    check, cmds, _ = h.run(h.episode(task, policy))
+    assert check.done and not check.success
+    task = [t for t in h.env.tasks("train") if t.family == "enter-text"][0]
+    check, cmds, _ = h.run(h.episode(task, policy))  # wrong text, then the oracle retypes it and submits
+    assert check.done and check.success and [c.name for c in cmds] == ["TYPE", "TYPE", "CLICK"]

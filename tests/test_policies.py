@@ -1,0 +1,220 @@
+"""Policies: prompt budget, the batched model policy, the OpenAI-compatible server and its client."""
+import asyncio
+import json
+import socket
+import time
+import urllib.request
+
+import pytest
+
+from rollout.core import ErrorInfo, HistoryItem, Observation, PolicyRequest, Task
+from rollout.policies.http import OpenAIPolicy, PolicyError
+from rollout.policies.model import ModelPolicy, cut_after_command
+from rollout.policies.prompt import ANSWER_CUE, SYSTEM_PROMPT, build_messages, command_end, observation_text, prompt_ids
+from rollout.serve import ModelServer
+from tgpo_jax.models.config import tiny_config
+from tgpo_jax.models.loading import flat_params, model_from_flat
+from tgpo_jax.models.sampler import Completion, Sampler, SamplingParams
+from tgpo_jax.models.tokenizer import chat_ids
+from tgpo_jax.models.transformer import init_model
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
+BUDGET = 300
+SYS = "You are a web agent. Answer with 'Thought: ...' then 'Command: ...'."  # short: the test tokenizer is ~char-level
+
+
+def make_request(n_history=3, page_lines=12, step=None, key="t0/0", instruction="search for red running shoes"):
+    task = Task(task_id="t0", env="shop", family="webshop", instruction=instruction, start_path="/",
+                optimal_steps=4, split="train")
+    text = "\n".join(f"[{i}] link 'Item {i} red running shoes {i * 3} dollars'" for i in range(page_lines))
+    obs = Observation(url="http://127.0.0.1:1/search?q=shoes", title="Results", text=text, elements=(),
+                      error=ErrorInfo("no_such_element", "no element [99]") if n_history else None)
+    hist = tuple(HistoryItem(command=f"CLICK [{i}]", thought=f"step {i} thought " + "x" * 300,
+                             error="no_such_element" if i % 3 == 2 else None) for i in range(n_history))
+    return PolicyRequest(task=task, observation=obs, history=hist, step=len(hist) if step is None else step,
+                         episode_key=key, seed=0)
+
+
+@pytest.fixture(scope="module")
+def sampler(spm_tokenizer):
+    cfg = tiny_config("llama", vocab_size=len(spm_tokenizer), eos_token_id=spm_tokenizer.eos_token_id,
+                      max_position_embeddings=1024)
+    m = init_model(cfg, seed=0)
+    model = model_from_flat(cfg, {p: v * (1.0 if "norm" in p else 6.0) for p, v in flat_params(m).items()})
+    return Sampler(model, spm_tokenizer, bucket=BUDGET + 20)  # one prompt bucket: few compiles
+
+
+# ---------------------------------------------------------------- prompt
+def test_prompt_keeps_newest_history_and_page_within_budget(spm_tokenizer):
+    req = make_request(n_history=20)
+    full = build_messages(req, tokenizer=spm_tokenizer, budget_tokens=100_000)
+    assert full[0] == {"role": "system", "content": SYSTEM_PROMPT}
+    user = full[1]["content"]
+    assert user.startswith("Task: search for red running shoes\n\nPrevious actions:\n1. CLICK [0] | step 0 thought")
+    assert "omitted" not in user
+    assert user.endswith("Current page:\n" + observation_text(req.observation) + "\n\n" + ANSWER_CUE)
+    assert "3. CLICK [2] | step 2 thought" in user and "(error: no_such_element)" in user
+    assert "x" * 200 not in user and "…" in user  # thoughts cut to thought_chars
+    n_full = len(chat_ids(spm_tokenizer, full))
+    budget = n_full - 200
+    msgs = build_messages(req, tokenizer=spm_tokenizer, budget_tokens=budget)
+    assert len(chat_ids(spm_tokenizer, msgs)) <= budget
+    user = msgs[1]["content"]
+    assert user.endswith(observation_text(req.observation) + "\n\n" + ANSWER_CUE)  # the page is whole
+    kept = [i for i in range(20) if f"{i + 1}. CLICK [{i}] " in user]
+    assert kept and kept == list(range(20 - len(kept), 20))  # the newest, oldest dropped first
+    assert f"({20 - len(kept)} earlier actions omitted)" in user
+    # one more item would not fit: as few dropped as possible
+    assert build_messages(req, tokenizer=spm_tokenizer, budget_tokens=budget) == msgs  # deterministic
+    assert prompt_ids(req, spm_tokenizer, budget) == chat_ids(spm_tokenizer, msgs)
+
+
+def test_prompt_cuts_the_page_from_its_end_after_the_history(spm_tokenizer):
+    req = make_request(n_history=5, page_lines=80)
+    no_hist = build_messages(make_request(n_history=0, page_lines=80), tokenizer=spm_tokenizer, budget_tokens=10**6)
+    budget = len(chat_ids(spm_tokenizer, no_hist)) // 2
+    msgs = build_messages(req, tokenizer=spm_tokenizer, budget_tokens=budget)
+    n = len(chat_ids(spm_tokenizer, msgs))
+    assert budget - 30 <= n <= budget
+    user = msgs[1]["content"]
+    assert "(5 earlier actions omitted)" in user and "CLICK [4]" not in user
+    page = user.split("Current page:\n", 1)[1]
+    head, note = page.split("\n[... page text cut", 1)
+    assert note.endswith(ANSWER_CUE)
+    assert observation_text(req.observation).startswith(head) and len(head) > 100
+    # without a tokenizer: about 4 characters a token
+    est = build_messages(req, budget_tokens=budget)
+    assert sum(len(m["content"]) for m in est) <= 4 * budget
+
+
+def test_command_end_and_cut(spm_tokenizer):
+    assert command_end("Thought: go\nCommand: CLICK [3]") is None
+    assert command_end("Thought: go\nCommand: CLICK [3]\n") is None
+    text = "Thought: go\nCommand: CLICK [3]\nThought: more\nCommand: GO_BACK"
+    assert text[:command_end(text)] == "Thought: go\nCommand: CLICK [3]"
+    toks = spm_tokenizer(text, add_special_tokens=False)["input_ids"]
+    c = cut_after_command(Completion(toks, [-0.5] * len(toks), text, "length"), spm_tokenizer)
+    assert c.text == "Thought: go\nCommand: CLICK [3]" and c.finish_reason == "stop"
+    assert spm_tokenizer.decode(c.tokens).startswith(c.text + "\n") and len(c.logprobs) == len(c.tokens) < len(toks)
+
+
+# ---------------------------------------------------------------- the model policy
+class CountingSampler:
+    def __init__(self, inner):
+        self.inner, self.calls, self.cfg = inner, [], inner.cfg
+
+    def generate(self, prompts, params):
+        self.calls.append(len(prompts))
+        return self.inner.generate(prompts, params)
+
+
+def test_model_policy_batches_concurrent_requests(sampler, spm_tokenizer):
+    reqs = [make_request(n_history=i, page_lines=4 + i, key=f"t{i}/0") for i in range(4)]
+    counting = CountingSampler(sampler)
+    policy = ModelPolicy(counting, spm_tokenizer, params=GREEDY, budget_tokens=BUDGET, max_batch=8,
+                         system_prompt=SYS)
+
+    async def main():
+        outs = await asyncio.gather(*(policy.act(r) for r in reqs))
+        await policy.close()
+        return outs
+
+    t0 = time.perf_counter()
+    outs = asyncio.run(main())
+    print(f"batched act x4: {time.perf_counter() - t0:.2f}s (compile included)")
+    assert counting.calls == [4]
+    for r, out in zip(reqs, outs):
+        ids = prompt_ids(r, spm_tokenizer, BUDGET, system_prompt=SYS)
+        assert BUDGET - 40 <= len(ids) <= BUDGET or r.history == ()  # the budget binds
+        direct = sampler.generate([ids], GREEDY)[0]
+        assert out.text == direct.text
+        assert out.logprob == pytest.approx(sum(direct.logprobs), abs=1e-4)
+        assert out.num_tokens == len(direct.tokens)
+        assert out.info["prompt_tokens"] == len(ids) and out.info["batch_size"] == 4
+        assert out.info["finish_reason"] == direct.finish_reason
+
+
+def test_model_policy_errors_reach_every_caller(spm_tokenizer):
+    class Broken:
+        def generate(self, prompts, params):
+            raise RuntimeError("device on fire")
+
+    policy = ModelPolicy(Broken(), spm_tokenizer, params=GREEDY, budget_tokens=BUDGET)
+
+    async def main():
+        res = await asyncio.wait_for(asyncio.gather(*(policy.act(make_request(key=f"k{i}")) for i in range(3)),
+                                                    return_exceptions=True), timeout=30)
+        await policy.close()
+        with pytest.raises(PolicyError, match="closed"):
+            await policy.act(make_request())
+        return res
+
+    res = asyncio.run(main())
+    assert all(isinstance(r, RuntimeError) and "device on fire" in str(r) for r in res)
+
+
+# ---------------------------------------------------------------- server + OpenAI client
+@pytest.fixture(scope="module")
+def server(sampler, spm_tokenizer):
+    s = ModelServer(sampler, spm_tokenizer, "tiny")
+    s.start()
+    yield s
+    s.stop()
+
+
+def test_server_round_trip_matches_direct_sampling(server, sampler, spm_tokenizer):
+    req = make_request(n_history=2)
+    policy = OpenAIPolicy(server.base_url + "/v1", "tiny", temperature=0.0, max_tokens=GREEDY.max_tokens,
+                          budget_tokens=BUDGET // 2, retries=0, system_prompt=SYS)
+    t0 = time.perf_counter()
+    out = asyncio.run(policy.act(req))
+    print(f"http act: {time.perf_counter() - t0:.2f}s")
+    ids = chat_ids(spm_tokenizer, out.info["messages"])
+    assert out.info["messages"] == build_messages(req, budget_tokens=BUDGET // 2, system_prompt=SYS)
+    direct = sampler.generate([ids], GREEDY)[0]
+    assert out.text == direct.text
+    assert out.logprob == pytest.approx(sum(direct.logprobs), abs=1e-4)
+    assert out.num_tokens == len(direct.tokens) and out.info["prompt_tokens"] == len(ids)
+
+    def get(path):
+        with urllib.request.urlopen(server.base_url + path, timeout=10) as r:
+            return json.loads(r.read())
+
+    assert get("/health")["status"] == "ok"
+    assert get("/v1/models")["data"][0]["id"] == "tiny"
+    body = {"model": "tiny", "prompt": "CLICK [12]", "max_tokens": 5, "temperature": 0, "logprobs": 0}
+    r = urllib.request.Request(server.base_url + "/v1/completions", data=json.dumps(body).encode(),
+                               headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(r, timeout=30) as resp:
+        d = json.loads(resp.read())
+    pids = spm_tokenizer("CLICK [12]", add_special_tokens=False)["input_ids"]
+    c = sampler.generate([pids], SamplingParams(temperature=0.0, max_tokens=5))[0]
+    assert d["object"] == "text_completion" and d["choices"][0]["text"] == c.text
+    assert d["usage"] == {"prompt_tokens": len(pids), "completion_tokens": len(c.tokens),
+                          "total_tokens": len(pids) + len(c.tokens)}
+    assert d["choices"][0]["logprobs"]["token_logprobs"] == pytest.approx(c.logprobs, abs=1e-4)
+
+
+def test_server_rejects_n2_with_a_clear_error(server):
+    policy = OpenAIPolicy(server.base_url, "tiny", budget_tokens=BUDGET, retries=3, backoff_s=10.0,
+                          extra_body={"n": 2})
+    t0 = time.perf_counter()
+    with pytest.raises(PolicyError, match="400.*only n=1") as e:
+        asyncio.run(policy.act(make_request()))
+    assert e.value.status == 400 and time.perf_counter() - t0 < 5  # 4xx: no retries
+    bad = OpenAIPolicy(server.base_url, "other-model", budget_tokens=BUDGET, retries=0)
+    with pytest.raises(PolicyError, match="404.*other-model"):
+        asyncio.run(bad.act(make_request()))
+
+
+def test_unreachable_server_raises_after_retries():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    policy = OpenAIPolicy(f"http://127.0.0.1:{port}", "tiny", retries=2, backoff_s=0.01, timeout_s=2)
+    calls = []
+    inner = policy._post_once
+    policy._post_once = lambda body: (calls.append(1), inner(body))[1]
+    with pytest.raises(PolicyError, match=rf"127\.0\.0\.1:{port}.*3 attempts.*unreachable"):
+        asyncio.run(policy.act(make_request()))
+    assert len(calls) == 3
