@@ -35,7 +35,7 @@ flags.DEFINE_float("temperature", 0.7, "model / http policy sampling temperature
 flags.DEFINE_integer("max_tokens", 128, "model / http policy: tokens per step")
 flags.DEFINE_integer("max_batch", 8, "model policy: largest sampler batch")
 flags.DEFINE_string("http_url", "http://127.0.0.1:8000", "http policy: OpenAI-compatible server base URL")
-flags.DEFINE_string("http_model", "", "http policy: model name on that server")
+flags.DEFINE_string("http_model", "bundled", "http policy: model name on that server (launch.serve names it after --model)")
 flags.DEFINE_string("out", "data/episodes", "output collection directory")
 flags.DEFINE_integer("seed", 0, "collection seed (oracle mistakes, sampling)")
 flags.DEFINE_integer("contexts", 4, "parallel browser contexts")
