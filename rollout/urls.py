@@ -7,6 +7,7 @@ dropped, remaining query parameters sorted. Which parameters identify a page is 
 from __future__ import annotations
 
 import fnmatch
+import re
 from typing import Mapping, Sequence
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -14,6 +15,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 DROPPED_PARAMS = frozenset({"sid", "session", "sessionid", "session_id", "phpsessid", "jsessionid", "fbclid",
                             "gclid", "msclkid", "ref", "ref_", "_ga", "mc_cid", "mc_eid", "yclid"})
 DROPPED_PREFIXES = ("utm_",)
+_PATH_SESSION = re.compile(r";(jsessionid|phpsessid|sid|sessionid)=[^/;]*", re.I)
 
 
 def normalize_url(url: str, essential: Mapping[str, Sequence[str]] | None = None) -> str:
@@ -23,7 +25,7 @@ def normalize_url(url: str, essential: Mapping[str, Sequence[str]] | None = None
     port = parts.port
     if port and not ((scheme == "http" and port == 80) or (scheme == "https" and port == 443)):
         host = f"{host}:{port}"
-    path = parts.path or "/"
+    path = _PATH_SESSION.sub("", parts.path or "/") or "/"  # ;jsessionid=… path parameters
     params = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
               if k.lower() not in DROPPED_PARAMS and not k.lower().startswith(DROPPED_PREFIXES)]
     if essential is not None:

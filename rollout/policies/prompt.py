@@ -109,9 +109,15 @@ def build_messages(request: PolicyRequest, *, tokenizer=None, budget_tokens: int
                    thought_chars: int = 160, system_prompt: str = SYSTEM_PROMPT) -> list[dict]:
     """Chat messages for one step, within ``budget_tokens`` where at all possible (the system text and the
     task alone are never cut)."""
-    history = tuple(request.history)
-    page = observation_text(request.observation)
-    instruction = request.task.instruction
+    return messages_for(request.task.instruction, request.history, observation_text(request.observation),
+                        tokenizer=tokenizer, budget_tokens=budget_tokens, thought_chars=thought_chars,
+                        system_prompt=system_prompt)
+
+
+def messages_for(instruction: str, history: Sequence[HistoryItem], page: str, *, tokenizer=None,
+                 budget_tokens: int = 2048, thought_chars: int = 160, system_prompt: str = SYSTEM_PROMPT) -> list[dict]:
+    """``build_messages`` from its parts: the dataset builder rebuilds a recorded step's prompt with it."""
+    history = tuple(history)
 
     def messages(dropped: int, page_text: str) -> list[dict]:
         return [{"role": "system", "content": system_prompt},

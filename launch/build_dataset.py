@@ -1,0 +1,57 @@
+"""Build a training dataset from an episodes directory: merged trees, process rewards, node records.
+
+  python -m launch.build_dataset --episodes=data/episodes/train --out=data/nodes/train
+  python -m launch.build_dataset --episodes=… --out=… --alpha=5 --q_aggregate=sum --merge=strict \
+      --pairs_jsonl=data/pairs.jsonl          # also export TRL-format preference pairs with weights
+Every choice METHOD leaves open is a flag here and lands in the manifest's ``config``.
+"""
+from __future__ import annotations
+
+import json
+
+from absl import app, flags
+
+from launch.entry import prepare
+
+F = flags.FLAGS
+flags.DEFINE_string("episodes", None, "collection directory written by launch.collect", required=True)
+flags.DEFINE_string("out", None, "output dataset directory (ArrayRecord shards + manifest.json)", required=True)
+flags.DEFINE_enum("merge", "either", ["either", "strict"], "merge rule: URL and (sequence or pHash) / all three")
+flags.DEFINE_integer("phash_threshold", 0, "pHash Hamming distance counted as equal")
+flags.DEFINE_bool("guard", True, "never merge states whose task check differs")
+flags.DEFINE_float("alpha", 3.0, "R = R_acc + R_format + R_red + alpha * R_subgoal")
+flags.DEFINE_enum("q_aggregate", "mean", ["mean", "sum", "discounted"], "branch value over the trajectory suffix")
+flags.DEFINE_float("gamma", 0.9, "discount for --q_aggregate=discounted")
+flags.DEFINE_enum("l_min", "env", ["env", "graph"], "L_min: the task's optimal length when known, or the graph's")
+flags.DEFINE_list("splits", ["train"], "task splits admitted (test tasks stay out of training data)")
+flags.DEFINE_integer("num_shards", 4, "ArrayRecord shards")
+flags.DEFINE_integer("prompt_budget_tokens", 2048, "prompt budget for rebuilt prompts")
+flags.DEFINE_bool("include_invalid", True, "keep branches whose output did not parse")
+flags.DEFINE_bool("overwrite", False, "replace an existing dataset")
+flags.DEFINE_string("pairs_jsonl", None, "also write preference pairs (TRL format + weight) here")
+flags.DEFINE_float("pair_margin", 0.0, "pairs need Q_w - Q_l > margin (JSONL export)")
+
+
+def main(argv):
+    prepare(argv)
+    from rollout.tree.build import TreeConfig
+    from rollout.tree.dataset import BuildConfig, build_dataset
+
+    tree = TreeConfig(merge=F.merge, phash_threshold=F.phash_threshold, guard=F.guard, alpha=F.alpha,
+                      q_aggregate=F.q_aggregate, gamma=F.gamma, l_min=F.l_min)
+    cfg = BuildConfig(tree=tree, splits=tuple(F.splits), num_shards=F.num_shards,
+                      prompt_budget_tokens=F.prompt_budget_tokens, include_invalid=F.include_invalid,
+                      overwrite=F.overwrite)
+    summary = build_dataset(F.episodes, F.out, cfg)
+    if F.pairs_jsonl:
+        from rollout.tree.export_pairs import export_pairs
+        from tgpo_jax.data.examples import PairConfig
+
+        summary["pairs_jsonl"] = {"path": F.pairs_jsonl,
+                                  "pairs": export_pairs(F.out, F.pairs_jsonl, PairConfig(margin=F.pair_margin))}
+    summary["broken_episodes"] = len(summary["broken_episodes"])
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    app.run(main)

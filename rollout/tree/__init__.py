@@ -1,0 +1,1 @@
+"""Trees, process rewards and the dataset builder (METHOD §2–§4)."""

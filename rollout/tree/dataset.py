@@ -1,0 +1,271 @@
+"""Episodes directory → tree-merged, reward-annotated node records (ArrayRecord shards + manifest).
+
+Per task: merge its sealed episodes into a graph (``build.py``), then write one ``NodeRecord`` per node with at
+least one action. The node's prompt is its representative state's prompt (the policy's own recorded messages when
+the collecting policy logged them, else rebuilt exactly as the policy builds it); each branch's action is one
+recorded output of that branch, with its element id re-mapped to the representative page when the occurrence
+saw a different page (ids are per page; role + name is not). The behaviour log-prob is kept only when the
+chosen output was produced under exactly the node's prompt — otherwise it would be a log-prob of another prompt.
+
+Broken episodes (unreadable or truncated files, a step count that disagrees with the summary) are reported by
+path and skipped; test-split tasks are refused unless asked for, so held-out tasks never reach training data.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import re
+from collections import defaultdict
+
+from tqdm.auto import tqdm
+
+from rollout.core import HistoryItem, Task
+from rollout.policies.prompt import SYSTEM_PROMPT, messages_for
+from rollout.recording import EpisodeRecord, RecordingError, read_steps, read_summary, read_tasks
+from rollout.tree.build import (TreeConfig, build_task_graph, canonical, label_conflict_rate, redundant_steps)
+from rollout.tree.graph import StateRef, TaskGraph
+from tgpo_jax.data.schema import Branch, NodeRecord
+
+log = logging.getLogger(__name__)
+STEP_KEYS = ("step", "url", "norm_url", "observation", "output", "format_ok", "command", "command_name", "target",
+             "error", "effect", "check")
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildConfig:
+    tree: TreeConfig = TreeConfig()
+    splits: tuple[str, ...] = ("train",)  # task splits admitted; test tasks never reach training data
+    num_shards: int = 4
+    prompt_budget_tokens: int = 2048  # rebuilt prompts: as the policy builds them (4 chars / token estimate)
+    thought_chars: int = 160
+    include_invalid: bool = True  # keep branches whose output did not parse (they are useful rejected actions)
+    overwrite: bool = False
+
+    def __post_init__(self):
+        if self.num_shards < 1 or self.prompt_budget_tokens < 64:
+            raise ValueError(f"invalid build config: {self}")
+        bad = set(self.splits) - {"train", "test"}
+        if bad or not self.splits:
+            raise ValueError(f"splits must be a non-empty subset of ('train', 'test'), got {self.splits}")
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------- reading, with broken episodes skipped
+def load_episodes(episodes_dir: str) -> tuple[dict[str, list[EpisodeRecord]], list[dict]]:
+    """Sealed success/failure episodes grouped by task, and the broken ones as [{path, error}]."""
+    root = os.path.join(episodes_dir, "episodes")
+    if not os.path.isdir(root):
+        raise RecordingError(f"{episodes_dir} is not a collection directory (no episodes/)")
+    by_task: dict[str, list[EpisodeRecord]] = defaultdict(list)
+    broken: list[dict] = []
+    for task in sorted(os.listdir(root)):
+        for run in sorted(os.listdir(os.path.join(root, task))):
+            path = os.path.join(root, task, run)
+            try:
+                summary = read_summary(path)
+                if summary is None or summary.get("status") == "errored":
+                    continue  # interrupted or errored: not an episode to learn from
+                steps = read_steps(path)
+                _check_episode(path, summary, steps)
+            except (RecordingError, OSError, KeyError, TypeError, ValueError) as e:
+                log.warning("skipping broken episode %s: %s", path, e)
+                broken.append({"path": path, "error": str(e)[:500]})
+                continue
+            by_task[summary["task_id"]].append(EpisodeRecord(path, summary, steps))
+    return dict(by_task), broken
+
+
+def _check_episode(path: str, summary: dict, steps: list[dict]) -> None:
+    if summary.get("status") not in ("success", "failure"):
+        raise RecordingError(f"{path}: unknown status {summary.get('status')!r}")
+    if len(steps) != summary.get("steps"):
+        raise RecordingError(f"{path}: {len(steps)} step lines but the summary says {summary.get('steps')} "
+                             "(truncated steps.jsonl?)")
+    for i, s in enumerate(steps):
+        missing = [k for k in STEP_KEYS if k not in s]
+        if missing or s["step"] != i:
+            raise RecordingError(f"{path}: step line {i} is malformed (missing {missing}, step={s.get('step')})")
+    last_stop = bool(steps) and steps[-1]["command_name"] == "STOP"
+    if not last_stop and not summary.get("final"):
+        raise RecordingError(f"{path}: no final state in the summary")
+
+
+# ---------------------------------------------------------------- node records
+_LINE = re.compile(r'^\s*\[([^\]]+)\]\s+(\S+)\s+("(?:[^"\\]|\\.)*")')
+
+
+def page_ids(observation: str) -> dict[tuple[str, str], str]:
+    """(role, name) -> element id on a rendered page (the first element with that descriptor)."""
+    out: dict[tuple[str, str], str] = {}
+    for line in observation.splitlines():
+        m = _LINE.match(line)
+        if m:
+            try:
+                name = json.loads(m.group(3))
+            except json.JSONDecodeError:
+                continue
+            out.setdefault((m.group(2), name), m.group(1))
+    return out
+
+
+def remap_output(step: dict, page: str) -> str | None:
+    """The step's output with its element id replaced by the id the same element has on ``page``; None if the
+    element is not on that page."""
+    out, target, cmd = step["output"], step.get("target"), step.get("command")
+    if step["observation"] == page or not target or not cmd:
+        return out
+    new_id = page_ids(page).get((target["role"], target["name"]))
+    if new_id is None:
+        return None
+    old = re.match(r"^\s*[A-Z_]+\s*\[([^\]]*)\]", cmd)
+    if old is None:
+        return out
+    new_cmd = cmd.replace(f"[{old.group(1)}]", f"[{new_id}]", 1)
+    i = out.rfind(cmd)
+    return out[:i] + new_cmd + out[i + len(cmd):] if i >= 0 else None
+
+
+def history_of(ep: EpisodeRecord, t: int) -> list[HistoryItem]:
+    """The history the policy saw at step t (as the runner builds it)."""
+    items = []
+    for s in ep.steps[:t]:
+        if s.get("command"):
+            command = s["command"]
+        else:
+            lines = [ln.strip() for ln in s["output"].strip().splitlines() if ln.strip()]
+            command = (lines[-1] if lines else "(empty output)")[:120]
+        items.append(HistoryItem(command, s.get("thought", ""), (s.get("error") or {}).get("kind")))
+    return items
+
+
+def step_prompt(task: Task | None, ep: EpisodeRecord, t: int, cfg: BuildConfig) -> list[dict]:
+    step = ep.steps[t]
+    recorded = (step.get("policy_info") or {}).get("messages")
+    if recorded:
+        return [dict(m) for m in recorded]
+    instruction = task.instruction if task is not None else ep.summary.get("instruction", "")
+    return messages_for(instruction, history_of(ep, t), step["observation"], budget_tokens=cfg.prompt_budget_tokens,
+                        thought_chars=cfg.thought_chars, system_prompt=SYSTEM_PROMPT)
+
+
+def node_records(graph: TaskGraph, episodes: list[EpisodeRecord], task: Task | None,
+                 cfg: BuildConfig) -> list[NodeRecord]:
+    by_node = defaultdict(list)
+    for key, b in graph.branches.items():
+        if cfg.include_invalid or not b.command.startswith("INVALID "):
+            by_node[key[0]].append(b)
+    depth = _depths(graph)
+    records = []
+    for nid, node in graph.nodes.items():
+        branches = by_node.get(nid)
+        if not branches:
+            continue
+        # The representative: the node's first state at which an action was taken.
+        acted = {r for b in branches for r in b.occurrences}
+        rep = next(r for r in node.states if r in acted)
+        rep_step = episodes[rep.episode].steps[rep.step]
+        prompt = step_prompt(task, episodes[rep.episode], rep.step, cfg)
+        out = []
+        for b in sorted(branches, key=lambda b: b.occurrences[0]):
+            action, logprob = _branch_action(b, rep, rep_step["observation"], prompt, episodes, task, cfg)
+            if action is None:
+                continue
+            out.append(Branch(action=action, command=b.command, q=float(b.q),
+                              rewards={k: float(v) for k, v in b.rewards.items()}, n_total=b.n_total,
+                              n_success=b.n_success, n_failed=b.n_failed, on_success_path=b.on_success_path,
+                              reaches_success=b.reaches_success, behaviour_logprob=logprob))
+        if not out:
+            continue
+        first = episodes[rep.episode].summary
+        records.append(NodeRecord(
+            task_id=graph.task_id, node_id=nid, prompt=prompt, branches=out,
+            meta={"url": node.url, "norm_url": node.norm_url, "depth": depth.get(nid), "n_states": len(node.states),
+                  "is_root": nid == graph.root, "split": first.get("split"), "env": first.get("env"),
+                  "family": first.get("family"), "phash": node.phash}))
+    return records
+
+
+def _branch_action(b, rep: StateRef, page: str, prompt, episodes, task, cfg) -> tuple[str | None, float | None]:
+    """One output of the branch, valid on the representative page, and its behaviour log-prob when it was
+    produced under exactly ``prompt``."""
+    occ = sorted(b.occurrences, key=lambda r: (r != rep, r))  # the representative's own step first
+    for r in occ:
+        step = episodes[r.episode].steps[r.step]
+        action = remap_output(step, page)
+        if action is None or not action.strip():
+            continue
+        logprob = step.get("logprob")
+        same_prompt = action == step["output"] and (
+            r == rep or step_prompt(task, episodes[r.episode], r.step, cfg) == prompt)
+        ok = same_prompt and isinstance(logprob, (int, float)) and math.isfinite(logprob) and logprob <= 0
+        return action, (float(logprob) if ok else None)
+    return None, None
+
+
+def _depths(graph: TaskGraph) -> dict[str, int]:
+    adj = defaultdict(set)
+    for e in graph.edges:
+        adj[e.src].add(e.dst)
+    depth, frontier = {graph.root: 0}, [graph.root]
+    while frontier:
+        nxt = []
+        for n in frontier:
+            for m in sorted(adj[n]):
+                if m not in depth:
+                    depth[m] = depth[n] + 1
+                    nxt.append(m)
+        frontier = nxt
+    return depth
+
+
+# ---------------------------------------------------------------- the whole build
+def build_dataset(episodes_dir: str, out_dir: str, cfg: BuildConfig = BuildConfig(), *, progress: bool = True) -> dict:
+    """Build and write the dataset; returns the summary that also goes into the manifest's ``extra``."""
+    from tgpo_jax.data.io import write_dataset
+
+    by_task, broken = load_episodes(episodes_dir)
+    try:
+        tasks = {t.task_id: t for t in read_tasks(episodes_dir)}
+    except FileNotFoundError:
+        tasks = {}
+    records: list[NodeRecord] = []
+    stats = defaultdict(int)
+    conflicted = occurrences = 0
+    redundant: list[int] = []
+    refused_splits = set()
+    for task_id in tqdm(sorted(by_task), desc="build trees", unit="task", disable=not progress):
+        episodes = sorted(by_task[task_id], key=lambda e: e.summary["run"])
+        split = episodes[0].summary.get("split")
+        if split not in cfg.splits:
+            refused_splits.add(split)
+            stats["episodes_refused_split"] += len(episodes)
+            continue
+        graph = build_task_graph(episodes, tasks.get(task_id), cfg.tree)
+        for k in ("states", "nodes", "edges", "merged_by_sequence", "merged_by_phash", "guard_refusals"):
+            stats[k] += graph.stats[k]
+        c, o = label_conflict_rate(graph)
+        conflicted, occurrences = conflicted + c, occurrences + o
+        redundant += redundant_steps(graph, episodes)
+        stats["tasks"] += 1
+        stats["episodes"] += len(episodes)
+        stats["successful_episodes"] += sum(bool(e.summary["success"]) for e in episodes)
+        stats["steps"] += sum(len(e.steps) for e in episodes)
+        records.extend(node_records(graph, episodes, tasks.get(task_id), cfg))
+    if not records:
+        raise RecordingError(f"{episodes_dir}: no node records (episodes of splits {cfg.splits}: none usable; "
+                             f"refused splits {sorted(map(str, refused_splits))}, broken episodes {len(broken)})")
+    summary = {
+        **dict(stats), "records": len(records), "broken_episodes": broken,
+        "label_conflict_rate": conflicted / occurrences if occurrences else 0.0,
+        "redundant_steps_per_episode": sum(redundant) / len(redundant) if redundant else 0.0,
+        "success_rate": stats["successful_episodes"] / max(stats["episodes"], 1),
+        "merge_ratio": stats["nodes"] / max(stats["states"], 1), "episodes_dir": os.path.abspath(episodes_dir),
+    }
+    write_dataset(records, out_dir, num_shards=cfg.num_shards, config=cfg.to_json(), extra=summary,
+                  overwrite=cfg.overwrite)
+    return summary
