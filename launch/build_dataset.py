@@ -28,6 +28,9 @@ flags.DEFINE_integer("num_shards", 4, "ArrayRecord shards")
 flags.DEFINE_integer("prompt_budget_tokens", 2048, "prompt budget for rebuilt prompts")
 flags.DEFINE_bool("include_invalid", True, "keep branches whose output did not parse")
 flags.DEFINE_bool("overwrite", False, "replace an existing dataset")
+flags.DEFINE_enum("verifier", "builtin", ["builtin", "judge"], "R_acc: built-in checks or a judge model")
+flags.DEFINE_string("judge_url", None, "judge: OpenAI-compatible endpoint (vision model)")
+flags.DEFINE_string("judge_model", None, "judge: model name")
 flags.DEFINE_string("pairs_jsonl", None, "also write preference pairs (TRL format + weight) here")
 flags.DEFINE_float("pair_margin", 0.0, "pairs need Q_w - Q_l > margin (JSONL export)")
 
@@ -41,7 +44,8 @@ def main(argv):
                       q_aggregate=F.q_aggregate, gamma=F.gamma, l_min=F.l_min)
     cfg = BuildConfig(tree=tree, splits=tuple(F.splits), num_shards=F.num_shards,
                       prompt_budget_tokens=F.prompt_budget_tokens, include_invalid=F.include_invalid,
-                      overwrite=F.overwrite)
+                      overwrite=F.overwrite, verifier=F.verifier, judge_url=F.judge_url,
+                      judge_model=F.judge_model)
     summary = build_dataset(F.episodes, F.out, cfg)
     if F.pairs_jsonl:
         from rollout.tree.export_pairs import export_pairs

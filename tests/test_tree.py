@@ -36,7 +36,7 @@ def step(t, s, cmd, role=None, name=None, changed=True, url_changed=False, ok=Tr
             "logprob": -1.0 - t, "num_tokens": 5, "policy_info": {}}
 
 
-def episode(run, pairs, success, final=None, path="/tmp/ep"):
+def episode(run, pairs, success, final=None, path="/tmp/tgpo-test-ep"):
     """pairs: [(state, command, role, name, kwargs)]; the last command is usually STOP."""
     steps = [step(t, s, c, r, n, **kw) for t, (s, c, r, n, kw) in enumerate(pairs)]
     summary = {"task_id": TASK.task_id, "run": run, "status": "success" if success else "failure",
@@ -51,18 +51,18 @@ ITEM7, ADDED7 = state("/item/7", "d0"), state("/cart", "e0", "cart=7", success=T
 ITEM9, ADDED9 = state("/item/9", "f0"), state("/cart", "e0", "cart=9")  # same URL and look as ADDED7!
 
 
-def cola_episodes():
+def cola_episodes(path="/tmp/tgpo-test-ep"):
     good = episode(0, [(HOME, "TYPE [3] [cola]", "textbox", "Search", {}),
                        (TYPED, "CLICK [4]", "button", "Search", {"url_changed": True}),
                        (RESULTS, "CLICK [20]", "link", "Sort: Price low to high", {"url_changed": True}),
                        (SORTED, "CLICK [31]", "link", "Cola 7", {"url_changed": True}),
                        (ITEM7, "CLICK [8]", "button", "Add to cart", {"url_changed": True}),
-                       (ADDED7, "STOP []", None, None, {})], True)
+                       (ADDED7, "STOP []", None, None, {})], True, path=path)
     bad = episode(1, [(HOME, "TYPE [3] [cola]", "textbox", "Search", {}),
                       (TYPED, "CLICK [4]", "button", "Search", {"url_changed": True}),
                       (RESULTS, "CLICK [33]", "link", "Cola 9", {"url_changed": True}),
                       (ITEM9, "CLICK [8]", "button", "Add to cart", {"url_changed": True}),
-                      (ADDED9, "STOP []", None, None, {})], False)
+                      (ADDED9, "STOP []", None, None, {})], False, path=path)
     return [good, bad]
 
 
@@ -192,3 +192,49 @@ def test_build_dataset_skips_broken_episodes_and_test_tasks(tmp_path):
     recs = list(DatasetReader(str(tmp_path / "ds")))
     assert {r.task_id for r in recs} == {"cola"} and len(recs) == summary["records"] == 8  # every non-END node acted at
     assert math.isclose(max(b.q for r in recs for b in r.branches), 5.0)
+
+
+def test_judge_verifier_over_screenshots_replaces_builtin_checks(tmp_path):
+    """The judge is an OpenAI-compatible endpoint; a stub server stands in for the vision model here."""
+    import http.server
+    import threading
+
+    from PIL import Image
+
+    from rollout.tree.verify import JudgeVerifier
+
+    seen = []
+
+    class Judge(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            content = body["messages"][0]["content"]
+            images = [c for c in content if c["type"] == "image_url"]
+            assert len(images) == 2 and images[0]["image_url"]["url"].startswith("data:image/png;base64,")
+            seen.append(content[0]["text"])
+            answer = "yes" if "Sort" not in content[0]["text"] else "no"  # the judge disagrees on one step
+            out = json.dumps({"choices": [{"message": {"role": "assistant", "content": answer}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Judge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        eps = cola_episodes(str(tmp_path))
+        for ep in eps:
+            os.makedirs(os.path.join(ep.path, "screens"), exist_ok=True)
+            for t, s in enumerate(ep.steps):
+                s["screenshot"] = f"screens/{t:03d}.png"
+                Image.new("RGB", (8, 8), (t * 30, 0, 0)).save(os.path.join(ep.path, s["screenshot"]))
+        judge = JudgeVerifier(f"http://127.0.0.1:{server.server_address[1]}", "judge")
+        g = build_task_graph(eps, TASK, TreeConfig(), judge)
+        r = g.rewards
+        assert r[S(0, 2)]["r_acc"] == 0.0 and r[S(0, 3)]["r_acc"] == 1.0  # the judge's verdicts, not the harness's
+        assert any('CLICK [20] on link "Sort: Price low to high"' in text for text in seen) and judge.calls == len(seen) > 0
+    finally:
+        server.shutdown()

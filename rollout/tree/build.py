@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 from rollout.commands import parse_command
 from rollout.core import ActionError, Task
 from rollout.tree.graph import BranchValue, Edge, Node, StateRef, TaskGraph
+from rollout.tree.verify import builtin_verifier
 
 Q_AGGREGATES = ("mean", "sum", "discounted")
 MERGE_RULES = ("either", "strict")
@@ -55,14 +56,8 @@ class TreeConfig:
             raise ValueError(f"alpha={self.alpha} must be finite")
 
 
-# A verifier decides R_acc for one executed step: (step record, state before, state after) -> bool.
-Verifier = Callable[[dict, dict, dict], bool]
-
-
-def builtin_verifier(step: dict, before: dict, after: dict) -> bool:
-    """METHOD §3's built-in checks, computed by the harness at execution time (``effect.expected_change``)."""
-    eff = step.get("effect")
-    return bool(eff and eff.get("expected_change"))
+# A verifier decides R_acc for one executed step: (step, state before, state after, episode dir) -> bool.
+Verifier = Callable[[dict, dict, dict, str], bool]
 
 
 # ---------------------------------------------------------------- canonical commands and sequences
@@ -318,7 +313,7 @@ def step_rewards(episodes, graph: TaskGraph, next_node, dist, l_min, cfg: TreeCo
                 r_acc = 1.0
             else:
                 after = states[t + 1] if t + 1 < len(states) else step
-                r_acc = 1.0 if verifier(step, states[t], after) else 0.0
+                r_acc = 1.0 if verifier(step, states[t], after, ep.path) else 0.0
             revisit = nxt in visited
             r_red = -1.0 if (revisit or (not is_stop and not changed_something(step))) else 0.0
             d = dist[nxt]

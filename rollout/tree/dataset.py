@@ -43,6 +43,9 @@ class BuildConfig:
     thought_chars: int = 160
     include_invalid: bool = True  # keep branches whose output did not parse (they are useful rejected actions)
     overwrite: bool = False
+    verifier: str = "builtin"  # R_acc: "builtin" checks, or "judge": a vision model over before/after screenshots
+    judge_url: str | None = None  # OpenAI-compatible endpoint of the judge
+    judge_model: str | None = None
 
     def __post_init__(self):
         if self.num_shards < 1 or self.prompt_budget_tokens < 64:
@@ -50,6 +53,17 @@ class BuildConfig:
         bad = set(self.splits) - {"train", "test"}
         if bad or not self.splits:
             raise ValueError(f"splits must be a non-empty subset of ('train', 'test'), got {self.splits}")
+        if self.verifier not in ("builtin", "judge"):
+            raise ValueError(f"verifier={self.verifier!r}; expected 'builtin' or 'judge'")
+        if self.verifier == "judge" and not (self.judge_url and self.judge_model):
+            raise ValueError("verifier='judge' needs judge_url and judge_model")
+
+    def make_verifier(self):
+        from rollout.tree.verify import JudgeVerifier, builtin_verifier
+
+        if self.verifier == "judge":
+            return JudgeVerifier(self.judge_url, self.judge_model)
+        return builtin_verifier
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -238,6 +252,7 @@ def build_dataset(episodes_dir: str, out_dir: str, cfg: BuildConfig = BuildConfi
     conflicted = occurrences = 0
     redundant: list[int] = []
     refused_splits = set()
+    verifier = cfg.make_verifier()
     for task_id in tqdm(sorted(by_task), desc="build trees", unit="task", disable=not progress):
         episodes = sorted(by_task[task_id], key=lambda e: e.summary["run"])
         split = episodes[0].summary.get("split")
@@ -245,7 +260,7 @@ def build_dataset(episodes_dir: str, out_dir: str, cfg: BuildConfig = BuildConfi
             refused_splits.add(split)
             stats["episodes_refused_split"] += len(episodes)
             continue
-        graph = build_task_graph(episodes, tasks.get(task_id), cfg.tree)
+        graph = build_task_graph(episodes, tasks.get(task_id), cfg.tree, verifier)
         for k in ("states", "nodes", "edges", "merged_by_sequence", "merged_by_phash", "guard_refusals"):
             stats[k] += graph.stats[k]
         c, o = label_conflict_rate(graph)
