@@ -65,6 +65,8 @@ def test_normalize_url():
         "http://127.0.0.1:8000/search?page=2&q=x"
     assert n("https://Example.com:443") == "https://example.com/" and n("http://a.b:80/x") == "http://a.b/x"
     assert n("http://h/p?b=2&a=1") == n("http://h/p?a=1&b=2") != n("http://h/p?a=1&b=3")
+    assert n("http://h/shop;jsessionid=A1B2/item?PHPSESSID=9&id=3") == "http://h/shop/item?id=3"  # session ids
+    assert n("http://h/a#top") == n("http://h/a#bottom") == "http://h/a"  # fragments
 
 
 def test_recording_seal_resume_and_errors(tmp_path):

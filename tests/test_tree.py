@@ -187,6 +187,7 @@ def test_build_dataset_skips_broken_episodes_and_test_tasks(tmp_path):
     assert "corrupt step 1" in summary["broken_episodes"][0]["error"]
     assert summary["episodes"] == 2 and summary["episodes_refused_split"] == 1 and summary["tasks"] == 1
     assert summary["label_conflict_rate"] == pytest.approx(4 / 11)
+    assert summary["pairs"] == 1 and summary["sft_items"] == 6 and summary["kto_tree_undesirable"] >= 1
     m = read_manifest(str(tmp_path / "ds"))
     assert m.extra["label_conflict_rate"] == pytest.approx(4 / 11) and m.config["tree"]["alpha"] == 3.0
     recs = list(DatasetReader(str(tmp_path / "ds")))

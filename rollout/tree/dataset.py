@@ -237,6 +237,22 @@ def _depths(graph: TaskGraph) -> dict[str, int]:
     return depth
 
 
+def label_counts(records: list[NodeRecord]) -> dict:
+    """What each method would train on with the default PairConfig (the trainer derives them itself)."""
+    from tgpo_jax.data.examples import class_counts, kto_items, kto_tree_items, preference_pairs, sft_items
+
+    pairs = sft = 0
+    kto, tree = [], []
+    for r in records:
+        pairs += len(preference_pairs(r))
+        sft += len(sft_items(r))
+        kto += kto_items(r)
+        tree += kto_tree_items(r)
+    (kd, ku), (td, tu) = class_counts(kto), class_counts(tree)
+    return {"pairs": pairs, "sft_items": sft, "kto_desirable": kd, "kto_undesirable": ku,
+            "kto_tree_desirable": td, "kto_tree_undesirable": tu}
+
+
 # ---------------------------------------------------------------- the whole build
 def build_dataset(episodes_dir: str, out_dir: str, cfg: BuildConfig = BuildConfig(), *, progress: bool = True) -> dict:
     """Build and write the dataset; returns the summary that also goes into the manifest's ``extra``."""
@@ -275,7 +291,7 @@ def build_dataset(episodes_dir: str, out_dir: str, cfg: BuildConfig = BuildConfi
         raise RecordingError(f"{episodes_dir}: no node records (episodes of splits {cfg.splits}: none usable; "
                              f"refused splits {sorted(map(str, refused_splits))}, broken episodes {len(broken)})")
     summary = {
-        **dict(stats), "records": len(records), "broken_episodes": broken,
+        **dict(stats), "records": len(records), "broken_episodes": broken, **label_counts(records),
         "label_conflict_rate": conflicted / occurrences if occurrences else 0.0,
         "redundant_steps_per_episode": sum(redundant) / len(redundant) if redundant else 0.0,
         "success_rate": stats["successful_episodes"] / max(stats["episodes"], 1),
