@@ -25,6 +25,7 @@ INSTALL_REQUIRES = [
     "tqdm>=4.66",
     "jinja2>=3.1",
     "tensorboardX>=2.6,<3",
+    "matplotlib>=3.8,<4",  # rollout/report.py plots
     "bm25s>=0.3.16,<0.4",  # the shop's search ranking
     "miniwob>=1.1,<2",  # MiniWoB++ task pages (we serve its HTML; its selenium env is unused)
 ]

@@ -66,7 +66,7 @@ async def bare_rate(env, tasks, episodes, contexts: int) -> tuple[float, int]:
         async def look() -> None:
             await page.locator("body").aria_snapshot()
             png = await page.screenshot(type="png")
-            str(imagehash.phash(Image.open(io.BytesIO(png))))
+            str(imagehash.phash(Image.open(io.BytesIO(png)), hash_size=32))  # as the harness
 
         await look()  # s_0, as the harness observes it
         for s in by_task[task.task_id]:

@@ -363,7 +363,7 @@ async def test_phash_and_screenshot(h):
     o2 = await observe(p2)
     o3 = await observe(p3)
     assert o1.phash == o2.phash
-    assert o1.phash != o3.phash and len(o1.phash) == 16
+    assert o1.phash != o3.phash and len(o1.phash) == 256  # 1024-bit pHash
     for p in (p1, p2, p3):
         await p.context.close()
 

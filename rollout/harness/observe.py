@@ -93,13 +93,20 @@ def truncate_text(text: str, max_chars: int) -> tuple[str, bool]:
     return "\n".join(kept + [TRUNCATION_LINE]), True
 
 
+# 32 x 32 = 1024-bit pHash. The default 8 x 8 (a 32 x 32 thumbnail of the page) cannot tell mostly-white web
+# pages apart: the shop's home and cart pages hash equal, and 20 of 21 page pairs are within 4 bits. At 16 x 16
+# pages differ but an option change on a product page often does not show (0-4 bits); at 32 x 32 it moves
+# 6-26 bits, so a changed form is a new state, as its next correct action differs.
+PHASH_SIZE = 32
+
+
 def phash_png(png: bytes) -> str:
-    """imagehash pHash (64 bits) of a PNG, as hex."""
+    """imagehash pHash (``PHASH_SIZE``² bits) of a PNG, as hex."""
     import imagehash
     from PIL import Image
 
     with Image.open(io.BytesIO(png)) as im:
-        return str(imagehash.phash(im))
+        return str(imagehash.phash(im, hash_size=PHASH_SIZE))
 
 
 async def _snapshot_frame(frame, prefix: str, taken: list[str]) -> dict | None:

@@ -1,0 +1,97 @@
+"""Evaluate a policy in the browser on held-out tasks (METHOD §6): success rate, average steps per episode and
+redundant steps per episode (R_red = -1), per seed and mean ± 95% CI across seeds.
+
+  python -m launch.evaluate --model=runs/tgpo --env=shop --split=test --seeds=0,1,2 --out=eval/tgpo
+  python -m launch.evaluate --model=runs/tgpo --step=400 --num_tasks=60 --out=eval/tgpo-400
+  python -m launch.evaluate --model=bundled --temperature=0.7 --out=eval/base       # HF dir / .gguf too
+  python -m launch.evaluate --model=oracle:0.1,0.1,0.03,0.02 --out=eval/noisy-oracle
+
+One collection per seed goes to <out>/seed<k>; the result is printed and written to <out>/eval.json.
+Re-running the same command resumes (finished episodes are not run again). With --temperature=0 (greedy) a model
+policy gives the same episodes under every seed; seeds matter for sampling and for the oracle.
+"""
+from __future__ import annotations
+
+import json
+
+from absl import app, flags
+
+from launch.entry import prepare
+
+F = flags.FLAGS
+flags.DEFINE_string("model", None, "training run directory / HF directory / .gguf / 'bundled' / "
+                                   "oracle[:<wrong_choice>,<loop>,<malformed>,<premature_stop>]")
+flags.DEFINE_integer("step", None, "checkpoint step of a run directory (default: the latest)")
+flags.DEFINE_enum("env", "shop", ["shop", "miniwob"], "environment")
+flags.DEFINE_enum("split", "test", ["train", "test"], "task split (held-out: test)")
+flags.DEFINE_integer("num_tasks", 0, "first N tasks of the split, families interleaved (0 = all)")
+flags.DEFINE_list("task_ids", [], "explicit task ids (overrides --num_tasks)")
+flags.DEFINE_list("families", [], "only these task families")
+flags.DEFINE_string("locale", "en", "shop catalogue locale: en | zh")
+flags.DEFINE_list("seeds", ["0", "1", "2"], "one collection per seed")
+flags.DEFINE_integer("runs", 1, "runs per task per seed")
+flags.DEFINE_integer("contexts", 4, "parallel browser contexts")
+flags.DEFINE_integer("max_steps", 30, "steps per episode")
+flags.DEFINE_float("temperature", 0.0, "model policy sampling temperature (0 = greedy)")
+flags.DEFINE_float("top_p", 1.0, "model policy nucleus sampling (1 = off)")
+flags.DEFINE_integer("max_tokens", 128, "model policy: tokens per step")
+flags.DEFINE_integer("max_batch", 8, "model policy: largest sampler batch")
+flags.DEFINE_integer("budget_tokens", 1024, "observation text budget (tokens)")
+flags.DEFINE_bool("screenshots", False, "save screenshots (the pHash is always recorded)")
+flags.DEFINE_float("step_timeout_s", 180.0, "per-step watchdog")
+flags.DEFINE_float("episode_timeout_s", 1800.0, "per-episode watchdog")
+flags.DEFINE_enum("redundancy", "either", ["either", "strict", "page"],
+                  "which states are the same when counting redundant steps per episode (see rollout/evaluate.py)")
+flags.DEFINE_string("out", "data/eval", "output directory (seed<k>/ collections and eval.json)")
+flags.mark_flag_as_required("model")
+
+
+def main(argv):
+    prepare(argv)
+    import asyncio
+
+    from rollout.envs import make_env
+    from rollout.evaluate import EvalConfig, evaluate_async, format_table, load_policy, select_tasks
+    from tgpo_jax.models.sampler import SamplingParams
+
+    try:
+        seeds = tuple(int(s) for s in F.seeds)
+    except ValueError:
+        raise app.UsageError(f"--seeds must be integers, got {F.seeds}") from None
+    cfg = EvalConfig(out_dir=F.out, env=F.env, split=F.split, num_tasks=F.num_tasks, families=tuple(F.families),
+                     seeds=seeds, runs=F.runs, contexts=F.contexts, max_steps=F.max_steps,
+                     temperature=F.temperature, screenshots=F.screenshots, budget_tokens=F.budget_tokens,
+                     step_timeout_s=F.step_timeout_s, episode_timeout_s=F.episode_timeout_s,
+                     redundancy=F.redundancy)
+    env = make_env(F.env, **({"locale": F.locale} if F.env == "shop" else {}))
+    try:
+        tasks = select_tasks(env, F.split, F.num_tasks, F.task_ids, F.families)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
+    if not tasks:
+        raise app.UsageError("no tasks selected")
+    params = SamplingParams(temperature=F.temperature, top_p=F.top_p, max_tokens=F.max_tokens, seed=0)
+    try:
+        policy = load_policy(F.model, params=params, budget_tokens=F.budget_tokens * 2, max_batch=F.max_batch,
+                             step=F.step, env=env)
+    except (FileNotFoundError, ValueError) as e:
+        raise app.UsageError(str(e)) from None
+    meta = {"model": F.model, "step": F.step, "locale": F.locale if F.env == "shop" else None,
+            "max_tokens": F.max_tokens, "top_p": F.top_p}
+
+    async def go():
+        try:
+            return await evaluate_async(env, tasks, policy, cfg, meta=meta)
+        finally:
+            await policy.close()
+            env.stop()
+
+    result = asyncio.run(go())
+    import sys
+
+    print(format_table(result), file=sys.stderr)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,77 @@
+"""Write the evaluation report (TGPO Table 1 / Table 2, dataset statistics, training curves) as Markdown + HTML.
+
+  python -m launch.report --out=reports/main --title="TGPO on the shop" \
+      --eval=base=evals/base.json --eval=SFT=evals/sft.json --eval=TGPO=evals/tgpo.json \
+      --dataset_manifest=data/datasets/train/manifest.json \
+      --run=SFT=runs/sft --run=TGPO=runs/tgpo --tree=shop/train/0003=trees/t3.html
+Rows appear in the order of the ``--eval`` flags. ``--tree`` paths are relative to ``--out``.
+Prints the written paths as JSON.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from absl import app, flags
+
+from launch.entry import prepare
+
+F = flags.FLAGS
+flags.DEFINE_string("out", "report", "output directory")
+flags.DEFINE_string("title", "tgpo-jax evaluation report", "report title")
+flags.DEFINE_multi_string("eval", [], "name=path/to/eval.json (repeatable; one Table 1 row each, in order)")
+flags.DEFINE_string("dataset_manifest", None, "dataset manifest.json (or its directory); its 'extra' is the summary")
+flags.DEFINE_multi_string("run", [], "name=run_dir: training curves from run_dir/metrics.jsonl (repeatable)")
+flags.DEFINE_multi_string("tree", [], "task_id=relative/path/to/tree.html (repeatable)")
+flags.DEFINE_string("notes", "", "free-form notes (text, or @path to read them from a file)")
+flags.DEFINE_bool("reference", True, "include the TGPO paper's reference numbers")
+
+
+def parse_pairs(values, flag: str) -> dict[str, str]:
+    out = {}
+    for v in values:
+        name, sep, path = v.partition("=")
+        if not sep or not name or not path:
+            raise app.UsageError(f"--{flag}={v!r}: expected name=path")
+        if name in out:
+            raise app.UsageError(f"--{flag}: {name!r} given twice")
+        out[name] = path
+    return out
+
+
+def load_dataset_summary(path: str) -> dict:
+    if os.path.isdir(path):
+        path = os.path.join(path, "manifest.json")
+    with open(path) as f:
+        manifest = json.load(f)
+    return dict(manifest.get("extra") or {})
+
+
+def main(argv):
+    prepare(argv)
+    from rollout.report import write_report
+
+    models = {}
+    for name, path in parse_pairs(F.eval, "eval").items():
+        with open(path) as f:
+            models[name] = json.load(f)
+    curves = {}
+    if F.run:
+        from tgpo_jax.training.metrics import read_metrics
+
+        for name, run_dir in parse_pairs(F.run, "run").items():
+            if not os.path.isdir(run_dir):
+                raise app.UsageError(f"--run={name}={run_dir}: no such directory")
+            curves[name] = read_metrics(run_dir)
+    dataset = load_dataset_summary(F.dataset_manifest) if F.dataset_manifest else None
+    notes = F.notes
+    if notes.startswith("@"):
+        with open(notes[1:]) as f:
+            notes = f.read()
+    paths = write_report(F.out, title=F.title, models=models, dataset=dataset, curves=curves or None,
+                         trees=parse_pairs(F.tree, "tree") or None, notes=notes, reference=F.reference)
+    print(json.dumps(paths, indent=1))
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,202 @@
+"""The evaluation report: Table 1 / Table 2 Markdown, the HTML page, the PNG plots and the CLI."""
+import html.parser
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from PIL import Image
+
+from rollout.report import write_report
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# name: (success, ci), (avg steps, ci), (redundant, ci); ci None = no CI. Bold: TGPO success, DPO steps, TGPO redundant.
+ROWS = {
+    "base": ((0.367, 0.021), (14.28, 0.5), (4.95, 0.31)),
+    "SFT": ((0.703, 0.03), (10.1, 0.42), (2.1, 0.2)),
+    "KTO": ((0.729, None), (9.87, None), (1.9, None)),
+    "KTO-Tree": ((0.776, 0.025), (9.02, 0.33), (1.21, 0.15)),
+    "DPO": ((0.721, 0.028), (8.5, 0.39), (1.5, 0.11)),
+    "TGPO": ((0.786, 0.021), (8.66, 0.41), (0.97, 0.12)),
+}
+EXPECTED = [
+    "| base | 36.7 ± 2.1 | 14.28 ± 0.50 | 4.95 ± 0.31 | 300 (3 seeds) |",
+    "| SFT | 70.3 ± 3.0 | 10.10 ± 0.42 | 2.10 ± 0.20 | 300 (3 seeds) |",
+    "| KTO | 72.9 | 9.87 | 1.90 | 300 (3 seeds) |",
+    "| KTO-Tree | 77.6 ± 2.5 | 9.02 ± 0.33 | 1.21 ± 0.15 | 300 (3 seeds) |",
+    "| DPO | 72.1 ± 2.8 | **8.50 ± 0.39** | 1.50 ± 0.11 | 300 (3 seeds) |",
+    "| TGPO | **78.6 ± 2.1** | 8.66 ± 0.41 | **0.97 ± 0.12** | 300 (3 seeds) |",
+]
+KEYS = ("success_rate", "avg_steps", "redundant_steps")
+
+
+def make_eval(name, row):
+    mean = {k: v for k, (v, _) in zip(KEYS, row)}
+    per_seed = [{"seed": s, **{k: v + d for k, v in mean.items()}, "episodes": 100}
+                for s, d in enumerate((-0.01, 0.0, 0.01))]
+    ci = {k: c for k, (_, c) in zip(KEYS, row)}
+    if name in ("SFT", "TGPO"):  # rollout.evaluate's shape: {"low", "high", "half_width"} | None
+        ci = {k: None if c is None else {"low": mean[k] - c, "high": mean[k] + c, "half_width": c}
+              for k, c in ci.items()}
+    return {"per_seed": per_seed, "mean": mean, "ci95": ci, "episodes": 300,
+            "policy": f"model:{name}", "tasks": 100}
+
+
+DATASET = {"tasks": 50, "episodes": 400, "successful_episodes": 180, "success_rate": 0.45, "steps": 5200,
+           "states": 5200, "nodes": 3100, "merge_ratio": 0.596, "pairs": 812, "records": 3100,
+           "redundant_steps_per_episode": 2.35, "label_conflict_rate": 0.1234, "broken_episodes": [],
+           "episodes_dir": "/data/episodes/train"}
+
+
+def metrics(n, scale):
+    rows = []
+    for s in range(1, n + 1):
+        rows.append({"step": s, "time": 0.0, "train/loss": scale / s, "train/rewards/accuracies": 1 - 0.5 / s,
+                     "train/grad_norm": 1.0})
+        if s % 5 == 0:
+            rows.append({"step": s, "time": 0.0, "eval/loss": scale / s + 0.1})
+    return rows
+
+
+class _Parser(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.imgs, self.links, self.tags = [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        a = dict(attrs)
+        if tag == "img":
+            self.imgs.append(a["src"])
+        if tag == "a":
+            self.links.append(a["href"])
+
+
+def parse_html(path):
+    p = _Parser()
+    with open(path, encoding="utf-8") as f:
+        p.feed(f.read())
+    p.close()
+    return p
+
+
+def check_png(path):
+    assert os.path.getsize(path) > 0
+    with Image.open(path) as im:
+        assert im.format == "PNG" and im.size[0] > 100 and im.size[1] > 100
+        im.verify()
+
+
+def test_full_report(tmp_path):
+    out = str(tmp_path / "rep")
+    models = {n: make_eval(n, r) for n, r in ROWS.items()}
+    res = write_report(out, title="TGPO on the shop", models=models, dataset=DATASET,
+                       curves={"DPO": metrics(20, 0.7), "TGPO": metrics(20, 0.6)},
+                       trees={"shop/train/0003": "trees/t3.html"}, notes="seed 0..2\nsmall model")
+    names = {os.path.basename(p) for p in res["plots"]}
+    assert names == {"success.png", "steps.png", "curves_loss.png", "curves_reward_accuracy.png",
+                     "curves_eval_loss.png"}
+    for p in res["plots"]:
+        check_png(p)
+    assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
+
+    md = open(res["markdown"], encoding="utf-8").read()
+    assert md.startswith("# TGPO on the shop\n")
+    lines = md.splitlines()
+    i = lines.index("| Model | Success rate (%) | Avg. steps | Redundant steps | Episodes |")
+    assert lines[i + 1] == "|---|---:|---:|---:|---:|"
+    assert lines[i + 2:i + 8] == EXPECTED
+    # Reference table (paper numbers), Table 2, dataset stats, curves, trees, notes.
+    assert "| TGPO | 78.6 | 8.66 | 0.97 |" in lines and "| SFT | 70.3 | — | — |" in lines
+    assert "| base | 36.7 | 14.28 | 4.95 |" in lines
+    assert "Label-conflict rate: 12.34% (ours) vs 26.95% (TGPO paper)." in lines
+    assert "| ours | 12.34% |" in lines and "| TGPO paper (C-WebShop) | 26.95% |" in lines
+    assert "| preference pairs | 812 |" in lines and "| label-conflict rate | 12.34% |" in lines
+    assert "| redundant steps / episode | 2.35 |" in lines and "| broken episodes | 0 |" in lines
+    for png in ("success.png", "steps.png", "curves_loss.png", "curves_eval_loss.png"):
+        assert f"]({png})" in md
+    assert "- [shop/train/0003](trees/t3.html)" in lines
+    assert "seed 0..2\nsmall model" in md
+
+    page = parse_html(res["html"])
+    assert sorted(page.imgs) == sorted(names)
+    assert "trees/t3.html" in page.links and "table" in page.tags and "style" in page.tags
+    text = open(res["html"], encoding="utf-8").read()
+    assert "<strong>78.6 ± 2.1</strong>" in text and "<strong>8.50 ± 0.39</strong>" in text
+    assert "12.34%" in text and "26.95%" in text and "<script" not in text
+
+
+def test_missing_pieces(tmp_path):
+    out = str(tmp_path / "bare")
+    models = {
+        "base": {"per_seed": [{"seed": 0, "success_rate": 0.5, "avg_steps": 7.0, "redundant_steps": 1.0,
+                               "episodes": 10}], "mean": {"success_rate": 0.5, "avg_steps": 7.0,
+                                                           "redundant_steps": 1.0},
+                 "ci95": {"success_rate": None, "avg_steps": None, "redundant_steps": None}, "episodes": 10},
+        "SFT": None,  # not evaluated (yet)
+        "mine": {"mean": {"success_rate": 0.6}, "episodes": 12},  # no steps, no CI
+    }
+    res = write_report(out, title="partial <&>", models=models, reference=False)
+    assert [os.path.basename(p) for p in res["plots"]] == ["success.png", "steps.png"]
+    for p in res["plots"]:
+        check_png(p)
+    md = open(res["markdown"], encoding="utf-8").read()
+    assert "| base | 50.0 | **7.00** | **1.00** | 10 |" in md
+    assert "| SFT | — | — | — | — |" in md
+    assert "| mine | **60.0** | — | — | 12 |" in md
+    assert "Label-conflict rate: — (ours) vs 26.95% (TGPO paper)." in md
+    assert "No training metrics." in md and "No dataset summary." in md and "Reference" not in md
+    page = parse_html(res["html"])
+    assert sorted(page.imgs) == ["steps.png", "success.png"]
+    assert "partial &lt;&amp;&gt;" in open(res["html"], encoding="utf-8").read()
+
+    # No models at all still writes a report.
+    res = write_report(str(tmp_path / "empty"), title="empty", models={})
+    assert "No evaluation results." in open(res["markdown"], encoding="utf-8").read()
+    parse_html(res["html"])
+
+
+def test_cli(tmp_path):
+    evals = []
+    for name in ("base", "TGPO"):
+        p = tmp_path / f"{name}.json"
+        p.write_text(json.dumps(make_eval(name, ROWS[name])))
+        evals.append(f"--eval={name}={p}")
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    (ds / "manifest.json").write_text(json.dumps({"shards": [], "config": {}, "extra": DATASET}))
+    run = tmp_path / "run_tgpo"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics(10, 0.5)))
+    out = tmp_path / "rep"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.run([sys.executable, "-m", "launch.report", f"--out={out}", "--title=CLI report", *evals,
+                           f"--dataset_manifest={ds / 'manifest.json'}", f"--run=TGPO={run}",
+                           "--tree=t1=trees/t1.html"], capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    paths = json.loads(proc.stdout)
+    assert os.path.exists(paths["markdown"]) and os.path.exists(paths["html"])
+    assert {os.path.basename(p) for p in paths["plots"]} == {"success.png", "steps.png", "curves_loss.png",
+                                                            "curves_reward_accuracy.png", "curves_eval_loss.png"}
+    md = open(paths["markdown"], encoding="utf-8").read()
+    assert EXPECTED[0] in md
+    assert "| TGPO | **78.6 ± 2.1** | **8.66 ± 0.41** | **0.97 ± 0.12** | 300 (3 seeds) |" in md
+    assert "12.34% (ours)" in md and "- [t1](trees/t1.html)" in md
+
+    bad = subprocess.run([sys.executable, "-m", "launch.report", f"--out={out}", "--eval=nopath"],
+                         capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    assert bad.returncode != 0 and "name=path" in bad.stderr
+
+
+@pytest.mark.parametrize("value,ci,expected", [(0.5, 0.0049, "50.0 ± 0.5"), (1.0, None, "100.0"),
+                                               (float("nan"), 0.1, "—"),
+                                               (0.786, {"low": 0.765, "high": 0.807, "half_width": 0.021},
+                                                "78.6 ± 2.1"),
+                                               (0.786, {"low": 0.765, "high": 0.807}, "78.6 ± 2.1")])
+def test_success_format(value, ci, expected):
+    from rollout.report import model_cells
+
+    cell = model_cells({"mean": {"success_rate": value}, "ci95": {"success_rate": ci}})["success_rate"]
+    assert cell.text() == expected
