@@ -51,31 +51,6 @@ flags.DEFINE_list("allow_origins", [], "GOTO / navigation allowlist beyond the e
 flags.DEFINE_integer("recycle_after", 100, "episodes per browser before a fresh one")
 
 
-def select_tasks(env, split: str, num_tasks: int = 0, task_ids=(), families=()):
-    tasks = env.tasks(split)
-    if families:
-        unknown = set(families) - {t.family for t in tasks}
-        if unknown:
-            raise app.UsageError(f"unknown task families {sorted(unknown)}; have {sorted({t.family for t in tasks})}")
-        tasks = [t for t in tasks if t.family in families]
-    if task_ids:
-        by_id = {t.task_id: t for t in tasks}
-        missing = [i for i in task_ids if i not in by_id]
-        if missing:
-            raise app.UsageError(f"no such task ids in the {split} split: {missing[:5]}")
-        return [by_id[i] for i in task_ids]
-    if num_tasks:
-        # Interleave families so the first N cover every family.
-        by_family: dict[str, list] = {}
-        for t in tasks:
-            by_family.setdefault(t.family, []).append(t)
-        mixed = [t for group in zip(*by_family.values()) for t in group]
-        chosen = {t.task_id for t in mixed}
-        rest = [t for t in tasks if t.task_id not in chosen]
-        tasks = (mixed + rest)[:num_tasks]
-    return tasks
-
-
 def make_policy(env):
     if F.policy == "oracle":
         from rollout.policies.oracle import OracleNoise, OraclePolicy
@@ -96,12 +71,15 @@ def main(argv):
     prepare(argv)
     import asyncio
 
-    from rollout.collect import CollectConfig, collect_async
+    from rollout.collect import CollectConfig, collect_async, select_tasks
     from rollout.envs import make_env
     from rollout.harness.runner import HarnessConfig
 
     env = make_env(F.env, **({"locale": F.locale} if F.env == "shop" else {}))
-    tasks = select_tasks(env, F.split, F.num_tasks, F.task_ids, F.families)
+    try:
+        tasks = select_tasks(env, F.split, F.num_tasks, F.task_ids, F.families)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from e
     if not tasks:
         raise app.UsageError("no tasks selected")
     policy, policy_meta = make_policy(env)

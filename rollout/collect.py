@@ -11,6 +11,7 @@ import asyncio
 import collections
 import dataclasses
 import logging
+from typing import Sequence
 
 from tqdm.auto import tqdm
 
@@ -44,6 +45,32 @@ class CollectConfig:
             raise ValueError(f"runs and contexts must be >= 1 (got {self.runs}, {self.contexts})")
         if not 0 <= self.shard_index < self.num_shards:
             raise ValueError(f"shard_index {self.shard_index} must be in [0, num_shards={self.num_shards})")
+
+
+def select_tasks(env: Environment, split: str, num_tasks: int = 0, task_ids: Sequence[str] = (),
+                 families: Sequence[str] = ()) -> list[Task]:
+    """The tasks of a split: only ``families`` if given;
+    ``task_ids`` in their order if given; else the first ``num_tasks`` (0 = all) with families interleaved."""
+    tasks = env.tasks(split)
+    if families:
+        unknown = set(families) - {t.family for t in tasks}
+        if unknown:
+            raise ValueError(f"unknown task families {sorted(unknown)}; have {sorted({t.family for t in tasks})}")
+        tasks = [t for t in tasks if t.family in families]
+    if task_ids:
+        by_id = {t.task_id: t for t in tasks}
+        missing = [i for i in task_ids if i not in by_id]
+        if missing:
+            raise ValueError(f"no such task ids in the {split} split: {missing[:5]}")
+        return [by_id[i] for i in task_ids]
+    if num_tasks:
+        by_family: dict[str, list] = {}
+        for t in tasks:
+            by_family.setdefault(t.family, []).append(t)
+        mixed = [t for group in zip(*by_family.values()) for t in group]
+        chosen = {t.task_id for t in mixed}
+        tasks = (mixed + [t for t in tasks if t.task_id not in chosen])[:num_tasks]
+    return list(tasks)
 
 
 def shard_episodes(tasks: list[Task], runs: int, shard_index: int, num_shards: int) -> list[tuple[Task, int]]:

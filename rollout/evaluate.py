@@ -37,6 +37,7 @@ import math
 import os
 from typing import Callable, Sequence
 
+from rollout.collect import select_tasks  # noqa: F401  (re-exported: evaluation selects tasks as collection does)
 from rollout.core import Environment, Policy, Task
 
 METRICS = ("success_rate", "avg_steps", "redundant_steps", "avg_score")
@@ -127,32 +128,6 @@ def policy_for_seed(policy, seed: int):
 
 
 # ---------------------------------------------------------------- tasks
-def select_tasks(env: Environment, split: str, num_tasks: int = 0, task_ids: Sequence[str] = (),
-                 families: Sequence[str] = ()) -> list[Task]:
-    """The tasks of a split (as ``launch.collect.select_tasks``, raising ValueError): only ``families`` if given;
-    ``task_ids`` in their order if given; else the first ``num_tasks`` (0 = all) with families interleaved."""
-    tasks = env.tasks(split)
-    if families:
-        unknown = set(families) - {t.family for t in tasks}
-        if unknown:
-            raise ValueError(f"unknown task families {sorted(unknown)}; have {sorted({t.family for t in tasks})}")
-        tasks = [t for t in tasks if t.family in families]
-    if task_ids:
-        by_id = {t.task_id: t for t in tasks}
-        missing = [i for i in task_ids if i not in by_id]
-        if missing:
-            raise ValueError(f"no such task ids in the {split} split: {missing[:5]}")
-        return [by_id[i] for i in task_ids]
-    if num_tasks:
-        by_family: dict[str, list] = {}
-        for t in tasks:
-            by_family.setdefault(t.family, []).append(t)
-        mixed = [t for group in zip(*by_family.values()) for t in group]
-        chosen = {t.task_id for t in mixed}
-        tasks = (mixed + [t for t in tasks if t.task_id not in chosen])[:num_tasks]
-    return list(tasks)
-
-
 # ---------------------------------------------------------------- configuration
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
