@@ -87,8 +87,7 @@ async def collect_async(env: Environment, tasks: list[Task], policy: Policy, cfg
     check_collection(cfg.out_dir, {"env": env.name, "runs": cfg.runs, "seed": cfg.seed,
                                    "policy": getattr(policy, "name", type(policy).__name__),
                                    "num_tasks": len(tasks), "max_steps": cfg.harness.max_steps, **(meta or {})})
-    if cfg.shard_index == 0:
-        write_tasks(cfg.out_dir, tasks)
+    write_tasks(cfg.out_dir, tasks)  # every shard: hosts may write to separate directories merged later
     mine = shard_episodes(tasks, cfg.runs, cfg.shard_index, cfg.num_shards)
     counts = collections.Counter()
     todo = collections.deque()
