@@ -28,15 +28,14 @@ _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "compute
 
 def main(argv):
     prepare(argv)
-    from tgpo_jax.models.loading import load_model
+    from tgpo_jax.models.loading import load_model, with_tokenizer_eos
     from tgpo_jax.models.sampler import Sampler, SamplingParams
     from tgpo_jax.models.tokenizer import chat_ids, load_tokenizer
 
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(_TOKENIZER.value or _MODEL.value)
     model = load_model(_MODEL.value, dtype=_DTYPE.value)
-    if not model.cfg.eos_token_ids and tokenizer.eos_token_id is not None:
-        model.cfg = model.cfg.replace(eos_token_id=tokenizer.eos_token_id)
+    with_tokenizer_eos(model, tokenizer)
     print(f"loaded {_MODEL.value} ({model.cfg.model_type}, {model.cfg.num_layers} layers) "
           f"in {time.perf_counter() - t0:.1f}s", flush=True)
     messages = ([{"role": "system", "content": _SYSTEM.value}] if _SYSTEM.value else [])

@@ -26,15 +26,14 @@ _MAX_TOKENS = flags.DEFINE_integer("default_max_tokens", 256, "max_tokens when a
 def main(argv):
     prepare(argv)
     from rollout.serve import ModelServer
-    from tgpo_jax.models.loading import load_model
+    from tgpo_jax.models.loading import load_model, with_tokenizer_eos
     from tgpo_jax.models.sampler import Sampler
     from tgpo_jax.models.tokenizer import load_tokenizer
 
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(_TOKENIZER.value or _MODEL.value)
     model = load_model(_MODEL.value, dtype=_DTYPE.value)
-    if not model.cfg.eos_token_ids and tokenizer.eos_token_id is not None:
-        model.cfg = model.cfg.replace(eos_token_id=tokenizer.eos_token_id)
+    with_tokenizer_eos(model, tokenizer)
     logging.info("loaded %s (%s, %d layers) in %.1fs", _MODEL.value, model.cfg.model_type, model.cfg.num_layers,
                  time.perf_counter() - t0)
     server = ModelServer(Sampler(model, tokenizer), tokenizer, _SERVED_NAME.value or _MODEL.value,

@@ -91,14 +91,13 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
 
     kw = dict(params=params, budget_tokens=budget_tokens, max_batch=max_batch)
     if os.path.isdir(model) and is_run_dir(model):
-        from tgpo_jax.models.loading import merged_model
+        from tgpo_jax.models.loading import merged_model, with_tokenizer_eos
         from tgpo_jax.models.sampler import Sampler
         from tgpo_jax.training.restore import restore_checkpoint
 
         restored = restore_checkpoint(model, step)
-        net, tokenizer = merged_model(restored.model), restored.tokenizer
-        if not net.cfg.eos_token_ids and tokenizer.eos_token_id is not None:
-            net.cfg = net.cfg.replace(eos_token_id=tokenizer.eos_token_id)
+        tokenizer = restored.tokenizer
+        net = with_tokenizer_eos(merged_model(restored.model), tokenizer)
         return ModelPolicy(Sampler(net, tokenizer), tokenizer, name=f"model:{model}@{restored.step}", **kw)
     if step is not None:
         raise ValueError(f"--step={step} given, but {model!r} is not a training run directory "

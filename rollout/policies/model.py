@@ -83,14 +83,12 @@ class ModelPolicy:
     def from_path(cls, path: str = "bundled", *, params, dtype: str | None = None, tokenizer_path: str | None = None,
                   mesh=None, **kw) -> "ModelPolicy":
         """Load the model and its tokenizer from one path (HF directory, .gguf, or 'bundled')."""
-        from tgpo_jax.models.loading import load_model
+        from tgpo_jax.models.loading import load_model, with_tokenizer_eos
         from tgpo_jax.models.sampler import Sampler
         from tgpo_jax.models.tokenizer import load_tokenizer
 
         tokenizer = load_tokenizer(tokenizer_path or path)
-        model = load_model(path, dtype=dtype, mesh=mesh)
-        if not model.cfg.eos_token_ids and tokenizer.eos_token_id is not None:
-            model.cfg = model.cfg.replace(eos_token_id=tokenizer.eos_token_id)
+        model = with_tokenizer_eos(load_model(path, dtype=dtype, mesh=mesh), tokenizer)
         return cls(Sampler(model, tokenizer), tokenizer, params=params, **kw)
 
     # ------------------------------------------------------------------ Policy protocol

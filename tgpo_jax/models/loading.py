@@ -115,6 +115,14 @@ def shard_model(model: Transformer, mesh) -> Transformer:
     return model_from_flat(model.cfg, flat)
 
 
+def with_tokenizer_eos(model, tokenizer):
+    """Take the tokenizer's EOS when the model config names none (GGUFs and some HF configs): the sampler
+    stops on the model's EOS ids."""
+    if not model.cfg.eos_token_ids and tokenizer.eos_token_id is not None:
+        model.cfg = model.cfg.replace(eos_token_id=tokenizer.eos_token_id)
+    return model
+
+
 def load_model(path: str, *, mesh=None, dtype: str | None = None, param_dtype: str = "float32",
                lora_seed: int = 0, **config_overrides) -> Transformer:
     """Load a checkpoint onto ``mesh`` (or the default device).
