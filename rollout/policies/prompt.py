@@ -43,6 +43,28 @@ Answer in exactly this format, one short thought line, then one command line, no
 Thought: <why this command moves the task forward>
 Command: <one command>"""
 
+# For from-scratch models: the grammar carries nothing they can read, and its ~250 tokens would be most of every
+# training row on a CPU. The answer cue and the format of the outputs stay the same.
+COMPACT_SYSTEM_PROMPT = "You are a web agent. Give one command per step: 'Thought: ...' then 'Command: ...'."
+SYSTEM_PROMPTS = {"full": SYSTEM_PROMPT, "compact": COMPACT_SYSTEM_PROMPT}
+POLICY_FILE = "policy.json"  # next to a model: the prompt it was trained with ({"prompt_style", "budget_tokens"})
+
+
+def saved_prompt(model_dir: str) -> dict:
+    """The prompt settings saved next to a model (``policy.json``), or {} when there are none."""
+    import json
+    import os
+
+    path = os.path.join(model_dir, POLICY_FILE) if os.path.isdir(model_dir) else ""
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        saved = json.load(f)
+    if saved.get("prompt_style", "full") not in SYSTEM_PROMPTS:
+        raise ValueError(f"{path}: prompt_style {saved.get('prompt_style')!r}; expected one of {sorted(SYSTEM_PROMPTS)}")
+    return saved
+
+
 ANSWER_CUE = "Give your next step as 'Thought: ...' then 'Command: ...'."
 OMITTED = "({k} earlier action{s} omitted)"
 CUT_NOTE = "\n[... page text cut to fit the prompt]"

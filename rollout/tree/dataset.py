@@ -13,12 +13,14 @@ path and skipped; test-split tasks are refused unless asked for, so held-out tas
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
 import os
 import re
 from collections import defaultdict
+from typing import Sequence
 
 from tqdm.auto import tqdm
 
@@ -39,7 +41,9 @@ class BuildConfig:
     tree: TreeConfig = TreeConfig()
     splits: tuple[str, ...] = ("train",)  # task splits admitted; test tasks never reach training data
     num_shards: int = 4
-    prompt_budget_tokens: int = 2048  # rebuilt prompts: as the policy builds them (4 chars / token estimate)
+    prompt_budget_tokens: int = 2048  # rebuilt prompts: as the policy builds them
+    system_prompt: str = SYSTEM_PROMPT  # the policy's system text (prompt.SYSTEM_PROMPTS)
+    tokenizer: str = ""  # count the budget with this tokenizer (the policy's, as ModelPolicy does); '' = 4 chars/token
     thought_chars: int = 160
     include_invalid: bool = True  # keep branches whose output did not parse (they are useful rejected actions)
     overwrite: bool = False
@@ -157,6 +161,15 @@ def history_of(ep: EpisodeRecord, t: int) -> list[HistoryItem]:
     return items
 
 
+@functools.lru_cache(maxsize=4)
+def _tokenizer(path: str):
+    if not path:
+        return None
+    from tgpo_jax.models.tokenizer import load_tokenizer
+
+    return load_tokenizer(path)
+
+
 def step_prompt(task: Task | None, ep: EpisodeRecord, t: int, cfg: BuildConfig) -> list[dict]:
     step = ep.steps[t]
     recorded = (step.get("policy_info") or {}).get("messages")
@@ -164,7 +177,8 @@ def step_prompt(task: Task | None, ep: EpisodeRecord, t: int, cfg: BuildConfig) 
         return [dict(m) for m in recorded]
     instruction = task.instruction if task is not None else ep.summary.get("instruction", "")
     return messages_for(instruction, history_of(ep, t), step["observation"], budget_tokens=cfg.prompt_budget_tokens,
-                        thought_chars=cfg.thought_chars, system_prompt=SYSTEM_PROMPT)
+                        tokenizer=_tokenizer(cfg.tokenizer), thought_chars=cfg.thought_chars,
+                        system_prompt=cfg.system_prompt)
 
 
 def node_records(graph: TaskGraph, episodes: list[EpisodeRecord], task: Task | None,
@@ -253,16 +267,38 @@ def label_counts(records: list[NodeRecord]) -> dict:
             "kto_tree_desirable": td, "kto_tree_undesirable": tu}
 
 
+def _collection_of(path: str, dirs: list[str]) -> str:
+    """The collection directory (of ``dirs``) an episode path lies in."""
+    path = os.path.abspath(path)
+    for d in dirs:
+        if path.startswith(os.path.abspath(d) + os.sep):
+            return d
+    return dirs[0]
+
+
 # ---------------------------------------------------------------- the whole build
-def build_dataset(episodes_dir: str, out_dir: str, cfg: BuildConfig = BuildConfig(), *, progress: bool = True) -> dict:
-    """Build and write the dataset; returns the summary that also goes into the manifest's ``extra``."""
+def build_dataset(episodes_dir: str | Sequence[str], out_dir: str, cfg: BuildConfig = BuildConfig(), *,
+                  progress: bool = True) -> dict:
+    """Build and write the dataset; returns the summary that also goes into the manifest's ``extra``.
+    Several collection directories (e.g. Agent Q rounds, a replay buffer) merge into one tree per task."""
     from tgpo_jax.data.io import write_dataset
 
-    by_task, broken = load_episodes(episodes_dir)
-    try:
-        tasks = {t.task_id: t for t in read_tasks(episodes_dir)}
-    except FileNotFoundError:
-        tasks = {}
+    dirs = [episodes_dir] if isinstance(episodes_dir, str) else list(episodes_dir)
+    if not dirs:
+        raise ValueError("no episodes directory given")
+    by_task: dict[str, list[EpisodeRecord]] = defaultdict(list)
+    broken: list[dict] = []
+    tasks = {}
+    for d in dirs:
+        found, bad = load_episodes(d)
+        for task_id, eps in found.items():
+            by_task[task_id].extend(eps)
+        broken += bad
+        try:
+            tasks.update({t.task_id: t for t in read_tasks(d)})
+        except FileNotFoundError:
+            pass
+    episodes_dir = dirs[0] if len(dirs) == 1 else dirs
     records: list[NodeRecord] = []
     stats = defaultdict(int)
     conflicted = occurrences = 0
@@ -270,7 +306,7 @@ def build_dataset(episodes_dir: str, out_dir: str, cfg: BuildConfig = BuildConfi
     refused_splits = set()
     verifier = cfg.make_verifier()
     for task_id in tqdm(sorted(by_task), desc="build trees", unit="task", disable=not progress):
-        episodes = sorted(by_task[task_id], key=lambda e: e.summary["run"])
+        episodes = sorted(by_task[task_id], key=lambda e: (dirs.index(_collection_of(e.path, dirs)), e.summary["run"]))
         split = episodes[0].summary.get("split")
         if split not in cfg.splits:
             refused_splits.add(split)
@@ -295,7 +331,9 @@ def build_dataset(episodes_dir: str, out_dir: str, cfg: BuildConfig = BuildConfi
         "label_conflict_rate": conflicted / occurrences if occurrences else 0.0,
         "redundant_steps_per_episode": sum(redundant) / len(redundant) if redundant else 0.0,
         "success_rate": stats["successful_episodes"] / max(stats["episodes"], 1),
-        "merge_ratio": stats["nodes"] / max(stats["states"], 1), "episodes_dir": os.path.abspath(episodes_dir),
+        "merge_ratio": stats["nodes"] / max(stats["states"], 1),
+        "episodes_dir": os.path.abspath(episodes_dir) if isinstance(episodes_dir, str) else
+        [os.path.abspath(d) for d in episodes_dir],
     }
     write_dataset(records, out_dir, num_shards=cfg.num_shards, config=cfg.to_json(), extra=summary,
                   overwrite=cfg.overwrite)

@@ -17,7 +17,7 @@ from tgpo_jax import sharding as shd
 from tgpo_jax.data import examples as ex
 from tgpo_jax.data.collate import CollateConfig
 from tgpo_jax.data.pipeline import NodeExamples, make_dataset, steps_per_epoch
-from tgpo_jax.models.config import tiny_config
+from tgpo_jax.models.config import SCRATCH_PRESETS, scratch_config
 from tgpo_jax.models.loading import load_model
 from tgpo_jax.models.tokenizer import load_tokenizer
 from tgpo_jax.models.transformer import init_model
@@ -60,9 +60,10 @@ def build_model(cfg, mesh, tokenizer):
     overrides = dict(dtype=m.dtype, remat=m.remat, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha)
     if m.path:
         return load_model(m.path, mesh=mesh, param_dtype=m.param_dtype, lora_seed=m.lora_seed, **overrides)
-    if m.scratch != "tiny":
-        raise ValueError(f"model.path is empty and model.scratch={m.scratch!r}: give a checkpoint or 'tiny'")
-    mc = tiny_config(vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
+    if m.scratch not in SCRATCH_PRESETS:
+        raise ValueError(f"model.path is empty and model.scratch={m.scratch!r}: give a checkpoint or one of "
+                         f"{sorted(SCRATCH_PRESETS)}")
+    mc = scratch_config(m.scratch, len(tokenizer), eos_token_id=tokenizer.eos_token_id,
                      pad_token_id=tokenizer.pad_token_id, param_dtype=m.param_dtype, **overrides)
     from tgpo_jax.models.loading import shard_model
 

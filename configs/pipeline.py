@@ -1,0 +1,129 @@
+"""The main job's configuration (launch/pipeline.py). Presets after ':':
+
+  default  the embedded default: local shop, from-scratch 'small' model (~2.3M parameters, its own SentencePiece
+           vocabulary), CPU, ≤ 20 minutes on 2 cores. (The bundled SmolLM2-135M does not fit that budget on a
+           CPU; see BUILD_NOTES.md, "Which model learns on a CPU".)
+  tiny     the same stages in a few minutes (CI's end-to-end test)
+  large    the learning result of BUILD_NOTES.md (more tasks, runs, steps, three evaluation seeds)
+  smollm2  the bundled SmolLM2-135M-Instruct as the base (for a GPU host)
+
+Every field can be overridden: ``--config.collect.runs=8 --config.tgpo.loss.beta=0.2 --config.rounds.count=2``.
+The five training sections (sft, dpo, kto, kto_tree, tgpo) are whole launch.train configs (configs/<method>.py);
+the pipeline fills in their model path, dataset and output directory.
+"""
+import importlib
+
+import ml_collections
+
+METHODS = ("sft", "dpo", "kto", "kto_tree", "tgpo")
+PREFERENCE = ("dpo", "kto", "kto_tree", "tgpo")
+
+
+def _training(preset: str) -> dict:
+    return {m: importlib.import_module(f"configs.{m}").get_config(preset) for m in METHODS}
+
+
+def get_config(preset: str = "default") -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.preset = preset
+    c.out = "runs/pipeline"
+    c.title = "tgpo-jax: TGPO on the embedded shop"
+    c.env = ml_collections.ConfigDict(dict(name="shop", locale="en", seed=0))
+    c.tasks = ml_collections.ConfigDict(dict(
+        families=("procedure",),  # task families of both splits ('' / () = all)
+        num_train=30,  # first N training tasks (families interleaved)
+        num_test=12,  # first N held-out (test) tasks
+    ))
+    # round 1's behaviour policy: a noisy oracle (its mistakes give the tree its branches), 'base', or any
+    # launch.evaluate --model value; rounds >= 2 collect with the previous round's policy (rounds.behaviour)
+    c.collect = ml_collections.ConfigDict(dict(
+        policy="oracle:0.15,0.1,0.05,0.02", runs=4, seed=0, contexts=4, max_steps=12, screenshots=False,
+        temperature=0.7, top_p=1.0, max_tokens=64, max_batch=8, budget_tokens=1024,
+        reuse="",  # an existing episodes directory (launch.collect's output) to use as round 1 (ablations)
+    ))
+    c.methods = METHODS  # round 1's trained models (preference methods start from sft, so it stays in)
+    c.prompt_tokens = 320  # the policy prompt's budget in the model's tokens (dataset prompts are rebuilt to it)
+    # system text: 'full' (the grammar, rollout/policies/prompt.py) or 'compact' (one line: from-scratch models)
+    c.prompt_style = "compact" if preset in ("default", "tiny", "large") else "full"
+    c.tokenizer = ml_collections.ConfigDict(dict(vocab_size=2000))  # from-scratch models: trained on round 1
+    c.dataset = ml_collections.ConfigDict(dict(
+        merge="either", phash_threshold=0, guard=True, alpha=3.0, q_aggregate="mean", gamma=0.9, l_min="env",
+        include_invalid=True, num_shards=2,
+    ))
+    c.rounds = ml_collections.ConfigDict(dict(
+        count=1,  # Agent Q's Algorithm 1: round r >= 2 collects with the round r-1 policy and uses it as reference
+        methods=("tgpo",),  # trained again in rounds >= 2, each from its own previous-round model
+        behaviour="tgpo",  # whose previous-round model collects rounds >= 2
+        accumulate=True,  # round r's trees hold the episodes of rounds 1..r (a replay buffer), else round r's only
+    ))
+    c.eval = ml_collections.ConfigDict(dict(
+        models=(),  # Table 1's rows; () = base and every trained model (later rounds are added)
+        seeds=(0,), runs=1, contexts=4, max_steps=10, temperature=0.0, top_p=1.0, max_tokens=64, max_batch=8,
+        redundancy="either",
+    ))
+    c.trees = 3  # tree pictures of this many training tasks in the report
+    c.export = ml_collections.ConfigDict(dict(dtype="", select="success_rate"))  # '' = the run's dtype
+
+    model_preset = {"default": "scratch-small", "tiny": "tiny", "large": "scratch-small",
+                    "smollm2": "smollm2-135m"}.get(preset)
+    if model_preset is None:
+        raise ValueError(f"unknown pipeline preset {preset!r}; choose from default, tiny, large, smollm2")
+    c.update(_training(model_preset))
+    # from-scratch models: language-model pretraining on the round-1 page text before SFT (rollout/lm_data.py);
+    # pretrain_window = tokens per window, 0 = none (the base is the initialisation)
+    c.pretrain = importlib.import_module("configs.sft").get_config(model_preset)
+    c.pretrain.train.output_dir = "runs/base"
+    c.pretrain.data.update(max_prompt_len=32)
+    c.pretrain_window = 0  # off by default: 200 steps did not teach copying (BUILD_NOTES.md)
+    for m in METHODS + ("pretrain",):
+        t = c[m]
+        t.train.progress = True
+        t.train.save_every = 200
+        t.train.async_checkpoint = False  # the next stage reads the checkpoint at once
+        t.mesh.shape = (1, -1, 1)
+    for m in PREFERENCE:
+        c[m].train.num_epochs = 2
+
+    if preset in ("default", "large"):
+        for m in METHODS:
+            t = c[m]
+            t.data.update(max_len=384, max_prompt_len=c.prompt_tokens, max_completion_len=64)
+            t.train.update(batch_size=8)
+            t.optim.update(warmup_fraction=0.05, schedule="cosine")
+        c.sft.optim.learning_rate = 2e-3
+        c.sft.train.num_epochs = 4
+        c.pretrain.data.update(max_len=300, max_prompt_len=32, max_completion_len=257)
+        c.pretrain.train.update(batch_size=8, num_epochs=1, max_steps=200)
+        c.pretrain.optim.update(learning_rate=2e-3, warmup_fraction=0.05, schedule="cosine")
+        for m in PREFERENCE:
+            c[m].optim.learning_rate = 2e-4
+    if preset == "large":
+        c.tasks.update(num_train=100, num_test=16)  # ~70 distinct search queries instead of ~25
+        c.collect.update(runs=3)
+        c.eval.update(seeds=(0, 1, 2), temperature=0.5)  # sampling, so the three seeds are three measurements
+    if preset == "tiny":
+        c.prompt_tokens = 256
+        c.tasks.update(num_train=3, num_test=2)
+        c.collect.update(runs=3, max_steps=8, contexts=3)
+        c.tokenizer.vocab_size = 1000
+        c.eval.update(max_steps=6, contexts=2, max_tokens=24)
+        c.trees = 2
+        for m in METHODS:
+            t = c[m]
+            t.data.update(max_len=296, max_prompt_len=c.prompt_tokens, max_completion_len=40)
+            t.train.update(batch_size=4, num_epochs=1, max_steps=3, progress=False)
+            t.optim.update(learning_rate=1e-3, warmup_fraction=0.0, schedule="constant")
+        c.pretrain_window = 64
+        c.pretrain.data.update(max_len=112, max_prompt_len=32, max_completion_len=65)
+        c.pretrain.train.update(batch_size=4, max_steps=5, progress=False)
+        # enough SFT steps for valid commands, so round 2's model-collected tree has branches worth comparing
+        c.sft.train.max_steps = 150
+        c.sft.optim.learning_rate = 3e-3
+        c.collect.temperature = 0.5
+    if preset == "smollm2":
+        c.prompt_tokens = 1536
+        c.collect.update(max_tokens=128)
+        c.eval.update(max_tokens=128)
+        for m in METHODS:
+            c[m].data.update(max_len=1664, max_prompt_len=c.prompt_tokens, max_completion_len=128)
+    return c

@@ -1,0 +1,513 @@
+"""The main job as stages (issue 6): start the shop → collect K episodes per training task with the behaviour
+policy → (from-scratch models: train a tokenizer on them, initialise the base) → build the dataset → SFT from the
+base → DPO, KTO, KTO-Tree, TGPO from SFT → [rounds ≥ 2: collect with the previous round's policy, build, train
+from it with it as the reference] → evaluate every model in the browser on held-out tasks → report → export the
+best model to Hugging Face format.
+
+Every stage writes the artefact its separate launcher writes (``launch.collect``'s episodes, ``build_dataset``'s
+ArrayRecord shards, ``launch.train``'s Orbax run, ``launch.export``'s HF directory, ``launch.evaluate``'s
+``eval.json``, ``launch.report``'s report) under ``cfg.out``:
+
+    episodes/round<r>/  tokenizer/  datasets/round<r>/  runs/<model>/  models/<model>/ (HF, for the next stage and
+    evaluation)  eval/<model>/  report/  export/ (the best model)  stages/<stage>.json (resume markers)
+
+Stage bookkeeping (skip / resume / refuse on a changed configuration / --redo) is ``rollout.stages``.
+Model names: ``sft``, ``dpo``, ``kto``, ``kto_tree``, ``tgpo`` for round 1, ``<method>-r<r>`` for round r ≥ 2.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import sys
+
+from rollout.stages import Stage, StageRunner
+
+log = logging.getLogger(__name__)
+METHODS = ("sft", "dpo", "kto", "kto_tree", "tgpo")
+PREFERENCE = METHODS[1:]
+DISPLAY = {"base": "base", "sft": "SFT", "kto": "KTO", "kto_tree": "KTO-Tree", "dpo": "DPO", "tgpo": "TGPO"}
+NOT_IN_SPEC = {("train", "progress"), ("train", "output_dir"), ("train", "kill_after"), ("data", "train_dir"),
+               ("data", "eval_dir"), ("model", "path"), ("model", "tokenizer")}
+
+
+def model_name(method: str, r: int) -> str:
+    return method if r == 1 else f"{method}-r{r}"
+
+
+def display_name(name: str) -> str:
+    method, _, r = name.partition("-r")
+    return DISPLAY.get(method, method) + (f" (round {r})" if r else "")
+
+
+def _plain(cd) -> dict:
+    return json.loads(cd.to_json_best_effort()) if hasattr(cd, "to_json_best_effort") else dict(cd)
+
+
+def _names(value) -> tuple:
+    """A tuple field as given in a config file or on the command line (``--config.methods=sft,tgpo`` arrives as
+    ``('sft,tgpo',)``): the comma-separated names, flattened."""
+    items = [value] if isinstance(value, (str, int)) else list(value)
+    return tuple(p.strip() if isinstance(p, str) else p for v in items
+                 for p in (str(v).split(",") if isinstance(v, str) else [v]) if not isinstance(p, str) or p.strip())
+
+
+def normalize(cfg) -> None:
+    for section, key in ((None, "methods"), ("eval", "models"), ("rounds", "methods"), ("tasks", "families"),
+                         ("eval", "seeds")):
+        node = cfg if section is None else cfg[section]
+        with node.ignore_type():
+            node[key] = _names(node[key])
+    with cfg.eval.ignore_type():
+        cfg.eval.seeds = tuple(int(s) for s in cfg.eval.seeds)
+
+
+def validate(cfg) -> None:
+    """Clear errors for configurations that cannot run, before any work."""
+    bad = [m for m in cfg.methods if m not in METHODS]
+    if bad or "sft" not in cfg.methods:
+        raise ValueError(f"methods {list(cfg.methods)}: expected 'sft' plus any of {PREFERENCE} "
+                         "(the preference methods start from the SFT model)")
+    bad = [m for m in cfg.eval.models if m != "base" and m not in cfg.methods]
+    if bad:
+        raise ValueError(f"eval.models {bad}: expected 'base' or one of the trained methods {list(cfg.methods)}")
+    if cfg.rounds.count < 1:
+        raise ValueError(f"rounds.count={cfg.rounds.count}: must be >= 1")
+    if cfg.rounds.count > 1:
+        bad = [m for m in cfg.rounds.methods if m not in PREFERENCE or m not in cfg.methods]
+        if bad or not cfg.rounds.methods:
+            raise ValueError(f"rounds.methods {list(cfg.rounds.methods)}: expected a non-empty subset of {PREFERENCE}")
+        if cfg.rounds.behaviour not in cfg.rounds.methods:
+            raise ValueError(f"rounds.behaviour={cfg.rounds.behaviour!r} must be one of rounds.methods "
+                             f"{list(cfg.rounds.methods)} (its round r-1 model collects round r)")
+    if cfg.tasks.num_train < 1 or cfg.tasks.num_test < 1:
+        raise ValueError("tasks.num_train and tasks.num_test must be >= 1")
+    if cfg.pretrain_window < 0:
+        raise ValueError(f"pretrain_window={cfg.pretrain_window}: tokens per window, or 0 for no pretraining")
+    if cfg.prompt_tokens < 64:
+        raise ValueError(f"prompt_tokens={cfg.prompt_tokens}: too small for the system prompt and the task")
+    scratch = not cfg.sft.model.path
+    if scratch and cfg.collect.policy == "base":
+        raise ValueError("collect.policy='base' with a from-scratch model: its tokenizer is trained on the first "
+                         "collection, so round 1 needs another behaviour policy (e.g. the noisy oracle)")
+    if scratch and not cfg.sft.model.scratch:
+        raise ValueError("sft.model.path is empty and sft.model.scratch names no from-scratch preset")
+    if cfg.prompt_style not in ("full", "compact"):
+        raise ValueError(f"prompt_style={cfg.prompt_style!r}: expected 'full' or 'compact'")
+    if cfg.export.select not in ("success_rate", "avg_steps", "redundant_steps"):
+        raise ValueError(f"export.select={cfg.export.select!r}: expected success_rate, avg_steps or redundant_steps")
+
+
+class Pipeline:
+    def __init__(self, cfg, *, progress: bool = True):
+        normalize(cfg)
+        validate(cfg)
+        self.cfg = cfg
+        self.out = os.path.abspath(cfg.out)
+        self.progress = progress
+        self._env = None
+        self.scratch = not cfg.sft.model.path
+        self.rounds = int(cfg.rounds.count)
+
+    # ------------------------------------------------------------ paths
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.out, *parts)
+
+    def episodes(self, r: int) -> str:
+        return self.path("episodes", f"round{r}")
+
+    def dataset(self, r: int) -> str:
+        return self.path("datasets", f"round{r}")
+
+    def model_dir(self, name: str) -> str:
+        """The HF directory (or checkpoint name) of a model: the base as configured, else models/<name>."""
+        if name == "base" and not self.scratch:
+            return self.cfg.sft.model.path
+        return self.path("models", name)
+
+    @property
+    def tokenizer(self) -> str:
+        if self.scratch:
+            return self.path("tokenizer")
+        return self.cfg.sft.model.tokenizer or self.cfg.sft.model.path
+
+    @property
+    def env(self):
+        if self._env is None:
+            from rollout.envs import make_env
+
+            kw = {"locale": self.cfg.env.locale, "seed": self.cfg.env.seed} if self.cfg.env.name == "shop" else {}
+            self._env = make_env(self.cfg.env.name, **kw)
+            self._env.start()
+        return self._env
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.stop()
+            self._env = None
+
+    def tasks(self, split: str):
+        from rollout.collect import select_tasks
+
+        n = self.cfg.tasks.num_train if split == "train" else self.cfg.tasks.num_test
+        return select_tasks(self.env, split, n, (), tuple(f for f in self.cfg.tasks.families if f))
+
+    # ------------------------------------------------------------ the plan
+    def trained(self) -> list[tuple[str, str, int]]:
+        """(model name, method, round) of every training stage, in order."""
+        out = [(m, m, 1) for m in METHODS if m in self.cfg.methods]
+        for r in range(2, self.rounds + 1):
+            out += [(model_name(m, r), m, r) for m in self.cfg.rounds.methods]
+        return out
+
+    def evaluated(self) -> list[str]:
+        table1 = ("base", "sft", "kto", "kto_tree", "dpo", "tgpo")
+        names = list(dict.fromkeys(self.cfg.eval.models or [m for m in table1 if m == "base" or m in self.cfg.methods]))
+        for r in range(2, self.rounds + 1):
+            names += [model_name(m, r) for m in self.cfg.rounds.methods]
+        return names
+
+    def stages(self) -> list[Stage]:
+        c = self.cfg
+        env_spec = {"env": _plain(c.env), "tasks": _plain(c.tasks)}
+        collect_spec = {k: v for k, v in _plain(c.collect).items() if k not in ("contexts", "max_batch")}
+        data_spec = {"dataset": _plain(c.dataset), "prompt_tokens": c.prompt_tokens, "prompt_style": c.prompt_style}
+        out: list[Stage] = []
+        tok_deps: tuple[str, ...] = ()
+        for r in range(1, self.rounds + 1):
+            if r == 1:
+                deps, policy = (), c.collect.policy
+            else:
+                deps = (model_name(c.rounds.behaviour, r - 1),)
+                policy = f"model {deps[0]}"
+            spec = {**env_spec, "collect": dict(collect_spec), "policy": policy}
+            if r > 1 or not policy.startswith("oracle"):  # a model policy: its prompt and sampling matter
+                spec.update(prompt_tokens=c.prompt_tokens, prompt_style=c.prompt_style)
+            else:
+                for k in ("temperature", "top_p", "max_tokens"):
+                    spec["collect"].pop(k)
+            out.append(Stage(f"collect-r{r}", lambda r=r: self.collect(r), spec, deps,
+                             (self.episodes(r),), f"{c.collect.runs} runs x {c.tasks.num_train} training tasks, "
+                                                  f"policy {policy}"))
+            if r == 1:
+                if self.scratch:
+                    out.append(Stage("tokenizer", self.train_tokenizer, _plain(c.tokenizer), ("collect-r1",),
+                                     (self.tokenizer,), f"SentencePiece, {c.tokenizer.vocab_size} pieces"))
+                    lm = c.pretrain_window > 0
+                    out.append(Stage("base", self.init_base,
+                                     {"model": self._spec("sft")["model"], "prompt_style": c.prompt_style,
+                                      "pretrain": self._spec("pretrain") if lm else None,
+                                      "window": c.pretrain_window}, ("tokenizer",),
+                                     (self.model_dir("base"), self.path("models", "init"), self.path("runs", "base"),
+                                      self.path("datasets", "pretrain")),
+                                     f"from-scratch '{c.sft.model.scratch}' model"
+                                     + (", language-model pretraining on the round-1 page text" if lm else "")))
+                    tok_deps = ("tokenizer", "base")
+                else:
+                    tok_deps = ()
+            rounds = tuple(range(1, r + 1)) if c.rounds.accumulate else (r,)
+            out.append(Stage(f"dataset-r{r}", lambda r=r: self.build(r), {**data_spec, "rounds": rounds},
+                             tuple(f"collect-r{k}" for k in rounds) + tok_deps,
+                             (self.dataset(r),), "merged trees, process rewards, node records"))
+            out += self._training_stages(r)
+        for name in self.evaluated():
+            deps = (name,) if name != "base" or self.scratch else ()
+            out.append(Stage(f"eval-{name}", lambda n=name: self.evaluate(n),
+                             {"eval": _plain(c.eval), **env_spec, "prompt_tokens": c.prompt_tokens,
+                              "prompt_style": c.prompt_style}, deps,
+                             (self.path("eval", name),), f"{display_name(name)} on {c.tasks.num_test} held-out tasks"))
+        evals = tuple(f"eval-{n}" for n in self.evaluated())
+        out.append(Stage("report", self.report, {"title": c.title, "trees": c.trees}, evals + ("dataset-r1",),
+                         (self.path("report"),), "Markdown + HTML, Table 1 and 2, curves, trees"))
+        out.append(Stage("export", self.export, _plain(c.export), evals, (self.path("export"),),
+                         "the best trained model as a Hugging Face directory"))
+        return out
+
+    def _training_stages(self, r: int) -> list[Stage]:
+        out = []
+        for name, method, rr in self.trained():
+            if rr != r:
+                continue
+            if r == 1:
+                init = "base" if method == "sft" else "sft"
+            else:
+                init = model_name(method, r - 1)
+            deps = (f"dataset-r{r}",) + ((init,) if init != "base" or self.scratch else ())
+            out.append(Stage(name, lambda n=name, m=method, r=r, i=init: self.train(n, m, r, i),
+                             {"train": self._spec(method), "init": init}, deps,
+                             (self.path("runs", name), self.model_dir(name)),
+                             f"{display_name(name)} from {init}"))
+        return out
+
+    def _spec(self, method: str) -> dict:
+        t = _plain(self.cfg[method])
+        for section, key in NOT_IN_SPEC:
+            t.get(section, {}).pop(key, None)
+        return t
+
+    def runner(self, redo=()) -> StageRunner:
+        return StageRunner(self.out, self.stages(), redo)
+
+    def run(self, redo=(), until: str | None = None) -> dict:
+        os.makedirs(self.out, exist_ok=True)
+        with open(self.path("pipeline_config.json"), "w") as f:
+            f.write(self.cfg.to_json_best_effort(indent=1))
+        try:
+            return self.runner(redo).run(until)
+        finally:
+            self.close()
+
+    # ------------------------------------------------------------ stages
+    def _policy(self, spec: str, temperature: float, top_p: float, max_tokens: int, max_batch: int, seed: int):
+        from rollout.evaluate import load_policy
+        from tgpo_jax.models.sampler import SamplingParams
+
+        params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
+        return load_policy(spec, params=params, budget_tokens=self.cfg.prompt_tokens, max_batch=max_batch,
+                           env=self.env, seed=seed, prompt_style=self.cfg.prompt_style)
+
+    def save_prompt(self, model_dir: str) -> None:
+        """``policy.json`` next to a model: launch.evaluate / collect then prompt it as it was trained."""
+        from rollout.policies.prompt import POLICY_FILE
+
+        with open(os.path.join(model_dir, POLICY_FILE), "w") as f:
+            json.dump({"prompt_style": self.cfg.prompt_style, "budget_tokens": self.cfg.prompt_tokens}, f)
+
+    @staticmethod
+    def _with_policy(policy, coro):
+        async def go():
+            try:
+                return await coro
+            finally:
+                await policy.close()
+
+        return asyncio.run(go())
+
+    def collect(self, r: int) -> dict:
+        from rollout.collect import CollectConfig, collect_async
+        from rollout.harness.runner import HarnessConfig
+
+        c = self.cfg.collect
+        if r == 1 and c.reuse:
+            return self.reuse_episodes(c.reuse)
+        seed = c.seed + r - 1  # a fresh draw of mistakes / samples each round
+        if r == 1:
+            spec = self.model_dir("base") if c.policy == "base" else c.policy
+        else:
+            spec = self.model_dir(model_name(self.cfg.rounds.behaviour, r - 1))
+        policy = self._policy(spec, c.temperature, c.top_p, c.max_tokens, c.max_batch, seed)
+        harness = HarnessConfig(max_steps=c.max_steps, budget_tokens=c.budget_tokens, screenshots=c.screenshots)
+        ccfg = CollectConfig(out_dir=self.episodes(r), runs=c.runs, seed=seed, contexts=c.contexts,
+                             harness=harness, progress=self.progress)
+        meta = {"split": "train", "locale": self.cfg.env.locale, "round": r, "behaviour": spec}
+        counts = self._with_policy(policy, collect_async(self.env, self.tasks("train"), policy, ccfg, meta=meta))
+        if not counts.get("success", 0) + counts.get("failure", 0) + counts.get("skipped", 0):
+            raise RuntimeError(f"round {r}: every episode errored ({counts}); the errors are in "
+                               f"{self.episodes(r)} and the log above")
+        return counts
+
+    def reuse_episodes(self, src: str) -> dict:
+        """Round 1 from an earlier collection (its own tasks.jsonl decides the tasks): copied, so this run owns it."""
+        from rollout.recording import iter_episodes
+
+        if not os.path.isdir(os.path.join(src, "episodes")):
+            raise FileNotFoundError(f"collect.reuse={src!r}: not an episodes directory (no episodes/ inside)")
+        tmp = self.episodes(1) + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp)
+        shutil.rmtree(self.episodes(1), ignore_errors=True)
+        os.replace(tmp, self.episodes(1))
+        eps = list(iter_episodes(self.episodes(1)))
+        return {"reused": os.path.abspath(src), "episodes": len(eps),
+                "success": sum(bool(e.summary.get("success")) for e in eps)}
+
+    def train_tokenizer(self) -> dict:
+        from rollout.policies.prompt import SYSTEM_PROMPT, SYSTEM_PROMPTS
+        from rollout.recording import iter_episodes, read_tasks
+        from rollout.tree.dataset import BuildConfig, step_prompt
+        from tgpo_jax.models.tokenizer import train_sentencepiece
+
+        tasks = {t.task_id: t for t in read_tasks(self.episodes(1))}
+        # every prompt as the policy will see it (system text included, once per step: its real frequency)
+        system = SYSTEM_PROMPTS[self.cfg.prompt_style]
+        texts, cfg = [SYSTEM_PROMPT], BuildConfig(prompt_budget_tokens=1 << 20, system_prompt=system)
+        for ep in iter_episodes(self.episodes(1)):
+            for t, step in enumerate(ep.steps):
+                texts += [m["content"] for m in step_prompt(tasks.get(ep.task_id), ep, t, cfg)]
+                texts.append(step.get("output") or "")
+        tmp = self.tokenizer + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        train_sentencepiece(texts, tmp, vocab_size=self.cfg.tokenizer.vocab_size)
+        shutil.rmtree(self.tokenizer, ignore_errors=True)
+        os.replace(tmp, self.tokenizer)
+        return {"texts": len(texts), "vocab_size": self.cfg.tokenizer.vocab_size}
+
+    def init_base(self) -> dict:
+        from tgpo_jax import sharding as shd
+        from tgpo_jax.models.hf_export import export_hf
+        from tgpo_jax.models.tokenizer import load_tokenizer
+        from tgpo_jax.models.transformer import param_count
+        from tgpo_jax.training.loop import build_model
+
+        t = self.cfg.sft.copy_and_resolve_references()
+        t.model.path, t.model.tokenizer = "", self.tokenizer
+        tokenizer = load_tokenizer(self.tokenizer)
+        model = build_model(t, shd.make_mesh(tuple(t.mesh.shape)), tokenizer)
+        out = {"parameters": param_count(model), "scratch": t.model.scratch}
+        if self.cfg.pretrain_window <= 0:
+            export_hf(model, self.model_dir("base"), tokenizer)
+            self.save_prompt(self.model_dir("base"))
+            return out
+        export_hf(model, self.path("models", "init"), tokenizer)
+        out["pretrain"] = self.pretrain(tokenizer)
+        return out
+
+    def pretrain(self, tokenizer) -> dict:
+        """Language modelling on the round-1 page text (rollout/lm_data.py) from the initialised model."""
+        from rollout.lm_data import lm_records
+        from rollout.policies.prompt import SYSTEM_PROMPTS
+        from tgpo_jax.data.io import write_dataset
+        from tgpo_jax.training.loop import train
+        from tgpo_jax.training.restore import export_run
+
+        data = self.path("datasets", "pretrain")
+        records = lm_records(self.episodes(1), tokenizer, self.cfg.pretrain_window,
+                             SYSTEM_PROMPTS[self.cfg.prompt_style])
+        write_dataset(records, data, num_shards=1, overwrite=True, config={"window": self.cfg.pretrain_window},
+                      extra={"kind": "lm", "windows": len(records)})
+        t = self.cfg.pretrain.copy_and_resolve_references()
+        t.model.path, t.model.tokenizer, t.model.scratch = self.path("models", "init"), "", ""
+        t.data.train_dir, t.data.eval_dir = data, ""
+        # + EOS, + 25 %: a decoded window encoded again may re-segment at its edges
+        t.data.max_completion_len = max(t.data.max_completion_len, self.cfg.pretrain_window * 5 // 4 + 1)
+        t.data.max_len = max(t.data.max_len, t.data.max_prompt_len + t.data.max_completion_len)
+        t.train.output_dir = self.path("runs", "base")
+        t.train.progress = t.train.progress and self.progress
+        summary = train(t)
+        export_run(self.path("runs", "base"), self.model_dir("base"))
+        self.save_prompt(self.model_dir("base"))
+        return {"windows": len(records), "steps": summary.get("final_step"),
+                "loss": float((summary.get("final") or {}).get("train/loss", float("nan")))}
+
+    def build(self, r: int) -> dict:
+        from rollout.policies.prompt import SYSTEM_PROMPTS
+        from rollout.tree.build import TreeConfig
+        from rollout.tree.dataset import BuildConfig, build_dataset
+
+        d = self.cfg.dataset
+        tree = TreeConfig(merge=d.merge, phash_threshold=d.phash_threshold, guard=d.guard, alpha=d.alpha,
+                          q_aggregate=d.q_aggregate, gamma=d.gamma, l_min=d.l_min)
+        bcfg = BuildConfig(tree=tree, splits=("train",), num_shards=d.num_shards,
+                           prompt_budget_tokens=self.cfg.prompt_tokens, tokenizer=self.tokenizer,
+                           system_prompt=SYSTEM_PROMPTS[self.cfg.prompt_style],
+                           include_invalid=d.include_invalid, overwrite=True)
+        rounds = range(1, r + 1) if self.cfg.rounds.accumulate else (r,)
+        summary = build_dataset([self.episodes(k) for k in rounds], self.dataset(r), bcfg, progress=self.progress)
+        summary["broken_episodes"] = len(summary["broken_episodes"])
+        return summary
+
+    def train_config(self, name: str, method: str, init: str, r: int):
+        t = self.cfg[method].copy_and_resolve_references()
+        t.model.path = self.model_dir(init)
+        t.model.tokenizer, t.model.scratch = "", ""
+        t.data.train_dir, t.data.eval_dir = self.dataset(r), ""
+        t.data.max_prompt_len = self.cfg.prompt_tokens  # the prompts were built to this budget
+        t.data.max_len = max(t.data.max_len, t.data.max_prompt_len + t.data.max_completion_len)
+        t.train.output_dir = self.path("runs", name)
+        t.train.progress = t.train.progress and self.progress
+        return t
+
+    def train(self, name: str, method: str, r: int, init: str) -> dict:
+        from tgpo_jax.training.restore import export_run
+        from tgpo_jax.training.loop import train
+
+        summary = train(self.train_config(name, method, init, r))
+        summary = {k: v for k, v in summary.items() if k not in ("state", "trainer")}
+        _, line = export_run(self.path("runs", name), self.model_dir(name))
+        self.save_prompt(self.model_dir(name))
+        log.info(line)
+        return json.loads(json.dumps({"final": summary.get("final"), "steps": summary.get("final_step"),
+                                      "per_epoch": summary.get("per_epoch")}, default=float))
+
+    def evaluate(self, name: str) -> dict:
+        from rollout.evaluate import EvalConfig, evaluate_async, format_table
+
+        e = self.cfg.eval
+        policy = self._policy(self.model_dir(name), e.temperature, e.top_p, e.max_tokens, e.max_batch, 0)
+        ecfg = EvalConfig(out_dir=self.path("eval", name), env=self.cfg.env.name, split="test",
+                          num_tasks=self.cfg.tasks.num_test, families=tuple(f for f in self.cfg.tasks.families if f),
+                          seeds=tuple(e.seeds), runs=e.runs, contexts=e.contexts, max_steps=e.max_steps,
+                          temperature=e.temperature, progress=self.progress, redundancy=e.redundancy)
+        meta = {"model": name, "top_p": e.top_p, "max_tokens": e.max_tokens, "prompt_tokens": self.cfg.prompt_tokens}
+        result = self._with_policy(policy, evaluate_async(self.env, self.tasks("test"), policy, ecfg, meta=meta))
+        print(format_table(result), file=sys.stderr)
+        if not result["episodes"]:
+            raise RuntimeError(f"evaluation of {name}: every episode errored ({result['errored']}); the errors are "
+                               f"in {self.path('eval', name)} and the log above")
+        return {"mean": result["mean"], "ci95": result["ci95"], "episodes": result["episodes"]}
+
+    def eval_results(self) -> dict[str, dict]:
+        out = {}
+        for name in self.evaluated():
+            with open(self.path("eval", name, "eval.json")) as f:
+                out[name] = json.load(f)
+        return out
+
+    def best(self) -> str:
+        """The trained model to export: best on ``export.select`` (success: highest; steps: lowest), ties broken
+        by success, then fewer steps, then fewer redundant steps."""
+        sel = self.cfg.export.select
+        sign = 1 if sel == "success_rate" else -1
+        candidates = [(n, ev["mean"]) for n, ev in self.eval_results().items() if n != "base"]
+        if not candidates:
+            raise RuntimeError("no trained model was evaluated (eval.models has only 'base'): nothing to export")
+        return max(candidates, key=lambda nm: (sign * (nm[1][sel] or 0), nm[1]["success_rate"] or 0,
+                                               -(nm[1]["avg_steps"] or 0), -(nm[1]["redundant_steps"] or 0)))[0]
+
+    def report(self) -> dict:
+        from rollout.recording import iter_episodes, read_tasks
+        from rollout.report import write_report
+        from rollout.tree.build import TreeConfig, build_task_graph
+        from rollout.tree.render import write_html
+        from tgpo_jax.data.io import read_manifest
+        from tgpo_jax.training.metrics import read_metrics
+
+        out = self.path("report")
+        models = {display_name(n): ev for n, ev in self.eval_results().items()}
+        curves = {display_name(n): read_metrics(self.path("runs", n)) for n, _, _ in self.trained()}
+        dataset = dict(read_manifest(self.dataset(1)).extra or {})
+        trees = {}
+        if self.cfg.trees:
+            by_task: dict[str, list] = {}
+            for ep in iter_episodes(self.episodes(1)):
+                by_task.setdefault(ep.task_id, []).append(ep)
+            tasks = {t.task_id: t for t in read_tasks(self.episodes(1))}
+            d = self.cfg.dataset
+            tcfg = TreeConfig(merge=d.merge, phash_threshold=d.phash_threshold, guard=d.guard, alpha=d.alpha,
+                              q_aggregate=d.q_aggregate, gamma=d.gamma, l_min=d.l_min)
+            for tid in sorted(by_task)[: self.cfg.trees]:
+                rel = os.path.join("trees", f"{tid}.html")
+                task = tasks.get(tid)
+                write_html(build_task_graph(by_task[tid], task, tcfg), os.path.join(out, rel), title=f"Task {tid}",
+                           instruction=task.instruction if task else None)
+                trees[tid] = rel
+        best = self.best()
+        notes = [f"Exported model: {display_name(best)} (best {self.cfg.export.select} among the trained models).",
+                 f"Configuration: {self.path('pipeline_config.json')}; stage timings: {self.path('stages')}.",
+                 f"Rounds: {self.rounds}; behaviour policy of round 1: {self.cfg.collect.policy}."]
+        paths = write_report(out, title=self.cfg.title, models=models, dataset=dataset, curves=curves, trees=trees,
+                             notes="\n".join(notes))
+        return {"best": best, **paths}
+
+    def export(self) -> dict:
+        from tgpo_jax.training.restore import export_run
+
+        best = self.best()
+        out_dir, line = export_run(self.path("runs", best), self.path("export"), dtype=self.cfg.export.dtype or None)
+        self.save_prompt(out_dir)
+        with open(os.path.join(out_dir, "tgpo_pipeline.json"), "w") as f:
+            json.dump({"model": best, "method": best.partition("-r")[0], "eval": self.eval_results()[best]["mean"],
+                       "run_dir": self.path("runs", best)}, f, indent=1)
+        return {"best": best, "dir": out_dir, "summary": line}

@@ -1,0 +1,183 @@
+"""Resumable stages: each stage records what it was run with, so a re-run skips what is finished and refuses to
+mix outputs of different configurations.
+
+A stage's *fingerprint* hashes its own configuration slice and its dependencies' fingerprints. The marker
+``<out>/stages/<name>.json`` holds the fingerprint, the slice, the status (``running`` while it runs, ``done``
+after) and the stage's small JSON result. On a re-run:
+
+- no marker, or a ``running`` marker with the same fingerprint: the stage runs (its own resume takes over:
+  collection skips finished episodes, training restarts from the latest checkpoint, evaluation likewise);
+- a ``done`` marker with the same fingerprint: skipped;
+- a different fingerprint: ``StaleStage`` naming the changed keys, unless the stage is in ``redo`` — then its
+  outputs are deleted and it runs again, and so does every stage downstream of it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from typing import Callable, Sequence
+
+
+class StaleStage(RuntimeError):
+    """A finished (or started) stage was run with a different configuration than the current one."""
+
+
+@dataclasses.dataclass
+class Stage:
+    name: str
+    run: Callable[[], dict]  # does the work; returns a small JSON-able result
+    spec: dict  # the configuration this stage's output depends on
+    deps: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()  # paths deleted before a forced re-run
+    describe: str = ""
+
+
+def _canonical(obj) -> str:
+    return json.dumps(obj, sort_keys=True, default=str, separators=(",", ":"))
+
+
+def fingerprints(stages: Sequence[Stage]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for s in stages:  # stages are in dependency order
+        missing = [d for d in s.deps if d not in out]
+        if missing:
+            raise ValueError(f"stage {s.name!r} depends on {missing}, which come later or do not exist")
+        payload = _canonical({"spec": s.spec, "deps": {d: out[d] for d in s.deps}})
+        out[s.name] = hashlib.sha256(payload.encode()).hexdigest()[:16]
+    return out
+
+
+def downstream(stages: Sequence[Stage], roots: Sequence[str]) -> set[str]:
+    """``roots`` and every stage that depends on one of them, directly or not."""
+    names = {s.name for s in stages}
+    unknown = sorted(set(roots) - names)
+    if unknown:
+        raise ValueError(f"unknown stage(s) {unknown}; stages: {[s.name for s in stages]}")
+    hit = set(roots)
+    for s in stages:
+        if hit.intersection(s.deps):
+            hit.add(s.name)
+    return hit
+
+
+def diff(old, new, prefix: str = "") -> list[str]:
+    """Human-readable differences between two nested JSON values."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new), key=str):
+            key = f"{prefix}.{k}" if prefix else str(k)
+            if k not in old:
+                out.append(f"{key}: (absent) -> {new[k]!r}")
+            elif k not in new:
+                out.append(f"{key}: {old[k]!r} -> (absent)")
+            else:
+                out += diff(old[k], new[k], key)
+        return out
+    return [] if _canonical(old) == _canonical(new) else [f"{prefix or '(value)'}: {old!r} -> {new!r}"]
+
+
+class StageRunner:
+    def __init__(self, out_dir: str, stages: Sequence[Stage], redo: Sequence[str] = (), log=None):
+        self.out_dir = out_dir
+        self.stages = list(stages)
+        self.prints = fingerprints(self.stages)
+        self.redo = downstream(self.stages, redo) if redo else set()
+        self.marker_dir = os.path.join(out_dir, "stages")
+        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+
+    def marker_path(self, name: str) -> str:
+        return os.path.join(self.marker_dir, f"{name}.json")
+
+    def marker(self, name: str) -> dict | None:
+        path = self.marker_path(name)
+        if not os.path.exists(path):
+            return None
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise StaleStage(f"stage marker {path} is unreadable ({e}); delete it or re-run with "
+                             f"--redo={name}") from None
+
+    def _write(self, name: str, record: dict) -> None:
+        os.makedirs(self.marker_dir, exist_ok=True)
+        path = self.marker_path(name)
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(record, f, indent=1, default=str)
+        os.replace(tmp, path)
+
+    def status(self) -> list[dict]:
+        """Per stage: name, state (done / running / stale / todo / redo) and the recorded seconds."""
+        rows = []
+        for s in self.stages:
+            m = self.marker(s.name)
+            if s.name in self.redo:
+                state = "redo"
+            elif m is None:
+                state = "todo"
+            elif m.get("fingerprint") != self.prints[s.name]:
+                state = "stale"
+            else:
+                state = m.get("status", "running")
+            rows.append({"stage": s.name, "state": state, "seconds": (m or {}).get("seconds"),
+                         "describe": s.describe})
+        return rows
+
+    def check(self) -> None:
+        """Refuse before any work when a finished stage's configuration changed (nothing is run or deleted)."""
+        problems = []
+        for s in self.stages:
+            m = self.marker(s.name)
+            if m is None or s.name in self.redo or m.get("fingerprint") == self.prints[s.name]:
+                continue
+            changes = diff(m.get("spec"), s.spec)
+            why = "; ".join(changes[:6]) + (" …" if len(changes) > 6 else "") if changes else \
+                "a stage it depends on changed or was re-run"
+            problems.append(f"  {s.name} ({m.get('status')}): {why}")
+        if problems:
+            raise StaleStage("these stages ran with a different configuration:\n" + "\n".join(problems) +
+                             f"\nRe-run them (and everything after them) with --redo={problems[0].split()[0]} "
+                             "(comma-separated for several), or use a new output directory.")
+
+    def run(self, until: str | None = None) -> dict[str, dict]:
+        """Run every stage in order (``until``: stop after that one)."""
+        if until is not None and until not in self.prints:
+            raise ValueError(f"unknown stage {until!r}; stages: {list(self.prints)}")
+        self.check()
+        results: dict[str, dict] = {}
+        n = len(self.stages)
+        for i, s in enumerate(self.stages, 1):
+            if until is not None and i > 1 and self.stages[i - 2].name == until:
+                break
+            m = self.marker(s.name)
+            head = f"[{i}/{n}] {s.name}"
+            if m is not None and s.name not in self.redo and m.get("status") == "done":
+                self.log(f"{head}: done earlier ({m.get('seconds', 0):.0f} s), skipped")
+                results[s.name] = m.get("result") or {}
+                continue
+            if s.name in self.redo:
+                for p in s.outputs:
+                    if os.path.isdir(p):
+                        shutil.rmtree(p)
+                    elif os.path.exists(p):
+                        os.remove(p)
+                self.redo.discard(s.name)
+            resumed = m is not None and m.get("status") == "running"
+            self.log(f"{head}: {'resuming' if resumed else 'running'}" + (f" - {s.describe}" if s.describe else ""))
+            record = {"name": s.name, "fingerprint": self.prints[s.name], "spec": s.spec, "deps": list(s.deps),
+                      "status": "running", "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            self._write(s.name, record)
+            t0 = time.perf_counter()
+            result = s.run() or {}
+            record.update(status="done", result=result, seconds=time.perf_counter() - t0,
+                          finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
+            self._write(s.name, record)
+            self.log(f"{head}: done in {record['seconds']:.0f} s")
+            results[s.name] = result
+        return results

@@ -1,0 +1,77 @@
+"""Stage bookkeeping of the pipeline (rollout/stages.py): skip finished stages, resume an interrupted one, refuse
+a changed configuration naming the changed key, and --redo a stage with everything downstream of it."""
+import json
+import os
+
+import pytest
+
+from rollout.stages import Stage, StageRunner, StaleStage, diff, downstream, fingerprints
+
+
+def make(tmp_path, calls, spec_b=None, fail_c=False):
+    out = str(tmp_path)
+
+    def work(name):
+        def run():
+            calls.append(name)
+            if name == "c" and fail_c:
+                raise KeyboardInterrupt  # killed mid-stage
+            path = os.path.join(out, name)
+            with open(path, "w") as f:
+                f.write(name)
+            return {"wrote": name}
+        return run
+
+    return [Stage("a", work("a"), {"x": 1}, (), (os.path.join(out, "a"),)),
+            Stage("b", work("b"), spec_b or {"lr": 0.1, "nested": {"k": 1}}, ("a",), (os.path.join(out, "b"),)),
+            Stage("c", work("c"), {"y": 2}, ("b",), (os.path.join(out, "c"),)),
+            Stage("d", work("d"), {"z": 3}, ("a",), (os.path.join(out, "d"),))]
+
+
+def test_skip_resume_stale_and_redo(tmp_path):
+    calls = []
+    with pytest.raises(KeyboardInterrupt):
+        StageRunner(str(tmp_path), make(tmp_path, calls, fail_c=True), log=lambda m: None).run()
+    assert calls == ["a", "b", "c"]
+    with open(tmp_path / "stages" / "c.json") as f:
+        assert json.load(f)["status"] == "running"
+    assert not (tmp_path / "stages" / "d.json").exists()
+
+    calls.clear()  # the re-run skips a and b, resumes c, runs d
+    res = StageRunner(str(tmp_path), make(tmp_path, calls), log=lambda m: None).run()
+    assert calls == ["c", "d"] and res["a"] == {"wrote": "a"} and res["d"] == {"wrote": "d"}
+
+    calls.clear()  # nothing left to do
+    StageRunner(str(tmp_path), make(tmp_path, calls), log=lambda m: None).run()
+    assert calls == []
+
+    calls.clear()  # b's config changed: refused before anything runs, naming the key; c (downstream) too
+    changed = make(tmp_path, calls, spec_b={"lr": 0.2, "nested": {"k": 1}})
+    with pytest.raises(StaleStage) as e:
+        StageRunner(str(tmp_path), changed, log=lambda m: None).run()
+    assert "lr: 0.1 -> 0.2" in str(e.value) and "c (done)" in str(e.value) and "--redo=b" in str(e.value)
+    assert calls == []
+    rows = {r["stage"]: r["state"] for r in StageRunner(str(tmp_path), changed).status()}
+    assert rows == {"a": "done", "b": "stale", "c": "stale", "d": "done"}
+
+    (tmp_path / "b").write_text("old")
+    StageRunner(str(tmp_path), changed, redo=["b"], log=lambda m: None).run()
+    assert calls == ["b", "c"]  # b and its downstream c re-ran; a and d (not downstream of b) did not
+    assert (tmp_path / "b").read_text() == "b"
+
+
+def test_fingerprints_follow_dependencies():
+    s = [Stage("a", lambda: {}, {"x": 1}), Stage("b", lambda: {}, {"y": 1}, ("a",)), Stage("c", lambda: {}, {}, ())]
+    s2 = [Stage("a", lambda: {}, {"x": 2}), s[1], s[2]]
+    f1, f2 = fingerprints(s), fingerprints(s2)
+    assert f1["a"] != f2["a"] and f1["b"] != f2["b"] and f1["c"] == f2["c"]
+    assert downstream(s, ["a"]) == {"a", "b"}
+    with pytest.raises(ValueError, match="unknown stage"):
+        downstream(s, ["nope"])
+    with pytest.raises(ValueError, match="come later or do not exist"):
+        fingerprints([s[1], s[0]])
+
+
+def test_diff_names_nested_changes():
+    assert diff({"a": {"b": 1, "c": 2}}, {"a": {"b": 1, "c": 3, "d": 4}}) == ["a.c: 2 -> 3", "a.d: (absent) -> 4"]
+    assert diff([1, 2], [1, 2]) == []
