@@ -391,15 +391,19 @@ class Pipeline:
         return {"windows": len(records), "steps": summary.get("final_step"),
                 "loss": float((summary.get("final") or {}).get("train/loss", float("nan")))}
 
+    def tree_config(self):
+        from rollout.tree.build import TreeConfig
+
+        d = self.cfg.dataset
+        return TreeConfig(merge=d.merge, phash_threshold=d.phash_threshold, guard=d.guard, alpha=d.alpha,
+                          q_aggregate=d.q_aggregate, gamma=d.gamma, l_min=d.l_min)
+
     def build(self, r: int) -> dict:
         from rollout.policies.prompt import SYSTEM_PROMPTS
-        from rollout.tree.build import TreeConfig
         from rollout.tree.dataset import BuildConfig, build_dataset
 
         d = self.cfg.dataset
-        tree = TreeConfig(merge=d.merge, phash_threshold=d.phash_threshold, guard=d.guard, alpha=d.alpha,
-                          q_aggregate=d.q_aggregate, gamma=d.gamma, l_min=d.l_min)
-        bcfg = BuildConfig(tree=tree, splits=("train",), num_shards=d.num_shards,
+        bcfg = BuildConfig(tree=self.tree_config(), splits=("train",), num_shards=d.num_shards,
                            prompt_budget_tokens=self.cfg.prompt_tokens, tokenizer=self.tokenizer,
                            system_prompt=SYSTEM_PROMPTS[self.cfg.prompt_style],
                            include_invalid=d.include_invalid, overwrite=True)
@@ -469,7 +473,7 @@ class Pipeline:
     def report(self) -> dict:
         from rollout.recording import iter_episodes, read_tasks
         from rollout.report import write_report
-        from rollout.tree.build import TreeConfig, build_task_graph
+        from rollout.tree.build import build_task_graph
         from rollout.tree.render import write_html
         from tgpo_jax.data.io import read_manifest
         from tgpo_jax.training.metrics import read_metrics
@@ -484,17 +488,17 @@ class Pipeline:
             for ep in iter_episodes(self.episodes(1)):
                 by_task.setdefault(ep.task_id, []).append(ep)
             tasks = {t.task_id: t for t in read_tasks(self.episodes(1))}
-            d = self.cfg.dataset
-            tcfg = TreeConfig(merge=d.merge, phash_threshold=d.phash_threshold, guard=d.guard, alpha=d.alpha,
-                              q_aggregate=d.q_aggregate, gamma=d.gamma, l_min=d.l_min)
+            tcfg = self.tree_config()
             for tid in sorted(by_task)[: self.cfg.trees]:
                 rel = os.path.join("trees", f"{tid}.html")
                 task = tasks.get(tid)
                 write_html(build_task_graph(by_task[tid], task, tcfg), os.path.join(out, rel), title=f"Task {tid}",
                            instruction=task.instruction if task else None)
                 trees[tid] = rel
-        best = self.best()
-        notes = [f"Exported model: {display_name(best)} (best {self.cfg.export.select} among the trained models).",
+        trained = [n for n in self.evaluated() if n != "base"]
+        best = self.best() if trained else None
+        notes = [f"Exported model: {display_name(best)} (best {self.cfg.export.select} among the trained models)."
+                 if best else "No trained model was evaluated: nothing to export.",
                  f"Configuration: {self.path('pipeline_config.json')}; stage timings: {self.path('stages')}.",
                  f"Rounds: {self.rounds}; behaviour policy of round 1: {self.cfg.collect.policy}."]
         paths = write_report(out, title=self.cfg.title, models=models, dataset=dataset, curves=curves, trees=trees,
