@@ -40,6 +40,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         desirable_weight=1.0, undesirable_weight=1.0,
     ))
     c.optim = ml_collections.ConfigDict(dict(
+        optimizer="adamw",  # adamw | sgd
         learning_rate=1e-5, warmup_steps=0, warmup_fraction=0.1, schedule="cosine", end_lr_fraction=0.0,
         weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8, clip_norm=1.0, grad_accum=1,
     ))

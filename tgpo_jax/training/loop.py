@@ -124,7 +124,8 @@ def train(cfg) -> dict:
     per_epoch = steps_per_epoch(train_src, cfg.train.batch_size)
     total = cfg.train.max_steps or per_epoch * cfg.train.num_epochs
     o = cfg.optim
-    optim = OptimConfig(learning_rate=o.learning_rate, warmup_steps=o.warmup_steps or int(o.warmup_fraction * total),
+    optim = OptimConfig(optimizer=o.optimizer, learning_rate=o.learning_rate,
+                        warmup_steps=o.warmup_steps or int(o.warmup_fraction * total),
                         schedule=o.schedule, total_steps=total, end_lr_fraction=o.end_lr_fraction,
                         weight_decay=o.weight_decay, b1=o.b1, b2=o.b2, eps=o.eps, clip_norm=o.clip_norm,
                         grad_accum=o.grad_accum)

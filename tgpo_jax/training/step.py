@@ -24,6 +24,7 @@ from tgpo_jax.training.objective import LossConfig, objective, reference_slots
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
+    optimizer: str = "adamw"  # adamw | sgd (plain gradient descent: an update linear in the gradient)
     learning_rate: float = 1e-5
     warmup_steps: int = 0
     schedule: str = "cosine"  # cosine | linear | constant (after warmup)
@@ -56,7 +57,14 @@ def make_schedule(cfg: OptimConfig):
 
 def make_optimizer(cfg: OptimConfig):
     parts = [optax.clip_by_global_norm(cfg.clip_norm)] if cfg.clip_norm > 0 else []
-    parts.append(optax.adamw(make_schedule(cfg), b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay))
+    if cfg.optimizer == "adamw":
+        parts.append(optax.adamw(make_schedule(cfg), b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
+                                 weight_decay=cfg.weight_decay))
+    elif cfg.optimizer == "sgd":
+        parts += ([optax.add_decayed_weights(cfg.weight_decay)] if cfg.weight_decay else []) + [
+            optax.sgd(make_schedule(cfg))]
+    else:
+        raise ValueError(f"optim.optimizer={cfg.optimizer!r}: expected adamw or sgd")
     return optax.chain(*parts)
 
 
