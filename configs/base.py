@@ -20,6 +20,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         lora_rank=0, lora_alpha=16.0, lora_seed=0,
         scratch="",  # from-scratch size (tgpo_jax.models.config.SCRATCH_PRESETS: 'tiny', 'small')
         init_seed=0,
+        init="normal",  # from-scratch initialiser: normal | copy_circuit (tgpo_jax/models/copy_circuit.py)
     ))
     c.data = ml_collections.ConfigDict(dict(
         train_dir="",  # ArrayRecord node dataset (manifest.json inside)

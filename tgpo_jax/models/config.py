@@ -190,12 +190,15 @@ def tiny_config(model_type: str = "llama", vocab_size: int = 256, **overrides) -
     return ModelConfig(**kw)
 
 
-# From-scratch presets (``model.scratch``): sizes over ``tiny_config``'s defaults. ``small`` is the model the
-# pipeline's CPU default trains (about 3M parameters with a 2k vocabulary; learns the shop in minutes).
+# From-scratch presets (``model.scratch``): sizes over ``tiny_config``'s defaults. ``copy`` is the model the
+# pipeline's CPU default trains (about 3.8M parameters with a 2k vocabulary), shaped for the planted copy circuit
+# (``copy_circuit.py``: 64-wide heads, rope_theta 1e7 so the slow rotary pairs are position-invariant).
 SCRATCH_PRESETS = {
     "tiny": {},
     "small": dict(hidden_size=192, intermediate_size=512, num_layers=4, num_heads=6, num_kv_heads=2, head_dim=32,
                   max_position_embeddings=2048),
+    "copy": dict(hidden_size=256, intermediate_size=640, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=64,
+                 rope_theta=1e7, max_position_embeddings=2048),
 }
 
 

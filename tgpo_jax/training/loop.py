@@ -20,6 +20,7 @@ from tgpo_jax.data.pipeline import NodeExamples, make_dataset, steps_per_epoch
 from tgpo_jax.models.config import SCRATCH_PRESETS, scratch_config
 from tgpo_jax.models.loading import load_model
 from tgpo_jax.models.tokenizer import load_tokenizer
+from tgpo_jax.models.copy_circuit import init_planted
 from tgpo_jax.models.transformer import init_model
 from tgpo_jax.training import reference as ref_lib
 from tgpo_jax.training.checkpoint import Checkpointer
@@ -28,6 +29,7 @@ from tgpo_jax.training.objective import LossConfig
 from tgpo_jax.training.step import OptimConfig, Trainer, to_global_batch
 
 log = logging.getLogger(__name__)
+INITS = {"normal": init_model, "copy_circuit": init_planted}  # from-scratch initialisers (model.init)
 
 
 class TrainingDiverged(RuntimeError):
@@ -67,7 +69,10 @@ def build_model(cfg, mesh, tokenizer):
                      pad_token_id=tokenizer.pad_token_id, param_dtype=m.param_dtype, **overrides)
     from tgpo_jax.models.loading import shard_model
 
-    return shard_model(init_model(mc, seed=m.init_seed), mesh)
+    init = m.init
+    if init not in INITS:
+        raise ValueError(f"model.init={init!r}: expected one of {sorted(INITS)}")
+    return shard_model(INITS[init](mc, seed=m.init_seed), mesh)
 
 
 def _eval(trainer, state, source, cfg, mesh) -> dict:

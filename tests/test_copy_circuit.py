@@ -1,0 +1,66 @@
+"""The planted copy circuit: at initialisation a from-scratch model continues a repeated random sequence, an
+unplanted one does not, and transformers computes the same predictions from the export."""
+import numpy as np
+import pytest
+
+from tgpo_jax.models import copy_circuit
+from tgpo_jax.models.config import scratch_config
+from tgpo_jax.models.transformer import init_model
+
+VOCAB = 2000
+
+
+def _sequences(n=16, length=160, span=12, seed=0):
+    """[filler | x | filler | x]: the second x is predictable only by copying from the first."""
+    rng = np.random.default_rng(seed)
+    toks = rng.integers(4, VOCAB, size=(n, length)).astype(np.int32)
+    starts = rng.integers(length // 2, length - span, size=n)
+    for i, s in enumerate(starts):
+        first = rng.integers(0, length // 2 - span)
+        toks[i, s:s + span] = toks[i, first:first + span]
+    return toks, starts, span
+
+
+def _copy_accuracy(logits, toks, starts, span):
+    """Top-1 accuracy on tokens 2..span of the second occurrence (the first one has no cue)."""
+    hits = [int(np.argmax(logits[i, s + j - 1])) == toks[i, s + j]
+            for i, s in enumerate(starts) for j in range(1, span)]
+    return float(np.mean(hits))
+
+
+def _logits(model, toks):
+    return np.asarray(model(toks)[0])
+
+
+def test_planted_model_copies_at_initialisation():
+    cfg = scratch_config("copy", VOCAB)
+    toks, starts, span = _sequences()
+    planted = _copy_accuracy(_logits(copy_circuit.init_planted(cfg, seed=1), toks), toks, starts, span)
+    plain = _copy_accuracy(_logits(init_model(cfg, seed=1), toks), toks, starts, span)
+    assert planted >= 0.9, planted  # measured 0.97 (0.92 at 400 tokens, 0.84 at 1,000)
+    assert plain <= 0.05, plain  # chance is 1/2000
+
+
+def test_planted_model_is_an_ordinary_checkpoint(tmp_path, spm_tokenizer):
+    """Export -> transformers' LlamaForCausalLM gives the same logits (rope_theta 1e7, untied head)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tgpo_jax.models.hf_export import export_hf
+
+    cfg = scratch_config("copy", len(spm_tokenizer), eos_token_id=spm_tokenizer.eos_token_id)
+    model = copy_circuit.init_planted(cfg, seed=2)
+    export_hf(model, str(tmp_path / "m"), spm_tokenizer)
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "m"), dtype=torch.float32).eval()
+    toks = np.random.default_rng(0).integers(4, len(spm_tokenizer), size=(2, 96)).astype(np.int32)
+    with torch.no_grad():
+        theirs = hf(torch.as_tensor(toks, dtype=torch.long)).logits.numpy()
+    np.testing.assert_allclose(_logits(model, toks), theirs, atol=2e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("over,match", [
+    (dict(rope_theta=1e4), "rope_theta"), (dict(hidden_size=64, num_heads=1, num_kv_heads=1), "hidden_size"),
+    (dict(num_layers=1), "num_layers"), (dict(qk_norm=True), "qk_norm")])
+def test_models_that_cannot_hold_the_circuit_are_refused(over, match):
+    with pytest.raises(ValueError, match=match):
+        copy_circuit.check_fits(scratch_config("copy", VOCAB, **over))

@@ -1,0 +1,130 @@
+"""A planted copy circuit: the initialisation that lets a from-scratch model copy text from its prompt.
+
+A web agent copies constantly (the quoted query into the search box, a product title, a name and an address into a
+form). Transformers copy with an *induction circuit* — a previous-token head whose output an induction head matches
+against ("find where the current token occurred before and predict what followed it") — but a small model trained
+from scratch does not form one within a CPU budget: measured on a held-out copy task, 0 % exact copies after 800
+steps of batch 32 (BUILD_NOTES.md, "Which model learns on a CPU"). This module writes the circuit into the initial
+weights of a standard Llama-shaped model instead, so training only has to learn *when* to copy:
+
+- the token embedding lives in a ``de``-dimensional subspace (unit rows) plus one constant dimension;
+- layer 0, head 0 (previous-token head): its query and key come from the constant dimension only and sit in the
+  highest-frequency rotary pairs, with the key's phase advanced by one position, so the score peaks at relative
+  offset 1 whatever the content; its value copies the embedding of token i-1 into a second subspace (``prev``);
+- layer 1, head 0 (induction head): its query is the current token's embedding and its key the ``prev`` subspace,
+  both in the lowest-frequency rotary pairs, where RoPE barely rotates over the model's context (so the match is
+  position-invariant); its value adds ``copy_gain`` x the embedding of the attended token back into the embedding
+  subspace;
+- the output projection reads the embedding subspace (the unembedding equals the embedding there);
+- every other residual branch (all other attention outputs and every MLP's down projection) starts at zero, as in
+  zero-initialised residual training, so the circuit is not drowned in noise; their other weights stay random.
+
+After planting, ``...A B ... A`` predicts ``B`` (tests/test_copy_circuit.py measures it on random sequences). The
+result is an ordinary checkpoint: it trains, exports to Hugging Face format and loads in transformers like any other.
+Pure numpy over the flat parameter dict (``loading.flat_params`` paths); no I/O.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from tgpo_jax.models.config import ModelConfig
+
+MAX_LOW_ANGLE = 1.0  # radians the fastest "position-invariant" rotary pair may turn over the model's context
+
+
+@dataclasses.dataclass(frozen=True)
+class CircuitConfig:
+    de: int = 32  # embedding subspace width (the ``prev`` subspace has the same width)
+    prev_scale: float = 13.0  # previous-token head: query/key amplitude per rotary pair
+    prev_pairs: int = 6  # highest-frequency rotary pairs the previous-token head uses
+    match_scale: float = 13.0  # induction head: query/key gain (score of a match = match_scale**2 / sqrt(Dh))
+    copy_gain: float = 3.0  # weight of the copied embedding against the current token's own
+    out_scale: float = 2.0  # logit scale of the output projection over the embedding subspace
+
+
+def check_fits(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> None:
+    """Raise ValueError naming the constraint the model does not meet."""
+    dh, half = cfg.head_dim, cfg.head_dim // 2
+    problems = []
+    if cfg.num_layers < 2:
+        problems.append(f"num_layers={cfg.num_layers} < 2 (previous-token head in layer 0, induction head in 1)")
+    if 3 * c.de + 1 > cfg.hidden_size:
+        problems.append(f"hidden_size={cfg.hidden_size} < 3*de+1={3 * c.de + 1} (embedding, constant, prev)")
+    if c.de > dh or c.de % 2:
+        problems.append(f"de={c.de} must be even and <= head_dim={dh}")
+    if c.prev_pairs + c.de // 2 > half:
+        problems.append(f"prev_pairs={c.prev_pairs} + de/2={c.de // 2} rotary pairs exceed head_dim/2={half}")
+    if cfg.qk_norm:
+        problems.append("qk_norm models normalise q and k, which breaks the planted magnitudes")
+    m_low = half - c.de // 2  # the fastest pair the induction head uses
+    angle = cfg.rope_theta ** (-2 * m_low / dh) * cfg.max_position_embeddings
+    if angle > MAX_LOW_ANGLE:
+        problems.append(f"rope_theta={cfg.rope_theta:g} is too small: the induction head's rotary pairs turn "
+                        f"{angle:.2f} rad over {cfg.max_position_embeddings} positions (max {MAX_LOW_ANGLE}); "
+                        "raise rope_theta (e.g. 1e7) or lower max_position_embeddings")
+    if problems:
+        raise ValueError("cannot plant the copy circuit: " + "; ".join(problems))
+
+
+def plant(flat: dict[str, np.ndarray], cfg: ModelConfig, seed: int = 0,
+          c: CircuitConfig = CircuitConfig()) -> dict[str, np.ndarray]:
+    """A copy of ``flat`` (path -> array, our layout) with the circuit written in; see the module docstring."""
+    check_fits(cfg, c)
+    rng = np.random.default_rng(seed)
+    p = {k: np.array(v, dtype=np.float32) for k, v in flat.items()}
+    d, dh, v_size, de = cfg.hidden_size, cfg.head_dim, cfg.vocab_size, c.de
+    half = dh // 2
+    const, prev = de, slice(2 * de, 3 * de)  # residual layout: [emb | const | free | prev | free ...]
+
+    emb = rng.standard_normal((v_size, de)).astype(np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    embed = np.zeros((v_size, d), np.float32)  # [V, D]
+    embed[:, :de] = emb
+    embed[:, const] = 1.0
+    p["embed"] = embed
+    q, k, v, o = (p[f"layers/{n}"] for n in ("q_proj", "k_proj", "v_proj", "o_proj"))  # [L,D,H,Dh] .. [L,H,Dh,D]
+    o[:] = 0.0
+    p["layers/down_proj"][:] = 0.0
+    inv_freq = 1.0 / (cfg.rope_theta ** (np.arange(0, dh, 2) / dh))  # [Dh/2], pair m = dims (m, m + Dh/2)
+
+    # layer 0 sees [e | 1 | 0]: RMSNorm multiplies by 1 / rms = sqrt(D / 2)
+    n0 = np.sqrt(d / 2.0)
+    for t in (q, k, v):
+        t[0, :, 0, :] = 0.0
+    for m in range(c.prev_pairs):  # score(i, j) = sum_m A^2 cos((i - j - 1) theta_m) / sqrt(Dh): peak at j = i - 1
+        q[0, const, 0, m] = c.prev_scale / n0
+        k[0, const, 0, m] = c.prev_scale * np.cos(inv_freq[m]) / n0
+        k[0, const, 0, m + half] = c.prev_scale * np.sin(inv_freq[m]) / n0
+    v[0, :de, 0, :de] = np.eye(de) / n0
+    o[0, 0, :de, prev] = np.eye(de)
+
+    # layer 1 sees [e_i | 1 | 0 | e_(i-1) | 0]: 1 / rms = sqrt(D / 3)
+    n1 = np.sqrt(d / 3.0)
+    low = list(range(half - de // 2, half)) + list(range(dh - de // 2, dh))  # the slowest rotary pairs
+    for t in (q, k, v):
+        t[1, :, 0, :] = 0.0
+    for j, dim in enumerate(low):
+        q[1, j, 0, dim] = c.match_scale / n1
+        k[1, prev.start + j, 0, dim] = c.match_scale / n1
+    v[1, :de, 0, :de] = np.eye(de) / n1
+    o[1, 0, :de, :de] = c.copy_gain * np.eye(de)
+
+    if not cfg.tie_word_embeddings:  # final state [e_i + g e_copy | 1 | 0 | e_(i-1)]: 1/rms ~ sqrt(D / (3 + g^2))
+        n_out = np.sqrt(d / (3.0 + c.copy_gain ** 2))
+        head = np.zeros((d, v_size), np.float32)  # [D, V]
+        head[:de] = emb.T * c.out_scale / n_out
+        p["lm_head"] = head
+    return p
+
+
+def init_planted(cfg: ModelConfig, seed: int = 0):
+    """A randomly initialised ``Transformer`` with the copy circuit planted (same seed, same model)."""
+    import jax.numpy as jnp
+
+    from tgpo_jax.models.loading import flat_params, model_from_flat
+    from tgpo_jax.models.transformer import init_model
+
+    flat = plant({k: np.asarray(v) for k, v in flat_params(init_model(cfg, seed=seed)).items()}, cfg, seed=seed)
+    return model_from_flat(cfg, {k: jnp.asarray(v, cfg.param_dtype) for k, v in flat.items()})
