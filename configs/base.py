@@ -21,6 +21,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         scratch="",  # from-scratch size (tgpo_jax.models.config.SCRATCH_PRESETS: 'tiny', 'small')
         init_seed=0,
         init="normal",  # from-scratch initialiser: normal | copy_circuit (tgpo_jax/models/copy_circuit.py)
+        freeze="",  # '' | copy_circuit: leave the planted circuit's entries untouched while training
     ))
     c.data = ml_collections.ConfigDict(dict(
         train_dir="",  # ArrayRecord node dataset (manifest.json inside)
@@ -31,6 +32,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         margin=0.0, weight_eps=1e-6, weight_clip=0.0,  # 0 = no clip
         weight_norm="none",  # none | dataset_mean
         kto_repeat_cap=0, sft_repeat=False,  # 0 = no cap
+        copy_swap=0.0,  # probability of swapping each copied string per draw (tgpo_jax/data/augment.py; 0 = off)
         shuffle_seed=0,
     ))
     c.loss = ml_collections.ConfigDict(dict(
@@ -52,6 +54,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         seed=0, chunk=128,
         log_every=1, eval_every=0, eval_batches=0,  # eval_every 0 = at the end only; eval_batches 0 = all
         save_every=50, keep=3, async_checkpoint=True, progress=True,
+        curve_points=0,  # > 0: also save and keep a checkpoint every total/curve_points steps (learning curves)
         kill_after=0,  # testing aid: hard-exit (as if killed) after this many steps of this process; 0 = never
     ))
     c.mesh = ml_collections.ConfigDict(dict(shape=(1, -1, 1)))  # (data, fsdp, tensor); -1 takes the rest

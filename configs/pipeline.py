@@ -1,10 +1,12 @@
 """The main job's configuration (launch/pipeline.py). Presets after ':':
 
-  default  the embedded default: local shop, from-scratch 'small' model (~2.3M parameters, its own SentencePiece
-           vocabulary), CPU, ≤ 20 minutes on 2 cores. (The bundled SmolLM2-135M does not fit that budget on a
-           CPU; see BUILD_NOTES.md, "Which model learns on a CPU".)
+  default  the embedded default: local shop (all three task families), the from-scratch 'copy' model (3.8M
+           parameters with a planted copy circuit, its own SentencePiece vocabulary), SFT and TGPO, CPU, about 30
+           minutes on 2 cores. (The bundled SmolLM2-135M does not fit that budget on a CPU; see BUILD_NOTES.md,
+           "Which model learns on a CPU".)
   tiny     the same stages in a few minutes (CI's end-to-end test)
-  large    the learning result of BUILD_NOTES.md (more tasks, runs, steps, three evaluation seeds)
+  large    the learning-result configuration (400 training tasks, trees on 100, every method, three training
+           seeds, 100 held-out tasks; not yet run end to end: see BUILD_NOTES.md)
   smollm2  the bundled SmolLM2-135M-Instruct as the base (for a GPU host)
 
 Every field can be overridden: ``--config.collect.runs=8 --config.tgpo.loss.beta=0.2 --config.rounds.count=2``.
@@ -30,21 +32,29 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     c.title = "tgpo-jax: TGPO on the embedded shop"
     c.env = ml_collections.ConfigDict(dict(name="shop", locale="en", seed=0))
     c.tasks = ml_collections.ConfigDict(dict(
-        families=("procedure",),  # task families of both splits ('' / () = all)
+        families=(),  # task families of both splits ('' / () = all: webshop, procedure, multi_cart)
         num_train=30,  # first N training tasks (families interleaved)
         num_test=12,  # first N held-out (test) tasks
     ))
     # round 1's behaviour policy: a noisy oracle (its mistakes give the tree its branches), 'base', or any
     # launch.evaluate --model value; rounds >= 2 collect with the previous round's policy (rounds.behaviour)
     c.collect = ml_collections.ConfigDict(dict(
-        policy="oracle:0.15,0.1,0.05,0.02", runs=4, seed=0, contexts=4, max_steps=12, screenshots=False,
+        policy="oracle:0.15,0.1,0.05,0.02", runs=4, seed=0, contexts=4, max_steps=40, step_slack=10,
+        screenshots=False,
+        tree_tasks=0,  # > 0: K runs on the first tree_tasks training tasks (their trees), one run on the others
         temperature=0.7, top_p=1.0, max_tokens=64, max_batch=8, budget_tokens=1024,
         reuse="",  # an existing episodes directory (launch.collect's output) to use as round 1 (ablations)
     ))
     c.methods = METHODS  # round 1's trained models (preference methods start from sft, so it stays in)
-    c.prompt_tokens = 320  # the policy prompt's budget in the model's tokens (dataset prompts are rebuilt to it)
+    # training seeds: each seed initialises its own model and data order; preference methods of seed k start from
+    # SFT seed k. Several seeds: Table 1 pools them (mean ± 95 % interval over seeds) and compares methods pairwise
+    c.train_seeds = (0,)
+    # the policy prompt's budget in the model's tokens (dataset prompts are rebuilt to it)
+    c.prompt_tokens = 320
     # system text: 'full' (the grammar, rollout/policies/prompt.py) or 'compact' (one line: from-scratch models)
     c.prompt_style = "compact" if preset in ("default", "tiny", "large") else "full"
+    # characters of each earlier step's thought kept in the history (0 = commands only: the command says it)
+    c.history_thoughts = 0 if c.prompt_style == "compact" else 160
     c.tokenizer = ml_collections.ConfigDict(dict(vocab_size=2000))  # from-scratch models: trained on round 1
     c.dataset = ml_collections.ConfigDict(dict(
         merge="either", phash_threshold=0, guard=True, alpha=3.0, q_aggregate="mean", gamma=0.9, l_min="env",
@@ -58,13 +68,17 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     ))
     c.eval = ml_collections.ConfigDict(dict(
         models=(),  # Table 1's rows; () = base and every trained model (later rounds are added)
-        seeds=(0,), runs=1, contexts=4, max_steps=10, temperature=0.0, top_p=1.0, max_tokens=64, max_batch=8,
+        seeds=(0,), runs=1, contexts=4, max_steps=40, step_slack=6, temperature=0.0, top_p=1.0, max_tokens=64,
+        max_batch=8,
         redundancy="either",
+        # success vs training steps: the first seed's model of each curve method, evaluated at curve_points
+        # snapshots (the last is the final model) on the first curve_tasks held-out tasks
+        curve_methods=(), curve_points=4, curve_tasks=30,
     ))
     c.trees = 3  # tree pictures of this many training tasks in the report
     c.export = ml_collections.ConfigDict(dict(dtype="", select="success_rate"))  # '' = the run's dtype
 
-    model_preset = {"default": "scratch-small", "tiny": "tiny", "large": "scratch-small",
+    model_preset = {"default": "scratch-copy", "tiny": "tiny", "large": "scratch-copy",
                     "smollm2": "smollm2-135m"}.get(preset)
     if model_preset is None:
         raise ValueError(f"unknown pipeline preset {preset!r}; choose from default, tiny, large, smollm2")
@@ -85,25 +99,33 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c[m].train.num_epochs = 2
 
     if preset in ("default", "large"):
+        # many distinct tasks, one run each (SFT diversity; the noisy oracle's detours still give trees branches)
+        c.tasks.update(num_train=160, num_test=50)
+        c.collect.update(runs=1)
         for m in METHODS:
             t = c[m]
-            t.data.update(max_len=384, max_prompt_len=c.prompt_tokens, max_completion_len=64)
+            t.data.update(max_len=c.prompt_tokens + 64, max_prompt_len=c.prompt_tokens, max_completion_len=64)
             t.train.update(batch_size=8)
             t.optim.update(warmup_fraction=0.05, schedule="cosine")
         c.sft.optim.learning_rate = 2e-3
-        c.sft.train.num_epochs = 4
+        c.sft.train.max_steps = 600
+        c.sft.data.copy_swap = 0.75  # new strings in the copied spans every epoch (tgpo_jax/data/augment.py)
+        if preset == "default":  # the 30-minute budget: SFT and TGPO only, evaluated on 50 held-out tasks
+            c.methods = ("sft", "tgpo")
+            c.eval.models = ("sft", "tgpo")
         c.pretrain.data.update(max_len=300, max_prompt_len=32, max_completion_len=257)
         c.pretrain.train.update(batch_size=8, num_epochs=1, max_steps=200)
         c.pretrain.optim.update(learning_rate=2e-3, warmup_fraction=0.05, schedule="cosine")
         for m in PREFERENCE:
             c[m].optim.learning_rate = 2e-4
     if preset == "large":
-        c.tasks.update(num_train=100, num_test=16)  # ~70 distinct search queries instead of ~25
-        c.collect.update(runs=3)
-        c.eval.update(seeds=(0, 1, 2), temperature=0.5)  # sampling, so the three seeds are three measurements
+        c.tasks.update(num_train=400, num_test=100)
+        c.collect.update(runs=2, tree_tasks=100)  # K = 2 runs on 100 tasks for trees, one on the rest
+        c.train_seeds = (0, 1, 2)  # seed = initialisation + data order; greedy evaluation
+        c.sft.train.max_steps = 1000
     if preset == "tiny":
         c.prompt_tokens = 256
-        c.tasks.update(num_train=3, num_test=2)
+        c.tasks.update(families=("procedure",), num_train=3, num_test=2)  # short episodes: CI-sized
         c.collect.update(runs=3, max_steps=8, contexts=3)
         c.tokenizer.vocab_size = 1000
         c.eval.update(max_steps=6, contexts=2, max_tokens=24)

@@ -25,6 +25,8 @@ flags.DEFINE_list("task_ids", [], "explicit task ids (overrides --num_tasks)")
 flags.DEFINE_list("families", [], "only these task families")
 flags.DEFINE_string("locale", "en", "shop catalogue locale: en | zh")
 flags.DEFINE_integer("runs", 4, "K: runs per task")
+flags.DEFINE_integer("tree_tasks", 0, "only the first N tasks get --runs runs (their trees), every other task one run; "
+                     "0 = every task gets --runs")
 flags.DEFINE_enum("policy", "oracle", ["oracle", "model", "http"], "policy")
 flags.DEFINE_float("wrong_choice", 0.1, "oracle: rate of wrong item / option choices")
 flags.DEFINE_float("loop", 0.1, "oracle: rate of redundant detours (link, then GO_BACK)")
@@ -42,6 +44,7 @@ flags.DEFINE_integer("contexts", 4, "parallel browser contexts")
 flags.DEFINE_integer("shard_index", 0, "this process's shard")
 flags.DEFINE_integer("num_shards", 1, "number of shards")
 flags.DEFINE_integer("max_steps", 30, "steps per episode")
+flags.DEFINE_integer("step_slack", 0, "> 0: an episode stops at min(max_steps, the task's optimal length + slack)")
 flags.DEFINE_integer("budget_tokens", 1024, "observation text budget (tokens)")
 flags.DEFINE_bool("screenshots", True, "save screenshots (the pHash is always recorded)")
 flags.DEFINE_bool("retry_errored", True, "re-run episodes that errored in an earlier run")
@@ -83,11 +86,12 @@ def main(argv):
     if not tasks:
         raise app.UsageError("no tasks selected")
     policy, policy_meta = make_policy(env)
-    harness = HarnessConfig(max_steps=F.max_steps, budget_tokens=F.budget_tokens, screenshots=F.screenshots,
+    harness = HarnessConfig(max_steps=F.max_steps, step_slack=F.step_slack, budget_tokens=F.budget_tokens, screenshots=F.screenshots,
                             step_timeout_s=F.step_timeout_s, episode_timeout_s=F.episode_timeout_s,
                             extra_origins=tuple(F.allow_origins), recycle_after=F.recycle_after)
-    cfg = CollectConfig(out_dir=F.out, runs=F.runs, seed=F.seed, contexts=F.contexts, shard_index=F.shard_index,
-                        num_shards=F.num_shards, retry_errored=F.retry_errored, harness=harness)
+    cfg = CollectConfig(out_dir=F.out, runs=F.runs, tree_tasks=F.tree_tasks, seed=F.seed, contexts=F.contexts,
+                        shard_index=F.shard_index, num_shards=F.num_shards, retry_errored=F.retry_errored,
+                        harness=harness)
     meta = {"split": F.split, "locale": F.locale if F.env == "shop" else None, **policy_meta}
 
     async def go():

@@ -33,6 +33,7 @@ flags.DEFINE_list("seeds", ["0", "1", "2"], "one collection per seed")
 flags.DEFINE_integer("runs", 1, "runs per task per seed")
 flags.DEFINE_integer("contexts", 4, "parallel browser contexts")
 flags.DEFINE_integer("max_steps", 30, "steps per episode")
+flags.DEFINE_integer("step_slack", 0, "> 0: an episode stops at min(max_steps, the task's optimal length + slack)")
 flags.DEFINE_float("temperature", 0.0, "model policy sampling temperature (0 = greedy)")
 flags.DEFINE_float("top_p", 1.0, "model policy nucleus sampling (1 = off)")
 flags.DEFINE_integer("max_tokens", 128, "model policy: tokens per step")
@@ -64,6 +65,7 @@ def main(argv):
         raise app.UsageError(f"--seeds must be integers, got {F.seeds}") from None
     cfg = EvalConfig(out_dir=F.out, env=F.env, split=F.split, num_tasks=F.num_tasks, families=tuple(F.families),
                      seeds=seeds, runs=F.runs, contexts=F.contexts, max_steps=F.max_steps,
+                     step_slack=F.step_slack,
                      temperature=F.temperature, screenshots=F.screenshots, budget_tokens=F.budget_tokens,
                      step_timeout_s=F.step_timeout_s, episode_timeout_s=F.episode_timeout_s,
                      redundancy=F.redundancy)

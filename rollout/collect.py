@@ -31,6 +31,7 @@ class CollectionAborted(RuntimeError):
 class CollectConfig:
     out_dir: str
     runs: int = 4  # K: runs per task from the same start state
+    tree_tasks: int = 0  # > 0: only the first this-many tasks get K runs (their trees); every other task one run
     seed: int = 0
     contexts: int = 4  # episodes in parallel (browser contexts)
     shard_index: int = 0
@@ -43,6 +44,8 @@ class CollectConfig:
     def __post_init__(self):
         if self.runs < 1 or self.contexts < 1:
             raise ValueError(f"runs and contexts must be >= 1 (got {self.runs}, {self.contexts})")
+        if self.tree_tasks < 0:
+            raise ValueError(f"tree_tasks must be >= 0 (0 = every task gets {self.runs} runs), got {self.tree_tasks}")
         if not 0 <= self.shard_index < self.num_shards:
             raise ValueError(f"shard_index {self.shard_index} must be in [0, num_shards={self.num_shards})")
 
@@ -73,8 +76,11 @@ def select_tasks(env: Environment, split: str, num_tasks: int = 0, task_ids: Seq
     return list(tasks)
 
 
-def shard_episodes(tasks: list[Task], runs: int, shard_index: int, num_shards: int) -> list[tuple[Task, int]]:
-    episodes = [(t, r) for t in tasks for r in range(runs)]
+def shard_episodes(tasks: list[Task], runs: int, shard_index: int, num_shards: int,
+                   tree_tasks: int = 0) -> list[tuple[Task, int]]:
+    """This shard's (task, run) pairs: ``runs`` runs of each of the first ``tree_tasks`` tasks (all when 0), one run
+    of every other task; every ``num_shards``-th pair of that fixed order."""
+    episodes = [(t, r) for i, t in enumerate(tasks) for r in range(runs if not tree_tasks or i < tree_tasks else 1)]
     return episodes[shard_index::num_shards]
 
 
@@ -85,10 +91,13 @@ async def collect_async(env: Environment, tasks: list[Task], policy: Policy, cfg
     if len(set(ids)) != len(ids):
         raise ValueError("duplicate task ids in the task list")
     check_collection(cfg.out_dir, {"env": env.name, "runs": cfg.runs, "seed": cfg.seed,
+                                   **({"tree_tasks": cfg.tree_tasks} if cfg.tree_tasks else {}),
                                    "policy": getattr(policy, "name", type(policy).__name__),
-                                   "num_tasks": len(tasks), "max_steps": cfg.harness.max_steps, **(meta or {})})
+                                   "num_tasks": len(tasks), "max_steps": cfg.harness.max_steps,
+                                   **({"step_slack": cfg.harness.step_slack} if cfg.harness.step_slack else {}),
+                                   **(meta or {})})
     write_tasks(cfg.out_dir, tasks)  # every shard: hosts may write to separate directories merged later
-    mine = shard_episodes(tasks, cfg.runs, cfg.shard_index, cfg.num_shards)
+    mine = shard_episodes(tasks, cfg.runs, cfg.shard_index, cfg.num_shards, cfg.tree_tasks)
     counts = collections.Counter()
     todo = collections.deque()
     for task, run in mine:

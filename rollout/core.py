@@ -237,6 +237,11 @@ class Environment(abc.ABC):
         this state offers no such choice. ``rng`` is a ``random.Random``."""
         return None
 
+    def typed_strings(self, task: Task) -> dict[str, str]:
+        """The strings of ``task``'s instruction that its solution types, each with its kind ("query", "name", ...):
+        what copy-swap augmentation may replace by another string of the same kind. Default: none known."""
+        return {}
+
     def essential_query_params(self) -> Mapping[str, Sequence[str]] | None:
         """Per-path query parameters that identify a page, for URL normalisation (METHOD §2); None = keep all
         but tracking / session parameters."""

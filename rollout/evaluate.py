@@ -68,7 +68,8 @@ def is_run_dir(path: str) -> bool:
 
 
 def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int = 8, step: int | None = None,
-                env: Environment | None = None, seed: int = 0, prompt_style: str | None = None) -> Policy:
+                env: Environment | None = None, seed: int = 0, prompt_style: str | None = None,
+                thought_chars: int | None = None) -> Policy:
     """The policy named by ``model``:
 
     - ``oracle`` / ``oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>``: the (noisy) oracle of ``env``;
@@ -78,7 +79,8 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
 
     ``params`` (``SamplingParams``) sets decoding for model policies. The policy's ``name`` describes it.
     The system text is ``prompt_style`` (``prompt.SYSTEM_PROMPTS``) when given, else the one saved next to the
-    model (``policy.json``, written by the pipeline for the models it trains), else the full grammar.
+    model (``policy.json``, written by the pipeline for the models it trains), else the full grammar; likewise
+    ``thought_chars``, the characters of each earlier step's thought kept in the history (default 160).
     """
     from tgpo_jax.models.loading import BUNDLED_ALIASES
 
@@ -91,12 +93,15 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
         return OraclePolicy(env, noise, seed=seed, name=model)
     from rollout.policies.model import ModelPolicy
 
-    from rollout.policies.prompt import SYSTEM_PROMPTS, saved_prompt
+    from rollout.policies.prompt import DEFAULT_THOUGHT_CHARS, SYSTEM_PROMPTS, saved_prompt
 
-    style = prompt_style or saved_prompt(model).get("prompt_style", "full")
+    saved = saved_prompt(model)
+    style = prompt_style or saved.get("prompt_style", "full")
     if style not in SYSTEM_PROMPTS:
         raise ValueError(f"prompt_style {style!r}: expected one of {sorted(SYSTEM_PROMPTS)}")
-    kw = dict(params=params, budget_tokens=budget_tokens, max_batch=max_batch, system_prompt=SYSTEM_PROMPTS[style])
+    thoughts = thought_chars if thought_chars is not None else int(saved.get("thought_chars", DEFAULT_THOUGHT_CHARS))
+    kw = dict(params=params, budget_tokens=budget_tokens, max_batch=max_batch, system_prompt=SYSTEM_PROMPTS[style],
+              thought_chars=thoughts)
     if os.path.isdir(model) and is_run_dir(model):
         from tgpo_jax.models.loading import merged_model, with_tokenizer_eos
         from tgpo_jax.models.sampler import Sampler
@@ -149,6 +154,7 @@ class EvalConfig:
     runs: int = 1  # runs per task per seed
     contexts: int = 4  # parallel browser contexts
     max_steps: int = 30
+    step_slack: int = 0  # > 0: a task with a known optimal length stops at min(max_steps, optimal + step_slack)
     temperature: float = 0.0
     screenshots: bool = False
     budget_tokens: int = 1024  # observation text budget (harness)
@@ -169,7 +175,7 @@ class EvalConfig:
     def harness(self):
         from rollout.harness.runner import HarnessConfig
 
-        return HarnessConfig(max_steps=self.max_steps, budget_tokens=self.budget_tokens,
+        return HarnessConfig(max_steps=self.max_steps, step_slack=self.step_slack, budget_tokens=self.budget_tokens,
                              screenshots=self.screenshots, step_timeout_s=self.step_timeout_s,
                              episode_timeout_s=self.episode_timeout_s)
 
@@ -225,7 +231,8 @@ def seed_metrics(out_dir: str, tasks: Sequence[Task], runs: int, redundancy: str
         if ep.summary["status"] == "errored":
             errored += 1
             continue
-        rows.append({"family": task.family, "success": bool(ep.summary["success"]),
+        rows.append({"task_id": ep.task_id, "run": int(ep.summary["run"]), "family": task.family,
+                     "success": bool(ep.summary["success"]),
                      "steps": int(ep.summary["steps"]), "score": float(ep.summary.get("score", 0.0)),
                      "redundant": episode_redundancy(ep, task, redundancy), "optimal": task.optimal_steps})
     out = _summarize(rows)
@@ -234,6 +241,7 @@ def seed_metrics(out_dir: str, tasks: Sequence[Task], runs: int, redundancy: str
     out["avg_optimal_steps"] = sum(r["optimal"] for r in rows) / len(rows) if rows else None
     out["by_family"] = {f: _summarize([r for r in rows if r["family"] == f])
                         for f in sorted({r["family"] for r in rows})}
+    out["episodes_table"] = sorted(rows, key=lambda r: (r["task_id"], r["run"]))  # per-task pairing (rollout.stats)
     return out
 
 
@@ -311,7 +319,9 @@ async def evaluate_async(env: Environment, tasks: Sequence[Task], policy: Policy
         if _all_finished(seed_dir, tasks, cfg.runs):  # resumed and complete: no browser to start
             _check_settings(seed_dir, {"env": env.name, "runs": cfg.runs, "seed": seed, "num_tasks": len(tasks),
                                        "policy": getattr(p, "name", type(p).__name__),
-                                       "max_steps": harness.max_steps, **collect_meta})
+                                       "max_steps": harness.max_steps,
+                                       **({"step_slack": harness.step_slack} if harness.step_slack else {}),
+                                       **collect_meta})
             counts = {"skipped": len(tasks) * cfg.runs, "total": len(tasks) * cfg.runs}
         else:
             counts = await collect_async(env, tasks, p, ccfg, meta=collect_meta)

@@ -12,7 +12,9 @@ ArrayRecord shards, ``launch.train``'s Orbax run, ``launch.export``'s HF directo
     evaluation)  eval/<model>/  report/  export/ (the best model)  stages/<stage>.json (resume markers)
 
 Stage bookkeeping (skip / resume / refuse on a changed configuration / --redo) is ``rollout.stages``.
-Model names: ``sft``, ``dpo``, ``kto``, ``kto_tree``, ``tgpo`` for round 1, ``<method>-r<r>`` for round r ≥ 2.
+Model names: ``sft``, ``dpo``, ``kto``, ``kto_tree``, ``tgpo`` for round 1, ``<method>-r<r>`` for round r ≥ 2, and
+with several training seeds (``train_seeds``) ``<method>-s<seed>``: seed k initialises its own base (from-scratch
+models) or LoRA adapters, shuffles the data with seed k, and its preference methods start from SFT seed k.
 """
 from __future__ import annotations
 
@@ -33,13 +35,34 @@ NOT_IN_SPEC = {("train", "progress"), ("train", "output_dir"), ("train", "kill_a
                ("data", "eval_dir"), ("model", "path"), ("model", "tokenizer")}
 
 
-def model_name(method: str, r: int) -> str:
-    return method if r == 1 else f"{method}-r{r}"
+def model_name(method: str, r: int = 1, seed: int | None = None) -> str:
+    """``<method>[-r<round>][-s<seed>]`` (the seed only when the pipeline trains several)."""
+    name = method if r == 1 else f"{method}-r{r}"
+    return name if seed is None else f"{name}-s{seed}"
+
+
+def parse_name(name: str) -> tuple[str, int, int | None]:
+    """(method, round, seed) of a model name."""
+    rest, seed = name, None
+    if "-s" in rest and rest.rsplit("-s", 1)[1].isdigit():
+        rest, s = rest.rsplit("-s", 1)
+        seed = int(s)
+    method, r = rest, 1
+    if "-r" in rest and rest.rsplit("-r", 1)[1].isdigit():
+        method, rr = rest.rsplit("-r", 1)
+        r = int(rr)
+    return method, r, seed
+
+
+def method_label(name: str) -> str:
+    """The Table 1 row of a model: its method and round, seeds pooled ("TGPO", "TGPO (round 2)")."""
+    method, r, _ = parse_name(name)
+    return DISPLAY.get(method, method) + (f" (round {r})" if r > 1 else "")
 
 
 def display_name(name: str) -> str:
-    method, _, r = name.partition("-r")
-    return DISPLAY.get(method, method) + (f" (round {r})" if r else "")
+    seed = parse_name(name)[2]
+    return method_label(name) + (f" [seed {seed}]" if seed is not None else "")
 
 
 def _plain(cd) -> dict:
@@ -56,12 +79,14 @@ def _names(value) -> tuple:
 
 def normalize(cfg) -> None:
     for section, key in ((None, "methods"), ("eval", "models"), ("rounds", "methods"), ("tasks", "families"),
-                         ("eval", "seeds")):
+                         ("eval", "seeds"), (None, "train_seeds"), ("eval", "curve_methods")):
         node = cfg if section is None else cfg[section]
         with node.ignore_type():
             node[key] = _names(node[key])
     with cfg.eval.ignore_type():
         cfg.eval.seeds = tuple(int(s) for s in cfg.eval.seeds)
+    with cfg.ignore_type():
+        cfg.train_seeds = tuple(int(s) for s in cfg.train_seeds)
 
 
 def validate(cfg) -> None:
@@ -75,6 +100,16 @@ def validate(cfg) -> None:
         raise ValueError(f"eval.models {bad}: expected 'base' or one of the trained methods {list(cfg.methods)}")
     if cfg.rounds.count < 1:
         raise ValueError(f"rounds.count={cfg.rounds.count}: must be >= 1")
+    if not cfg.train_seeds or len(set(cfg.train_seeds)) != len(cfg.train_seeds) or min(cfg.train_seeds) < 0:
+        raise ValueError(f"train_seeds={list(cfg.train_seeds)}: expected distinct non-negative integers")
+    if cfg.rounds.count > 1 and len(cfg.train_seeds) > 1:
+        raise ValueError("rounds.count > 1 with several train_seeds: each seed would need its own round-2 "
+                         "collection; run the rounds with one seed")
+    bad = [m for m in cfg.eval.curve_methods if m not in cfg.methods]
+    if bad:
+        raise ValueError(f"eval.curve_methods {bad}: expected trained methods {list(cfg.methods)}")
+    if cfg.eval.curve_methods and cfg.eval.curve_points < 2:
+        raise ValueError(f"eval.curve_points={cfg.eval.curve_points}: a curve needs at least 2 points")
     if cfg.rounds.count > 1:
         bad = [m for m in cfg.rounds.methods if m not in PREFERENCE or m not in cfg.methods]
         if bad or not cfg.rounds.methods:
@@ -110,6 +145,7 @@ class Pipeline:
         self._env = None
         self.scratch = not cfg.sft.model.path
         self.rounds = int(cfg.rounds.count)
+        self.seeds = tuple(cfg.train_seeds)
 
     # ------------------------------------------------------------ paths
     def path(self, *parts: str) -> str:
@@ -122,10 +158,20 @@ class Pipeline:
         return self.path("datasets", f"round{r}")
 
     def model_dir(self, name: str) -> str:
-        """The HF directory (or checkpoint name) of a model: the base as configured, else models/<name>."""
-        if name == "base" and not self.scratch:
+        """The HF directory (or checkpoint name) of a model: the base as configured, else models/<name>.
+        ``base`` is the first seed's base."""
+        if parse_name(name)[0] == "base" and not self.scratch:
             return self.cfg.sft.model.path
+        if name == "base":
+            name = self.base_name(self.seeds[0])
         return self.path("models", name)
+
+    def tag(self, seed: int) -> int | None:
+        """The seed as it appears in model names: only when several seeds are trained."""
+        return seed if len(self.seeds) > 1 else None
+
+    def base_name(self, seed: int) -> str:
+        return model_name("base", 1, self.tag(seed))
 
     @property
     def tokenizer(self) -> str:
@@ -155,25 +201,34 @@ class Pipeline:
         return select_tasks(self.env, split, n, (), tuple(f for f in self.cfg.tasks.families if f))
 
     # ------------------------------------------------------------ the plan
-    def trained(self) -> list[tuple[str, str, int]]:
-        """(model name, method, round) of every training stage, in order."""
-        out = [(m, m, 1) for m in METHODS if m in self.cfg.methods]
+    def trained(self) -> list[tuple[str, str, int, int]]:
+        """(model name, method, round, seed) of every training stage, in order."""
+        out = [(model_name(m, 1, self.tag(s)), m, 1, s) for s in self.seeds for m in METHODS if m in self.cfg.methods]
         for r in range(2, self.rounds + 1):
-            out += [(model_name(m, r), m, r) for m in self.cfg.rounds.methods]
+            out += [(model_name(m, r), m, r, self.seeds[0]) for m in self.cfg.rounds.methods]
         return out
 
     def evaluated(self) -> list[str]:
+        """Table 1's models: 'base' (the first seed's) and every trained model of the methods in eval.models."""
         table1 = ("base", "sft", "kto", "kto_tree", "dpo", "tgpo")
-        names = list(dict.fromkeys(self.cfg.eval.models or [m for m in table1 if m == "base" or m in self.cfg.methods]))
-        for r in range(2, self.rounds + 1):
-            names += [model_name(m, r) for m in self.cfg.rounds.methods]
+        wanted = self.cfg.eval.models or [m for m in table1 if m == "base" or m in self.cfg.methods]
+        names = ["base"] if "base" in wanted else []
+        for name, method, r, _ in self.trained():
+            if method in wanted or r > 1:
+                names.append(name)
         return names
+
+    def curve_models(self) -> list[str]:
+        """The models whose success-vs-steps curve is measured: the first seed's model of each curve method."""
+        return [model_name(m, 1, self.tag(self.seeds[0])) for m in self.cfg.eval.curve_methods]
 
     def stages(self) -> list[Stage]:
         c = self.cfg
         env_spec = {"env": _plain(c.env), "tasks": _plain(c.tasks)}
         collect_spec = {k: v for k, v in _plain(c.collect).items() if k not in ("contexts", "max_batch")}
-        data_spec = {"dataset": _plain(c.dataset), "prompt_tokens": c.prompt_tokens, "prompt_style": c.prompt_style}
+        prompt_spec = {"prompt_tokens": c.prompt_tokens, "prompt_style": c.prompt_style,
+                       "history_thoughts": c.history_thoughts}
+        data_spec = {"dataset": _plain(c.dataset), **prompt_spec}
         out: list[Stage] = []
         tok_deps: tuple[str, ...] = ()
         for r in range(1, self.rounds + 1):
@@ -184,7 +239,7 @@ class Pipeline:
                 policy = f"model {deps[0]}"
             spec = {**env_spec, "collect": dict(collect_spec), "policy": policy}
             if r > 1 or not policy.startswith("oracle"):  # a model policy: its prompt and sampling matter
-                spec.update(prompt_tokens=c.prompt_tokens, prompt_style=c.prompt_style)
+                spec.update(prompt_spec)
             else:
                 for k in ("temperature", "top_p", "max_tokens"):
                     spec["collect"].pop(k)
@@ -196,13 +251,15 @@ class Pipeline:
                     out.append(Stage("tokenizer", self.train_tokenizer, _plain(c.tokenizer), ("collect-r1",),
                                      (self.tokenizer,), f"SentencePiece, {c.tokenizer.vocab_size} pieces"))
                     lm = c.pretrain_window > 0
+                    bases = [self.base_name(sd) for sd in self.seeds]
                     out.append(Stage("base", self.init_base,
                                      {"model": self._spec("sft")["model"], "prompt_style": c.prompt_style,
                                       "pretrain": self._spec("pretrain") if lm else None,
-                                      "window": c.pretrain_window}, ("tokenizer",),
-                                     (self.model_dir("base"), self.path("models", "init"), self.path("runs", "base"),
-                                      self.path("datasets", "pretrain")),
-                                     f"from-scratch '{c.sft.model.scratch}' model"
+                                      "window": c.pretrain_window, "seeds": list(self.seeds)}, ("tokenizer",),
+                                     tuple(self.path("models", b) for b in bases)
+                                     + tuple(self.path("models", b.replace("base", "init")) for b in bases)
+                                     + tuple(self.path("runs", b) for b in bases) + (self.path("datasets", "pretrain"),),
+                                     f"from-scratch '{c.sft.model.scratch}' model, {len(bases)} seed(s)"
                                      + (", language-model pretraining on the round-1 page text" if lm else "")))
                     tok_deps = ("tokenizer", "base")
                 else:
@@ -212,31 +269,38 @@ class Pipeline:
                              tuple(f"collect-r{k}" for k in rounds) + tok_deps,
                              (self.dataset(r),), "merged trees, process rewards, node records"))
             out += self._training_stages(r)
+        eval_spec = {"eval": {k: v for k, v in _plain(c.eval).items() if not k.startswith("curve_")},
+                     **env_spec, **prompt_spec}
         for name in self.evaluated():
             deps = (name,) if name != "base" or self.scratch else ()
-            out.append(Stage(f"eval-{name}", lambda n=name: self.evaluate(n),
-                             {"eval": _plain(c.eval), **env_spec, "prompt_tokens": c.prompt_tokens,
-                              "prompt_style": c.prompt_style}, deps,
+            out.append(Stage(f"eval-{name}", lambda n=name: self.evaluate(n), eval_spec, deps,
                              (self.path("eval", name),), f"{display_name(name)} on {c.tasks.num_test} held-out tasks"))
         evals = tuple(f"eval-{n}" for n in self.evaluated())
-        out.append(Stage("report", self.report, {"title": c.title, "trees": c.trees}, evals + ("dataset-r1",),
-                         (self.path("report"),), "Markdown + HTML, Table 1 and 2, curves, trees"))
+        curve_spec = {**eval_spec, "curve": {k: v for k, v in _plain(c.eval).items() if k.startswith("curve_")}}
+        curves = tuple(f"curve-{n}" for n in self.curve_models())
+        for name in self.curve_models():
+            out.append(Stage(f"curve-{name}", lambda n=name: self.curve(n), curve_spec, (name,),
+                             (self.path("curves", name),),
+                             f"{display_name(name)}: success vs training steps on {c.eval.curve_tasks} tasks"))
+        out.append(Stage("report", self.report, {"title": c.title, "trees": c.trees}, evals + curves + ("dataset-r1",),
+                         (self.path("report"),), "Markdown + HTML, Table 1 and 2, comparisons, claims, curves, trees"))
         out.append(Stage("export", self.export, _plain(c.export), evals, (self.path("export"),),
                          "the best trained model as a Hugging Face directory"))
         return out
 
     def _training_stages(self, r: int) -> list[Stage]:
         out = []
-        for name, method, rr in self.trained():
+        for name, method, rr, seed in self.trained():
             if rr != r:
                 continue
             if r == 1:
-                init = "base" if method == "sft" else "sft"
+                init = self.base_name(seed) if method == "sft" else model_name("sft", 1, self.tag(seed))
             else:
                 init = model_name(method, r - 1)
-            deps = (f"dataset-r{r}",) + ((init,) if init != "base" or self.scratch else ())
-            out.append(Stage(name, lambda n=name, m=method, r=r, i=init: self.train(n, m, r, i),
-                             {"train": self._spec(method), "init": init}, deps,
+            from_base = parse_name(init)[0] == "base"
+            deps = (f"dataset-r{r}",) + (("base",) if from_base and self.scratch else () if from_base else (init,))
+            out.append(Stage(name, lambda n=name, m=method, r=r, i=init, sd=seed: self.train(n, m, r, i, sd),
+                             {"train": self._spec(method), "init": init, "seed": seed}, deps,
                              (self.path("runs", name), self.model_dir(name)),
                              f"{display_name(name)} from {init}"))
         return out
@@ -260,20 +324,23 @@ class Pipeline:
             self.close()
 
     # ------------------------------------------------------------ stages
-    def _policy(self, spec: str, temperature: float, top_p: float, max_tokens: int, max_batch: int, seed: int):
+    def _policy(self, spec: str, temperature: float, top_p: float, max_tokens: int, max_batch: int, seed: int,
+                step: int | None = None):
         from rollout.evaluate import load_policy
         from tgpo_jax.models.sampler import SamplingParams
 
         params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
         return load_policy(spec, params=params, budget_tokens=self.cfg.prompt_tokens, max_batch=max_batch,
-                           env=self.env, seed=seed, prompt_style=self.cfg.prompt_style)
+                           env=self.env, seed=seed, step=step, prompt_style=self.cfg.prompt_style,
+                           thought_chars=self.cfg.history_thoughts)
 
     def save_prompt(self, model_dir: str) -> None:
         """``policy.json`` next to a model: launch.evaluate / collect then prompt it as it was trained."""
         from rollout.policies.prompt import POLICY_FILE
 
         with open(os.path.join(model_dir, POLICY_FILE), "w") as f:
-            json.dump({"prompt_style": self.cfg.prompt_style, "budget_tokens": self.cfg.prompt_tokens}, f)
+            json.dump({"prompt_style": self.cfg.prompt_style, "budget_tokens": self.cfg.prompt_tokens,
+                       "thought_chars": self.cfg.history_thoughts}, f)
 
     @staticmethod
     def _with_policy(policy, coro):
@@ -298,8 +365,10 @@ class Pipeline:
         else:
             spec = self.model_dir(model_name(self.cfg.rounds.behaviour, r - 1))
         policy = self._policy(spec, c.temperature, c.top_p, c.max_tokens, c.max_batch, seed)
-        harness = HarnessConfig(max_steps=c.max_steps, budget_tokens=c.budget_tokens, screenshots=c.screenshots)
-        ccfg = CollectConfig(out_dir=self.episodes(r), runs=c.runs, seed=seed, contexts=c.contexts,
+        harness = HarnessConfig(max_steps=c.max_steps, step_slack=c.step_slack, budget_tokens=c.budget_tokens,
+                                screenshots=c.screenshots)
+        ccfg = CollectConfig(out_dir=self.episodes(r), runs=c.runs, tree_tasks=c.tree_tasks, seed=seed,
+                             contexts=c.contexts,
                              harness=harness, progress=self.progress)
         meta = {"split": "train", "locale": self.cfg.env.locale, "round": r, "behaviour": spec}
         counts = self._with_policy(policy, collect_async(self.env, self.tasks("train"), policy, ccfg, meta=meta))
@@ -332,11 +401,15 @@ class Pipeline:
         tasks = {t.task_id: t for t in read_tasks(self.episodes(1))}
         # every prompt as the policy will see it (system text included, once per step: its real frequency)
         system = SYSTEM_PROMPTS[self.cfg.prompt_style]
-        texts, cfg = [SYSTEM_PROMPT], BuildConfig(prompt_budget_tokens=1 << 20, system_prompt=system)
+        texts, cfg = [SYSTEM_PROMPT], BuildConfig(prompt_budget_tokens=1 << 20, system_prompt=system,
+                                                  thought_chars=self.cfg.history_thoughts)
         for ep in iter_episodes(self.episodes(1)):
             for t, step in enumerate(ep.steps):
                 texts += [m["content"] for m in step_prompt(tasks.get(ep.task_id), ep, t, cfg)]
                 texts.append(step.get("output") or "")
+        # every training task's instruction: the words of strings still to be typed get whole pieces, as they will
+        # in held-out tasks (test tasks never enter the corpus)
+        texts += [t.instruction for t in self.env.tasks("train")]
         tmp = self.tokenizer + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         train_sentencepiece(texts, tmp, vocab_size=self.cfg.tokenizer.vocab_size)
@@ -345,26 +418,31 @@ class Pipeline:
         return {"texts": len(texts), "vocab_size": self.cfg.tokenizer.vocab_size}
 
     def init_base(self) -> dict:
+        """One from-scratch base per training seed (``model.init_seed`` = the seed), optionally pretrained."""
         from tgpo_jax import sharding as shd
         from tgpo_jax.models.hf_export import export_hf
         from tgpo_jax.models.tokenizer import load_tokenizer
         from tgpo_jax.models.transformer import param_count
         from tgpo_jax.training.loop import build_model
 
-        t = self.cfg.sft.copy_and_resolve_references()
-        t.model.path, t.model.tokenizer = "", self.tokenizer
         tokenizer = load_tokenizer(self.tokenizer)
-        model = build_model(t, shd.make_mesh(tuple(t.mesh.shape)), tokenizer)
-        out = {"parameters": param_count(model), "scratch": t.model.scratch}
-        if self.cfg.pretrain_window <= 0:
-            export_hf(model, self.model_dir("base"), tokenizer)
-            self.save_prompt(self.model_dir("base"))
-            return out
-        export_hf(model, self.path("models", "init"), tokenizer)
-        out["pretrain"] = self.pretrain(tokenizer)
+        out = {"scratch": self.cfg.sft.model.scratch, "init": self.cfg.sft.model.init, "seeds": list(self.seeds)}
+        for seed in self.seeds:
+            t = self.cfg.sft.copy_and_resolve_references()
+            t.model.path, t.model.tokenizer, t.model.init_seed = "", self.tokenizer, seed
+            model = build_model(t, shd.make_mesh(tuple(t.mesh.shape)), tokenizer)
+            out["parameters"] = param_count(model)
+            name = self.base_name(seed)
+            if self.cfg.pretrain_window <= 0:
+                export_hf(model, self.path("models", name), tokenizer)
+                self.save_prompt(self.path("models", name))
+                continue
+            init = self.path("models", name.replace("base", "init"))
+            export_hf(model, init, tokenizer)
+            out[f"pretrain-{name}"] = self.pretrain(tokenizer, init, name, seed)
         return out
 
-    def pretrain(self, tokenizer) -> dict:
+    def pretrain(self, tokenizer, init: str, name: str, seed: int) -> dict:
         """Language modelling on the round-1 page text (rollout/lm_data.py) from the initialised model."""
         from rollout.lm_data import lm_records
         from rollout.policies.prompt import SYSTEM_PROMPTS
@@ -378,16 +456,17 @@ class Pipeline:
         write_dataset(records, data, num_shards=1, overwrite=True, config={"window": self.cfg.pretrain_window},
                       extra={"kind": "lm", "windows": len(records)})
         t = self.cfg.pretrain.copy_and_resolve_references()
-        t.model.path, t.model.tokenizer, t.model.scratch = self.path("models", "init"), "", ""
+        t.model.path, t.model.tokenizer, t.model.scratch = init, "", ""
+        t.train.seed, t.data.shuffle_seed = seed, seed
         t.data.train_dir, t.data.eval_dir = data, ""
         # + EOS, + 25 %: a decoded window encoded again may re-segment at its edges
         t.data.max_completion_len = max(t.data.max_completion_len, self.cfg.pretrain_window * 5 // 4 + 1)
         t.data.max_len = max(t.data.max_len, t.data.max_prompt_len + t.data.max_completion_len)
-        t.train.output_dir = self.path("runs", "base")
+        t.train.output_dir = self.path("runs", name)
         t.train.progress = t.train.progress and self.progress
         summary = train(t)
-        export_run(self.path("runs", "base"), self.model_dir("base"))
-        self.save_prompt(self.model_dir("base"))
+        export_run(self.path("runs", name), self.path("models", name))
+        self.save_prompt(self.path("models", name))
         return {"windows": len(records), "steps": summary.get("final_step"),
                 "loss": float((summary.get("final") or {}).get("train/loss", float("nan")))}
 
@@ -406,28 +485,38 @@ class Pipeline:
         bcfg = BuildConfig(tree=self.tree_config(), splits=("train",), num_shards=d.num_shards,
                            prompt_budget_tokens=self.cfg.prompt_tokens, tokenizer=self.tokenizer,
                            system_prompt=SYSTEM_PROMPTS[self.cfg.prompt_style],
-                           include_invalid=d.include_invalid, overwrite=True)
+                           thought_chars=self.cfg.history_thoughts, include_invalid=d.include_invalid, overwrite=True)
         rounds = range(1, r + 1) if self.cfg.rounds.accumulate else (r,)
-        summary = build_dataset([self.episodes(k) for k in rounds], self.dataset(r), bcfg, progress=self.progress)
+        pools: dict[str, set] = {}  # every training task's typed strings: what copy-swap augmentation draws from
+        for task in self.env.tasks("train"):
+            for text, kind in self.env.typed_strings(task).items():
+                pools.setdefault(kind, set()).add(text)
+        summary = build_dataset([self.episodes(k) for k in rounds], self.dataset(r), bcfg, progress=self.progress,
+                                typed_strings=self.env.typed_strings,
+                                copy_pools={k: sorted(v) for k, v in pools.items()})
+        summary.pop("copy_pools", None)  # in the manifest; the stage marker keeps the counts only
         summary["broken_episodes"] = len(summary["broken_episodes"])
         return summary
 
-    def train_config(self, name: str, method: str, init: str, r: int):
+    def train_config(self, name: str, method: str, init: str, r: int, seed: int = 0):
         t = self.cfg[method].copy_and_resolve_references()
         t.model.path = self.model_dir(init)
         t.model.tokenizer, t.model.scratch = "", ""
+        t.model.lora_seed, t.train.seed, t.data.shuffle_seed = seed, seed, seed  # seed = initialisation + data order
         t.data.train_dir, t.data.eval_dir = self.dataset(r), ""
         t.data.max_prompt_len = self.cfg.prompt_tokens  # the prompts were built to this budget
         t.data.max_len = max(t.data.max_len, t.data.max_prompt_len + t.data.max_completion_len)
         t.train.output_dir = self.path("runs", name)
         t.train.progress = t.train.progress and self.progress
+        if name in self.curve_models():  # snapshots for the success-vs-steps curve
+            t.train.curve_points = self.cfg.eval.curve_points
         return t
 
-    def train(self, name: str, method: str, r: int, init: str) -> dict:
+    def train(self, name: str, method: str, r: int, init: str, seed: int = 0) -> dict:
         from tgpo_jax.training.restore import export_run
         from tgpo_jax.training.loop import train
 
-        summary = train(self.train_config(name, method, init, r))
+        summary = train(self.train_config(name, method, init, r, seed))
         summary = {k: v for k, v in summary.items() if k not in ("state", "trainer")}
         _, line = export_run(self.path("runs", name), self.model_dir(name))
         self.save_prompt(self.model_dir(name))
@@ -435,22 +524,45 @@ class Pipeline:
         return json.loads(json.dumps({"final": summary.get("final"), "steps": summary.get("final_step"),
                                       "per_epoch": summary.get("per_epoch")}, default=float))
 
-    def evaluate(self, name: str) -> dict:
+    def _evaluate(self, model: str, out_dir: str, tasks, label: str, step: int | None = None) -> dict:
         from rollout.evaluate import EvalConfig, evaluate_async, format_table
 
         e = self.cfg.eval
-        policy = self._policy(self.model_dir(name), e.temperature, e.top_p, e.max_tokens, e.max_batch, 0)
-        ecfg = EvalConfig(out_dir=self.path("eval", name), env=self.cfg.env.name, split="test",
-                          num_tasks=self.cfg.tasks.num_test, families=tuple(f for f in self.cfg.tasks.families if f),
+        policy = self._policy(model, e.temperature, e.top_p, e.max_tokens, e.max_batch, 0, step)
+        ecfg = EvalConfig(out_dir=out_dir, env=self.cfg.env.name, split="test", num_tasks=len(tasks),
+                          families=tuple(f for f in self.cfg.tasks.families if f),
                           seeds=tuple(e.seeds), runs=e.runs, contexts=e.contexts, max_steps=e.max_steps,
+                          step_slack=e.step_slack,
                           temperature=e.temperature, progress=self.progress, redundancy=e.redundancy)
-        meta = {"model": name, "top_p": e.top_p, "max_tokens": e.max_tokens, "prompt_tokens": self.cfg.prompt_tokens}
-        result = self._with_policy(policy, evaluate_async(self.env, self.tasks("test"), policy, ecfg, meta=meta))
+        meta = {"model": label, "top_p": e.top_p, "max_tokens": e.max_tokens,
+                "prompt_tokens": self.cfg.prompt_tokens}
+        result = self._with_policy(policy, evaluate_async(self.env, tasks, policy, ecfg, meta=meta))
         print(format_table(result), file=sys.stderr)
         if not result["episodes"]:
-            raise RuntimeError(f"evaluation of {name}: every episode errored ({result['errored']}); the errors are "
-                               f"in {self.path('eval', name)} and the log above")
+            raise RuntimeError(f"evaluation of {label}: every episode errored ({result['errored']}); the errors are "
+                               f"in {out_dir} and the log above")
+        return result
+
+    def evaluate(self, name: str) -> dict:
+        result = self._evaluate(self.model_dir(name), self.path("eval", name), self.tasks("test"), name)
         return {"mean": result["mean"], "ci95": result["ci95"], "episodes": result["episodes"]}
+
+    def curve(self, name: str) -> dict:
+        """Success of the snapshots of ``name``'s run on the first ``eval.curve_tasks`` held-out tasks."""
+        from tgpo_jax.training.checkpoint import Checkpointer
+
+        ck = Checkpointer(self.path("runs", name, "checkpoints"))
+        steps = ck.all_steps()
+        ck.close()
+        final = max(steps)
+        tasks = self.tasks("test")[: self.cfg.eval.curve_tasks]
+        points = {}
+        for step in steps[:-1]:  # the final model's point comes from its full evaluation (same tasks)
+            out = self.path("curves", name, f"step{step}")
+            res = self._evaluate(self.path("runs", name), out, tasks, f"{name}@{step}", step=step)
+            points[step] = res["mean"]["success_rate"]
+        return {"steps": sorted(points), "final_step": final, "tasks": [t.task_id for t in tasks],
+                "success": points}
 
     def eval_results(self) -> dict[str, dict]:
         out = {}
@@ -470,7 +582,16 @@ class Pipeline:
         return max(candidates, key=lambda nm: (sign * (nm[1][sel] or 0), nm[1]["success_rate"] or 0,
                                                -(nm[1]["avg_steps"] or 0), -(nm[1]["redundant_steps"] or 0)))[0]
 
+    def groups(self) -> dict[str, dict[int, dict]]:
+        """Table 1 rows: method label -> {training seed: evaluation} ("base" is the first seed's base)."""
+        out: dict[str, dict[int, dict]] = {}
+        for name, ev in self.eval_results().items():
+            seed = parse_name(name)[2]
+            out.setdefault(method_label(name), {})[self.seeds[0] if seed is None else seed] = ev
+        return out
+
     def report(self) -> dict:
+        from rollout import results
         from rollout.recording import iter_episodes, read_tasks
         from rollout.report import write_report
         from rollout.tree.build import build_task_graph
@@ -479,8 +600,15 @@ class Pipeline:
         from tgpo_jax.training.metrics import read_metrics
 
         out = self.path("report")
-        models = {display_name(n): ev for n, ev in self.eval_results().items()}
-        curves = {display_name(n): read_metrics(self.path("runs", n)) for n, _, _ in self.trained()}
+        groups = self.groups()
+        first = self.tag(self.seeds[0])
+        curves = {display_name(n): read_metrics(self.path("runs", n)) for n, _, _, s in self.trained()
+                  if self.tag(s) == first}
+        learning = {}
+        for name in self.curve_models():
+            with open(self.path("stages", f"curve-{name}.json")) as f:
+                curve = json.load(f)["result"]
+            learning[method_label(name)] = results.curve_points(curve, self.eval_results()[name])
         dataset = dict(read_manifest(self.dataset(1)).extra or {})
         trees = {}
         if self.cfg.trees:
@@ -489,7 +617,7 @@ class Pipeline:
                 by_task.setdefault(ep.task_id, []).append(ep)
             tasks = {t.task_id: t for t in read_tasks(self.episodes(1))}
             tcfg = self.tree_config()
-            for tid in sorted(by_task)[: self.cfg.trees]:
+            for tid in sorted(by_task, key=lambda t: (-len(by_task[t]), t))[: self.cfg.trees]:  # K-run trees first
                 rel = os.path.join("trees", f"{tid}.html")
                 task = tasks.get(tid)
                 write_html(build_task_graph(by_task[tid], task, tcfg), os.path.join(out, rel), title=f"Task {tid}",
@@ -497,12 +625,25 @@ class Pipeline:
                 trees[tid] = rel
         trained = [n for n in self.evaluated() if n != "base"]
         best = self.best() if trained else None
+        e = self.cfg.eval
+        decoding = "greedy decoding" if e.temperature == 0 else f"sampling at temperature {e.temperature}"
         notes = [f"Exported model: {display_name(best)} (best {self.cfg.export.select} among the trained models)."
                  if best else "No trained model was evaluated: nothing to export.",
+                 f"Training seeds: {list(self.seeds)} (seed = initialisation and data order); evaluation: "
+                 f"{decoding}, evaluation seeds {list(e.seeds)}, {e.runs} run(s) per task.",
+                 f"Trained methods: {', '.join(DISPLAY[m] for m in self.cfg.methods)}"
+                 + ("" if set(self.cfg.methods) == set(METHODS) else
+                    f" (this preset trains fewer than the full table; not trained: "
+                    f"{', '.join(DISPLAY[m] for m in METHODS if m not in self.cfg.methods)})") + ".",
                  f"Configuration: {self.path('pipeline_config.json')}; stage timings: {self.path('stages')}.",
                  f"Rounds: {self.rounds}; behaviour policy of round 1: {self.cfg.collect.policy}."]
-        paths = write_report(out, title=self.cfg.title, models=models, dataset=dataset, curves=curves, trees=trees,
-                             notes="\n".join(notes))
+        fams = results.families(groups)
+        paths = write_report(out, title=self.cfg.title, models={k: list(v.values()) for k, v in groups.items()},
+                             dataset=dataset, curves=curves, trees=trees, notes="\n".join(notes),
+                             rows=results.table(groups),
+                             family_rows={f: results.table(groups, f) for f in fams} if len(fams) > 1 else None,
+                             comparisons=results.comparisons(groups), claims=results.claims(groups),
+                             learning_curves=learning)
         return {"best": best, **paths}
 
     def export(self) -> dict:
@@ -512,6 +653,6 @@ class Pipeline:
         out_dir, line = export_run(self.path("runs", best), self.path("export"), dtype=self.cfg.export.dtype or None)
         self.save_prompt(out_dir)
         with open(os.path.join(out_dir, "tgpo_pipeline.json"), "w") as f:
-            json.dump({"model": best, "method": best.partition("-r")[0], "eval": self.eval_results()[best]["mean"],
+            json.dump({"model": best, "method": parse_name(best)[0], "eval": self.eval_results()[best]["mean"],
                        "run_dir": self.path("runs", best)}, f, indent=1)
         return {"best": best, "dir": out_dir, "summary": line}

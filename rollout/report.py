@@ -89,6 +89,19 @@ class Cell:
         return s if self.ci is None else f"{s} ± {self.ci:.{self.decimals}f}"
 
 
+def row_cells(rows: dict) -> dict[str, Cell]:
+    """A method's ``rollout.results.Row`` per metric -> its Table 1 cells (pooled over training seeds)."""
+    out = {}
+    for key, _, scale, dec, _ in COLUMNS:
+        r = rows.get(key)
+        if r is None or r.mean is None:
+            out[key] = Cell(None, None, dec)
+            continue
+        out[key] = Cell(r.mean * scale, None if r.half_width is None else r.half_width * scale, dec,
+                        [v * scale for v in r.per_seed])
+    return out
+
+
 def model_cells(ev: dict | None) -> dict[str, Cell]:
     """One evaluation dict -> its Table 1 cells (``mean`` / ``ci95``; falls back to per-seed means, flat keys)."""
     ev = ev or {}
@@ -133,6 +146,11 @@ def _episodes(ev: dict | None) -> str:
     if n is None:
         return DASH
     return f"{n} ({seeds} seeds)" if seeds > 1 else str(n)
+
+
+def _pooled_episodes(evs: list) -> str:
+    n = sum(int(e.get("episodes") or 0) for e in evs if isinstance(e, dict))
+    return DASH if not evs else (f"{n} ({len(evs)} models)" if len(evs) > 1 else str(n))
 
 
 def _fmt_stat(key: str, v) -> str:
@@ -349,6 +367,21 @@ def _plot_steps(path: str, names: list[str], cells: dict[str, dict[str, Cell]]) 
     _save_fig(fig, path)
 
 
+def _plot_learning(path: str, curves: dict[str, list[tuple[int, float]]]) -> None:
+    fig, ax = _figure(7.0, 4.0)
+    for label, pts in curves.items():
+        if pts:
+            xs, ys = zip(*pts)
+            ax.plot(xs, [100 * y for y in ys], marker="o", markersize=4, linewidth=1.4, label=label)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("held-out success (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title("Success vs training steps")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    _save_fig(fig, path)
+
+
 def _curve_points(rows: list[dict], keys: tuple[str, ...]) -> list[tuple[float, float]]:
     for key in keys:
         pts = [(float(r["step"]), _num(r[key])) for r in rows if key in r and "step" in r]
@@ -385,7 +418,9 @@ def _plot_curves(out_dir: str, curves: dict[str, list[dict]]) -> list[tuple[str,
 # The report
 
 
-def _table1(names: list[str], models: dict, cells: dict[str, dict[str, Cell]]) -> Table:
+def _table1(names: list[str], episodes: dict[str, str], cells: dict[str, dict[str, Cell]],
+            caption: str = "Mean over evaluation seeds; ± is the 95% confidence half-width; best per column in "
+                           "bold.") -> Table:
     best = best_keys(cells)
     rows = []
     for n in names:
@@ -393,10 +428,46 @@ def _table1(names: list[str], models: dict, cells: dict[str, dict[str, Cell]]) -
         for key, *_ in COLUMNS:
             c = cells[n][key]
             row.append((c.text(), c.key is not None and c.key == best[key]))
-        row.append((_episodes(models[n]), False))
+        row.append((episodes[n], False))
         rows.append(row)
-    return Table(["Model"] + [h for _, h, *_ in COLUMNS] + ["Episodes"], rows,
-                 "Mean over evaluation seeds; ± is the 95% confidence half-width; best per column in bold.")
+    return Table(["Model"] + [h for _, h, *_ in COLUMNS] + ["Episodes"], rows, caption)
+
+
+def _family_table(family_rows: dict[str, dict[str, dict]]) -> Table:
+    """Success per method (rows) and task family (columns), pooled over training seeds."""
+    fams = list(family_rows)
+    labels = list(dict.fromkeys(label for rows in family_rows.values() for label in rows))
+    out = []
+    for label in labels:
+        row = [(label, False)]
+        for f in fams:
+            r = family_rows[f].get(label, {}).get("success_rate")
+            row.append((DASH if r is None or r.mean is None else
+                        f"{100 * r.mean:.1f}" + ("" if r.half_width is None else f" ± {100 * r.half_width:.1f}"),
+                        False))
+        out.append(row)
+    return Table(["Model"] + [f"{f} success (%)" for f in fams], out,
+                 "Per task family; mean over training seeds, ± the 95% interval over seeds.")
+
+
+def _comparison_table(comparisons: list) -> Table:
+    rows = []
+    for c in comparisons:
+        scale, unit = (100.0, " pts") if c.metric == "success_rate" else (1.0, "")
+        rows.append([(f"{c.a} − {c.b}", False), (c.metric.replace("_", " "), False),
+                     (f"{scale * c.diff:+.2f}{unit}", False), (f"[{scale * c.low:+.2f}, {scale * c.high:+.2f}]", False),
+                     (str(c.tasks), False), (f"{c.seeds_a} / {c.seeds_b}", False)])
+    return Table(["Comparison", "Metric", "Difference", "95% interval", "Tasks", "Seeds"], rows,
+                 "Paired by held-out task (and by training seed where both methods have the same seeds); the "
+                 "interval is a two-level bootstrap over tasks and training seeds (rollout/stats.py).")
+
+
+def _claims_table(claims: list) -> Table:
+    return Table(["Claim (TGPO paper)", "Paper", "Ours (difference [95% interval])", "Verdict"],
+                 [[(c.text, False), (c.paper, False), (c.ours, False), (c.verdict, c.verdict == "reproduced")]
+                  for c in claims],
+                 "Reproduced: the interval lies on the claimed side of 0. Not reproduced: it lies on the other side, "
+                 "or excludes half the paper's gap. Inconclusive: otherwise.")
 
 
 def _reference_table() -> Table:
@@ -429,12 +500,28 @@ def _dataset_table(dataset: dict) -> Table:
 
 def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: dict | None = None,
                  curves: dict[str, list[dict]] | None = None, trees: dict[str, str] | None = None, notes: str = "",
-                 reference: bool = True) -> dict:
-    """Write ``report.md``, ``report.html`` and the plots into ``out_dir``; returns their paths."""
+                 reference: bool = True, rows: dict | None = None, family_rows: dict | None = None,
+                 comparisons: list | None = None, claims: list | None = None,
+                 learning_curves: dict[str, list[tuple[int, float]]] | None = None) -> dict:
+    """Write ``report.md``, ``report.html`` and the plots into ``out_dir``; returns their paths.
+
+    ``models``: label -> evaluation dict (Table 1 from each evaluation's own mean / interval). ``rows`` (label ->
+    metric -> ``rollout.results.Row``, pooled over training seeds) replaces that when given, with ``models`` then
+    mapping each label to its list of evaluations. ``family_rows`` (family -> rows), ``comparisons``, ``claims``
+    (``rollout.results``) and ``learning_curves`` (label -> [(step, success)]) add their sections."""
     os.makedirs(out_dir, exist_ok=True)
     models = dict(models or {})
-    names = list(models)
-    cells = {n: model_cells(models[n]) for n in names}
+    if rows is not None:
+        names = list(rows)
+        cells = {n: row_cells(rows[n]) for n in names}
+        episodes = {n: _pooled_episodes(models.get(n) or []) for n in names}
+        caption = ("Mean over training seeds (one model each, greedy decoding unless stated); ± is the 95% "
+                   "t-interval over seeds; best per column in bold.")
+    else:
+        names = list(models)
+        cells = {n: model_cells(models[n]) for n in names}
+        episodes = {n: _episodes(models[n]) for n in names}
+        caption = "Mean over evaluation seeds; ± is the 95% confidence half-width; best per column in bold."
 
     plots = []
     _plot_success(os.path.join(out_dir, "success.png"), names, cells)
@@ -446,8 +533,10 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
     blocks: list = [Heading(title, 1)]
     blocks.append(Heading("Table 1: held-out evaluation"))
     if names:
-        tasks = {m.get("tasks") for m in models.values() if isinstance(m, dict) and m.get("tasks") is not None}
-        policies = [f"{n}: {m['policy']}" for n, m in models.items() if isinstance(m, dict) and m.get("policy")]
+        evs = [m for v in models.values() for m in (v if isinstance(v, list) else [v]) if isinstance(m, dict)]
+        tasks = {m.get("tasks") for m in evs if m.get("tasks") is not None}
+        policies = [] if rows is not None else [f"{n}: {m['policy']}" for n, m in models.items()
+                                                 if isinstance(m, dict) and m.get("policy")]
         info = []
         if tasks:
             info.append("Held-out tasks: " + ", ".join(str(t) for t in sorted(tasks, key=str)))
@@ -455,10 +544,26 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
             info.append("Policies: " + "; ".join(policies))
         if info:
             blocks.append(Para(". ".join(info) + "."))
-        blocks.append(_table1(names, models, cells))
+        blocks.append(_table1(names, episodes, cells, caption))
     else:
         blocks.append(Para("No evaluation results."))
     blocks += [Image("success.png", "success rate per model"), Image("steps.png", "average and redundant steps")]
+    if family_rows:
+        blocks.append(Heading("Success per task family"))
+        blocks.append(_family_table(family_rows))
+    if claims:
+        blocks.append(Heading("The paper's claims"))
+        blocks.append(_claims_table(claims))
+    if comparisons:
+        blocks.append(Heading("Paired comparisons"))
+        blocks.append(_comparison_table(comparisons))
+    if learning_curves:
+        _plot_learning(os.path.join(out_dir, "learning.png"), learning_curves)
+        plots.append(os.path.join(out_dir, "learning.png"))
+        blocks.append(Heading("Success vs training steps"))
+        blocks.append(Para("Held-out success of training snapshots (first training seed) on a fixed subset of the "
+                           "held-out tasks; the last point is the final model on the same tasks."))
+        blocks.append(Image("learning.png", "success vs training steps"))
     if reference:
         blocks.append(Heading("Reference: the TGPO paper"))
         blocks.append(_reference_table())

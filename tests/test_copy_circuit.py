@@ -37,7 +37,7 @@ def test_planted_model_copies_at_initialisation():
     toks, starts, span = _sequences()
     planted = _copy_accuracy(_logits(copy_circuit.init_planted(cfg, seed=1), toks), toks, starts, span)
     plain = _copy_accuracy(_logits(init_model(cfg, seed=1), toks), toks, starts, span)
-    assert planted >= 0.9, planted  # measured 0.97 (0.92 at 400 tokens, 0.84 at 1,000)
+    assert planted >= 0.85, planted  # measured 0.95 (0.89 at 400 tokens, 0.78 at 1,000)
     assert plain <= 0.05, plain  # chance is 1/2000
 
 
@@ -59,8 +59,8 @@ def test_planted_model_is_an_ordinary_checkpoint(tmp_path, spm_tokenizer):
 
 
 @pytest.mark.parametrize("over,match", [
-    (dict(rope_theta=1e4), "rope_theta"), (dict(hidden_size=64, num_heads=1, num_kv_heads=1), "hidden_size"),
-    (dict(num_layers=1), "num_layers"), (dict(qk_norm=True), "qk_norm")])
+    (dict(rope_theta=1e4), "rope_theta"), (dict(hidden_size=96, num_heads=1, num_kv_heads=1), "hidden_size"),
+    (dict(num_layers=1), "num_layers"), (dict(qk_norm=True), "qk_norm"), (dict(tie_word_embeddings=True), "tied")])
 def test_models_that_cannot_hold_the_circuit_are_refused(over, match):
     with pytest.raises(ValueError, match=match):
         copy_circuit.check_fits(scratch_config("copy", VOCAB, **over))

@@ -10,7 +10,8 @@ import pytest
 from rollout.core import ErrorInfo, HistoryItem, Observation, PolicyRequest, Task
 from rollout.policies.http import OpenAIPolicy, PolicyError
 from rollout.policies.model import ModelPolicy, cut_after_command
-from rollout.policies.prompt import ANSWER_CUE, SYSTEM_PROMPT, build_messages, command_end, observation_text, prompt_ids
+from rollout.policies.prompt import (ANSWER_CUE, KEEP_RECENT, SYSTEM_PROMPT, build_messages, command_end,
+                                     observation_text, prompt_ids)
 from rollout.serve import ModelServer
 from tgpo_jax.models.config import tiny_config
 from tgpo_jax.models.loading import flat_params, model_from_flat
@@ -69,21 +70,29 @@ def test_prompt_keeps_newest_history_and_page_within_budget(spm_tokenizer):
     assert prompt_ids(req, spm_tokenizer, budget) == chat_ids(spm_tokenizer, msgs)
 
 
-def test_prompt_cuts_the_page_from_its_end_after_the_history(spm_tokenizer):
-    req = make_request(n_history=5, page_lines=80)
+def test_prompt_cuts_the_page_from_its_end_after_the_old_history(spm_tokenizer):
+    """Oldest items go first, down to the last KEEP_RECENT; then the page is cut; the recent items stay."""
+    req = make_request(n_history=KEEP_RECENT + 3, page_lines=80)
     no_hist = build_messages(make_request(n_history=0, page_lines=80), tokenizer=spm_tokenizer, budget_tokens=10**6)
     budget = len(chat_ids(spm_tokenizer, no_hist)) // 2
-    msgs = build_messages(req, tokenizer=spm_tokenizer, budget_tokens=budget)
+    msgs = build_messages(req, tokenizer=spm_tokenizer, budget_tokens=budget, thought_chars=0)
     n = len(chat_ids(spm_tokenizer, msgs))
     assert budget - 30 <= n <= budget
     user = msgs[1]["content"]
-    assert "(5 earlier actions omitted)" in user and "CLICK [4]" not in user
+    assert "(3 earlier actions omitted)" in user and "CLICK [2]" not in user
+    assert all(f"{i + 1}. CLICK [{i}] " in user for i in range(3, KEEP_RECENT + 3))
     page = user.split("Current page:\n", 1)[1]
     head, note = page.split("\n[... page text cut", 1)
     assert note.endswith(ANSWER_CUE)
     assert observation_text(req.observation).startswith(head) and len(head) > 100
+    # a budget the recent items alone overflow: they go too, and the page is cut after them
+    tight = len(chat_ids(spm_tokenizer, build_messages(make_request(n_history=0, page_lines=0),
+                                                       tokenizer=spm_tokenizer, budget_tokens=10**6))) + 40
+    msgs = build_messages(req, tokenizer=spm_tokenizer, budget_tokens=tight, thought_chars=0)
+    assert len(chat_ids(spm_tokenizer, msgs)) <= tight
+    assert f"({KEEP_RECENT + 3 - 1} earlier actions omitted)" in msgs[1]["content"]  # only the newest fits
     # without a tokenizer: about 4 characters a token
-    est = build_messages(req, budget_tokens=budget)
+    est = build_messages(req, budget_tokens=budget, thought_chars=0)
     assert sum(len(m["content"]) for m in est) <= 4 * budget
 
 

@@ -366,10 +366,10 @@ def test_webshop_score_hand_worked():
 # ---------------------------------------------------------------- tasks
 def test_task_splits(env):
     tr, te = env.tasks("train"), env.tasks("test")
-    assert len(tr) == 600 and len(te) == 120
     for fam in ("webshop", "procedure", "multi_cart"):
-        assert sum(t.family == fam for t in tr) == 200 and sum(t.family == fam for t in te) == 40
-    assert len({t.task_id for t in tr + te}) == 720
+        assert sum(t.family == fam for t in tr) == 2000 and sum(t.family == fam for t in te) == 200
+    assert len({t.task_id for t in tr + te}) == len(tr) + len(te) == 6600
+    assert len({t.instruction for t in tr}) == len(tr)  # thousands of distinct goals, none repeated
     assert all(t.env == "shop" and t.start_path == "/" for t in tr + te)
 
     def targets(ts):
@@ -379,6 +379,24 @@ def test_task_splits(env):
         return out
     assert not targets(tr) & targets(te)
     assert all(product_split(0, i) == "test" for i in targets(te))
+
+    def typed(ts):  # every string a task makes the agent type: queries, titles, names, addresses
+        out = set()
+        for t in ts:
+            g = t.goal
+            if t.family == "multi_cart":
+                out |= {it["title"] for it in g["items"]} | {g["name"], g["address"]}
+            else:
+                out.add(g["search"] if t.family == "webshop" else g["query"])
+        return out
+    assert not typed(tr) & typed(te)
+    assert len({t.goal["query"] for t in tr if t.family == "procedure"}) >= 1500
+    assert len({t.goal["query"] for t in te if t.family == "procedure"}) >= 150
+    for t in [t for t in te if t.family == "webshop"][:40]:  # the target is what the pages point to
+        res = env.searcher.results(t.goal["search"])
+        shown = [i for i in res if all(a.lower() in env.catalog[i].title.lower() for a in t.goal["attributes"])]
+        assert shown[0] == t.goal["target"] and res.index(t.goal["target"]) < 3
+        assert t.instruction.startswith(f'i am looking for [{t.goal["search"]}]')
     assert [t.to_json() for t in ShopEnv().tasks("test")] == [t.to_json() for t in te]
     assert all(t.optimal_steps >= 12 for t in tr if t.family == "multi_cart")
     assert all(t.optimal_steps == 6 for t in tr if t.family == "procedure")

@@ -187,3 +187,45 @@ def test_batch_that_does_not_divide_the_mesh_is_an_error(work, tmp_path):
     c = tiny_config(work, "dpo", tmp_path / "x", **{"mesh.shape": (8, 1, 1), "train.batch_size": 4})
     with pytest.raises(ValueError, match="must divide over the mesh"):
         loop.train(c)
+
+
+def test_freeze_leaves_the_planted_circuit_alone(work):
+    """model.freeze=copy_circuit: Adam steps (with weight decay) move every trainable entry but no frozen one."""
+    from tgpo_jax.models.copy_circuit import frozen_mask
+    from tgpo_jax.models.loading import _flatten
+
+    c = tiny_config(work, "sft", "/tmp/unused", **{"model.scratch": "copy", "model.init": "copy_circuit",
+                                                   "model.freeze": "copy_circuit", "optim.weight_decay": 0.1})
+    tok = load_tokenizer(work["tok"])
+    src = NodeExamples(work["train"], tok, loop.collate_config(c))
+    mesh = shd.make_mesh((1, 1, 1))
+    model = loop.build_model(c, mesh, tok)
+    trainer = Trainer(model, LossConfig(method="sft", reference="none"),
+                      OptimConfig(learning_rate=1e-2, schedule="constant", weight_decay=0.1), mesh,
+                      update_mask=loop.update_mask(c, model))
+    flat = lambda params: {"/".join(map(str, k)): np.asarray(v)  # noqa: E731
+                           for k, v in _flatten(nnx.to_pure_dict(params))}
+    state = trainer.init_state()
+    before = flat(jax.device_get(state["params"]))
+    for i in range(3):
+        state, m = trainer.train_step(state, to_global_batch(
+            {k: np.stack([src[8 * i + j][k] for j in range(8)]) for k in src[0]}, mesh, 1))
+    after = flat(jax.device_get(state["params"]))
+    frozen = frozen_mask(model.cfg)
+    assert set(frozen) == set(before)
+    for path, mask in frozen.items():
+        moved = after[path] != before[path]
+        assert not moved[mask].any(), f"{path}: {int(moved[mask].sum())} frozen entries changed"
+        share = 0.05 if path == "embed" else 0.5  # rows of tokens the batches lack get no gradient
+        assert moved[~mask].mean() > share, f"{path}: only {moved[~mask].mean():.2f} of trainable entries moved"
+
+
+def test_freeze_refuses_what_it_cannot_do(work):
+    c = tiny_config(work, "sft", "/tmp/unused", **{"model.freeze": "everything"})
+    tok = load_tokenizer(work["tok"])
+    model = loop.build_model(c, shd.make_mesh((1, 1, 1)), tok)
+    with pytest.raises(ValueError, match="model.freeze='everything'"):
+        loop.update_mask(c, model)
+    c.model.freeze = "copy_circuit"  # the tiny preset's heads are too narrow for the circuit
+    with pytest.raises(ValueError, match="cannot plant the copy circuit"):
+        loop.update_mask(c, model)

@@ -51,19 +51,21 @@ async def set_ignored_attributes(page, names) -> None:
                                    list(names))
 
 
-def _q(s: str) -> str:
+def quote(s: str) -> str:
+    """A name or value as the observation text quotes it."""
     return json.dumps(s, ensure_ascii=False)
+
 
 
 def format_node(node: dict) -> str:
     """One line of tree text (without indent)."""
     role, name = node["role"], node.get("name", "")
     head = f"[{node['id']}] {role}" if node.get("id") else role
-    parts = [f"{head} {_q(name)}"]
+    parts = [f"{head} {quote(name)}"]
     if "value" in node and node["value"] is not None:
-        parts.append(f"value={_q(node['value'])}")
+        parts.append(f"value={quote(node['value'])}")
     if node.get("options"):
-        parts.append("options=[" + ",".join(_q(o) for o in node["options"]) + "]")
+        parts.append("options=[" + ",".join(quote(o) for o in node["options"]) + "]")
     if node.get("checked") is not None:
         parts.append(f"checked={'true' if node['checked'] else 'false'}")
     if node.get("disabled"):
@@ -201,7 +203,7 @@ async def observe(page, *, budget_tokens: int = 1024, chars_per_token: int = 4, 
     emit(0, 0)
     for idx in orphans:
         frame, snap = snaps[idx]
-        lines.append(f"frame {_q(snap.get('title') or '')} url={_q(snap.get('url') or '')}")
+        lines.append(f"frame {quote(snap.get('title') or '')} url={quote(snap.get('url') or '')}")
         emit(idx, 1)
 
     text, truncated = truncate_text("\n".join(lines), budget_tokens * chars_per_token)

@@ -28,6 +28,7 @@ class BrowserCrashed(RuntimeError):
 @dataclasses.dataclass(frozen=True)
 class HarnessConfig:
     max_steps: int = 30
+    step_slack: int = 0  # > 0: a task with a known optimal length stops at min(max_steps, optimal + step_slack)
     step_timeout_s: float = 180.0  # watchdog over one step: policy + execute + observe + check
     episode_timeout_s: float = 1800.0  # watchdog over the whole episode
     budget_tokens: int = 1024  # observation text budget
@@ -40,8 +41,15 @@ class HarnessConfig:
     extra_origins: tuple[str, ...] = ()  # GOTO allowlist beyond the environment's own origins
 
     def __post_init__(self):
-        if self.max_steps < 1 or self.step_timeout_s <= 0 or self.episode_timeout_s <= 0 or self.budget_tokens < 16:
+        if (self.max_steps < 1 or self.step_slack < 0 or self.step_timeout_s <= 0 or self.episode_timeout_s <= 0
+                or self.budget_tokens < 16):
             raise ValueError(f"invalid harness config: {self}")
+
+    def step_cap(self, task) -> int:
+        """The step budget of one episode of ``task``."""
+        if self.step_slack and task.optimal_steps > 0:
+            return min(self.max_steps, task.optimal_steps + self.step_slack)
+        return self.max_steps
 
     def timeouts(self) -> Timeouts:
         return Timeouts(action_ms=self.action_ms, navigation_ms=self.navigation_ms, settle_ms=self.settle_ms)
@@ -110,7 +118,7 @@ async def run_episode(pool: BrowserPool, env: Environment, task: Task, run: int,
                 obs, check, t_obs, t_check = await look("000", None)
             history: list[HistoryItem] = []
             end_reason = "max_steps"
-            for t in range(cfg.max_steps):
+            for t in range(cfg.step_cap(task)):
                 async with asyncio.timeout(cfg.step_timeout_s):
                     t0 = time.perf_counter()
                     out = await policy.act(PolicyRequest(task, obs, tuple(history), t, key, seed))

@@ -17,6 +17,7 @@ import random
 
 from rollout.commands import format_output
 from rollout.core import Command, Environment, Observation, PolicyOutput, PolicyRequest
+from rollout.harness.observe import quote as _quote
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,10 +104,12 @@ class OraclePolicy:
 
 
 def _explain(cmd: Command, obs: Observation | None) -> str:
-    """A short, plan-style explanation of a command (Agent Q's thought)."""
+    """A short, plan-style explanation of a command (Agent Q's thought). Names are quoted as the page quotes them
+    (``link "Sort: Rating"``) and typed text as the task and the command write it (``[text]``), so a thought
+    repeats the page and the task token for token."""
     el = obs.by_id(cmd.id) if (obs is not None and cmd.id) else None
-    what = el.descriptor() if el is not None else (f"element {cmd.id}" if cmd.id else "")
-    return {"CLICK": f"Click {what}.", "TYPE": f"Type {cmd.arg!r} into {what}.",
-            "SELECT": f"Choose {cmd.arg!r} in {what}.", "CLEAR": f"Clear {what}.",
+    what = f"{el.role} {_quote(el.name)}" if el is not None else (f"element {cmd.id}" if cmd.id else "")
+    return {"CLICK": f"Click {what}.", "TYPE": f"Type [{cmd.arg}] into {what}.",
+            "SELECT": f"Choose {_quote(cmd.arg)} in {what}.", "CLEAR": f"Clear {what}.",
             "SCROLL": f"Scroll {str(cmd.arg).lower()} to see more.", "GOTO": f"Open {cmd.arg}.",
             "GO_BACK": "Go back to the previous page.", "STOP": "The task is complete."}[cmd.name]

@@ -13,8 +13,9 @@
 
              Give your next step as 'Thought: ...' then 'Command: ...'.
 
-Truncation, when the prompt exceeds the budget: the oldest history items go first (a note says how many), then the
-observation text is cut from its end. Everything is deterministic: the same request gives the same messages.
+Truncation, when the prompt exceeds the budget: the oldest history items go first (a note says how many) down to the
+last ``KEEP_RECENT``, then the observation text is cut from its end, and only when even an empty page leaves no room
+the recent items go too. Everything is deterministic: the same request gives the same messages.
 """
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ Command: <one command>"""
 # training row on a CPU. The answer cue and the format of the outputs stay the same.
 COMPACT_SYSTEM_PROMPT = "You are a web agent. Give one command per step: 'Thought: ...' then 'Command: ...'."
 SYSTEM_PROMPTS = {"full": SYSTEM_PROMPT, "compact": COMPACT_SYSTEM_PROMPT}
-POLICY_FILE = "policy.json"  # next to a model: the prompt it was trained with ({"prompt_style", "budget_tokens"})
+POLICY_FILE = "policy.json"  # next to a model: its prompt ({"prompt_style", "budget_tokens", "thought_chars"})
+DEFAULT_THOUGHT_CHARS = 160  # characters of each earlier step's thought kept in the history (0: commands only)
 
 
 def saved_prompt(model_dir: str) -> dict:
@@ -68,6 +70,9 @@ def saved_prompt(model_dir: str) -> dict:
 ANSWER_CUE = "Give your next step as 'Thought: ...' then 'Command: ...'."
 OMITTED = "({k} earlier action{s} omitted)"
 CUT_NOTE = "\n[... page text cut to fit the prompt]"
+# history items kept before the page is cut: with a small budget the page alone fills it, and a prompt with no
+# history cannot tell a sorted result list from the unsorted one (measured: the agent re-clicked the sort link)
+KEEP_RECENT = 6
 CHARS_PER_TOKEN = 4  # estimate without a tokenizer
 
 
@@ -137,7 +142,8 @@ def build_messages(request: PolicyRequest, *, tokenizer=None, budget_tokens: int
 
 
 def messages_for(instruction: str, history: Sequence[HistoryItem], page: str, *, tokenizer=None,
-                 budget_tokens: int = 2048, thought_chars: int = 160, system_prompt: str = SYSTEM_PROMPT) -> list[dict]:
+                 budget_tokens: int = 2048, thought_chars: int = 160, system_prompt: str = SYSTEM_PROMPT,
+                 keep_recent: int = KEEP_RECENT) -> list[dict]:
     """``build_messages`` from its parts: the dataset builder rebuilds a recorded step's prompt with it."""
     history = tuple(history)
 
@@ -148,21 +154,26 @@ def messages_for(instruction: str, history: Sequence[HistoryItem], page: str, *,
     def fits(m) -> bool:
         return count_tokens(m, tokenizer) <= budget_tokens
 
-    # 1. drop the oldest history items, one at a time (the note makes the length non-monotone: scan linearly)
-    for dropped in range(len(history) + 1):
+    # 1. drop the oldest history items, one at a time, down to the last ``keep_recent`` (the note makes the length
+    #    non-monotone: scan linearly)
+    floor = max(len(history) - keep_recent, 0)
+    for dropped in range(floor + 1):
         m = messages(dropped, page)
         if fits(m):
             return m
-    # 2. no history left: cut the page text from its end (binary search on its length in characters)
-    dropped = len(history)
-    lo, hi = 0, len(page)  # lo: longest prefix known to fit (0 may not fit either)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits(messages(dropped, page[:mid] + CUT_NOTE)):
-            lo = mid
-        else:
-            hi = mid - 1
-    return messages(dropped, page[:lo] + CUT_NOTE)
+    # 2. cut the page text from its end (binary search on its length in characters); only when even an empty page
+    #    leaves no room, drop the recent items too: what was done says where the agent is when the page is cut
+    for dropped in range(floor, len(history) + 1):
+        if not fits(messages(dropped, CUT_NOTE)) and dropped < len(history):
+            continue
+        lo, hi = 0, len(page)  # lo: longest prefix known to fit (0 may not fit either)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(messages(dropped, page[:mid] + CUT_NOTE)):
+                lo = mid
+            else:
+                hi = mid - 1
+        return messages(dropped, page[:lo] + CUT_NOTE)
 
 
 def prompt_ids(request: PolicyRequest, tokenizer, budget_tokens: int = 2048, **kw) -> list[int]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections import defaultdict, deque
 from typing import Callable, Sequence
 
@@ -36,6 +37,7 @@ class TreeConfig:
     merge: str = "either"  # "either": URL and (action sequence or pHash); "strict": URL and sequence and pHash
     phash_threshold: int = 0  # pHashes within this Hamming distance are equal
     guard: bool = True  # never merge states whose task check (success, progress) differs
+    form_guard: bool = True  # never merge states whose form fields hold different values (typed text, selections)
     alpha: float = 3.0  # R = R_acc + R_format + R_red + alpha * R_subgoal
     q_aggregate: str = "mean"
     gamma: float = 0.9  # for q_aggregate="discounted"
@@ -146,6 +148,8 @@ def merge_states(episodes, cfg: TreeConfig):
     for i, s in enumerate(states):
         c = s.get("check") or {}
         guard = (bool(c.get("success")), c.get("progress", "")) if cfg.guard else None
+        if cfg.form_guard:
+            guard = (guard, form_values(s.get("observation") or ""))
         groups[(s["norm_url"], guard)].append(i)
     if cfg.guard:  # how many merges the guard refused: same URL (and sequence or pHash), other check result
         by_url: dict[tuple, set] = defaultdict(set)
@@ -169,6 +173,18 @@ def merge_states(episodes, cfg: TreeConfig):
             for sub in by_seq.values():
                 _merge_phash(sub, states, uf, cfg.phash_threshold, stats, strict=True)
     return refs, states, [uf.find(i) for i in range(len(states))], stats
+
+
+_FORM_FIELD = re.compile(r'^\s*\[[^\]]+\]\s+(\S+)\s+("(?:[^"\\]|\\.)*")\s+'
+                         r'(?:value=("(?:[^"\\]|\\.)*")|.*?checked=(true|false))', re.M)
+
+
+def form_values(observation: str) -> tuple[tuple[str, str, str], ...]:
+    """(role, name, value or checked) of every field the observation shows a value or check state for. Typing into a field can leave the
+    screenshot's pHash unchanged (a few characters in a box), yet the state differs: the form guard keeps such
+    states apart, so a node's prompt matches every branch taken at it."""
+    return tuple(sorted((role, name, value or checked) for role, name, value, checked in
+                        _FORM_FIELD.findall(observation)))
 
 
 def _merge_phash(members, states, uf, threshold, stats, strict=False) -> None:

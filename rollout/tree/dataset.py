@@ -9,6 +9,11 @@ chosen output was produced under exactly the node's prompt — otherwise it woul
 
 Broken episodes (unreadable or truncated files, a step count that disagrees with the summary) are reported by
 path and skipped; test-split tasks are refused unless asked for, so held-out tasks never reach training data.
+
+Copy spans (for copy-swap augmentation, ``tgpo_jax.data.augment``): a node whose successful branch types a string
+of the task's instruction records it in ``meta["copy"]`` as ``{"text", "kind"}`` (kinds from the environment's
+``typed_strings``, else "text"), and the manifest's ``copy_pools`` lists, per kind, the training strings a swap may
+put in its place (the caller's pools, e.g. every training task of the environment, else the collected tasks').
 """
 from __future__ import annotations
 
@@ -181,8 +186,26 @@ def step_prompt(task: Task | None, ep: EpisodeRecord, t: int, cfg: BuildConfig) 
                         system_prompt=cfg.system_prompt)
 
 
+def copy_spans(branches: Sequence[Branch], task: Task | None, kinds: dict[str, str]) -> list[dict]:
+    """``{"text", "kind"}`` of each string a successful branch types that the instruction holds (first seen first)."""
+    from rollout.commands import parse_output
+    from rollout.core import ActionError
+
+    out: dict[str, str] = {}
+    for b in branches:
+        if task is None or b.n_success <= 0:
+            continue
+        try:
+            cmd = parse_output(b.action)[1]
+        except ActionError:
+            continue
+        if cmd.name == "TYPE" and cmd.arg and cmd.arg in task.instruction:
+            out.setdefault(cmd.arg, kinds.get(cmd.arg, "text"))
+    return [{"text": t, "kind": k} for t, k in out.items()]
+
+
 def node_records(graph: TaskGraph, episodes: list[EpisodeRecord], task: Task | None,
-                 cfg: BuildConfig) -> list[NodeRecord]:
+                 cfg: BuildConfig, kinds: dict[str, str] | None = None) -> list[NodeRecord]:
     by_node = defaultdict(list)
     for key, b in graph.branches.items():
         if cfg.include_invalid or not b.command.startswith("INVALID "):
@@ -210,11 +233,13 @@ def node_records(graph: TaskGraph, episodes: list[EpisodeRecord], task: Task | N
         if not out:
             continue
         first = episodes[rep.episode].summary
-        records.append(NodeRecord(
-            task_id=graph.task_id, node_id=nid, prompt=prompt, branches=out,
-            meta={"url": node.url, "norm_url": node.norm_url, "depth": depth.get(nid), "n_states": len(node.states),
-                  "is_root": nid == graph.root, "split": first.get("split"), "env": first.get("env"),
-                  "family": first.get("family"), "phash": node.phash}))
+        meta = {"url": node.url, "norm_url": node.norm_url, "depth": depth.get(nid), "n_states": len(node.states),
+                "is_root": nid == graph.root, "split": first.get("split"), "env": first.get("env"),
+                "family": first.get("family"), "phash": node.phash}
+        copies = copy_spans(out, task, kinds or {})
+        if copies:
+            meta["copy"] = copies
+        records.append(NodeRecord(task_id=graph.task_id, node_id=nid, prompt=prompt, branches=out, meta=meta))
     return records
 
 
@@ -278,9 +303,11 @@ def _collection_of(path: str, dirs: list[str]) -> str:
 
 # ---------------------------------------------------------------- the whole build
 def build_dataset(episodes_dir: str | Sequence[str], out_dir: str, cfg: BuildConfig = BuildConfig(), *,
-                  progress: bool = True) -> dict:
+                  progress: bool = True, typed_strings=None, copy_pools: dict[str, list[str]] | None = None) -> dict:
     """Build and write the dataset; returns the summary that also goes into the manifest's ``extra``.
-    Several collection directories (e.g. Agent Q rounds, a replay buffer) merge into one tree per task."""
+    Several collection directories (e.g. Agent Q rounds, a replay buffer) merge into one tree per task.
+    ``typed_strings`` (task -> {text: kind}, e.g. ``Environment.typed_strings``) names the kinds of copied
+    strings; ``copy_pools`` ({kind: strings}) the training strings a copy-swap may use (default: the copies found)."""
     from tgpo_jax.data.io import write_dataset
 
     dirs = [episodes_dir] if isinstance(episodes_dir, str) else list(episodes_dir)
@@ -322,7 +349,9 @@ def build_dataset(episodes_dir: str | Sequence[str], out_dir: str, cfg: BuildCon
         stats["episodes"] += len(episodes)
         stats["successful_episodes"] += sum(bool(e.summary["success"]) for e in episodes)
         stats["steps"] += sum(len(e.steps) for e in episodes)
-        records.extend(node_records(graph, episodes, tasks.get(task_id), cfg))
+        task = tasks.get(task_id)
+        kinds = typed_strings(task) if typed_strings is not None and task is not None else {}
+        records.extend(node_records(graph, episodes, task, cfg, kinds))
     if not records:
         raise RecordingError(f"{episodes_dir}: no node records (episodes of splits {cfg.splits}: none usable; "
                              f"refused splits {sorted(map(str, refused_splits))}, broken episodes {len(broken)})")
@@ -335,6 +364,14 @@ def build_dataset(episodes_dir: str | Sequence[str], out_dir: str, cfg: BuildCon
         "episodes_dir": os.path.abspath(episodes_dir) if isinstance(episodes_dir, str) else
         [os.path.abspath(d) for d in episodes_dir],
     }
+    found: dict[str, set] = defaultdict(set)
+    for r in records:
+        for c in r.meta.get("copy", ()):
+            found[c["kind"]].add(c["text"])
+    if found:
+        summary["copy_nodes"] = sum(bool(r.meta.get("copy")) for r in records)
+        pools = copy_pools if copy_pools is not None else found
+        summary["copy_pools"] = {k: sorted(set(pools.get(k, ())) | found[k]) for k in sorted(found)}
     write_dataset(records, out_dir, num_shards=cfg.num_shards, config=cfg.to_json(), extra=summary,
                   overwrite=cfg.overwrite)
     return summary

@@ -5,6 +5,9 @@ node with no preference pair is useless to DPO). Example ``i`` pairs its node wi
 example ``i + 1`` for KTO's KL slot — a fixed mismatch, as TRL builds its KL dataset — so every
 example (and its reference log-probs) is a pure function of ``i``. grain's iterator state is a
 small dict, saved with each checkpoint for exact resume.
+
+With ``copy_swap > 0`` (copy-swap augmentation, ``augment.py``) an example is a function of ``i`` and grain's
+per-element generator (``random_map``), which differs between epochs and is restored with the iterator state.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import grain
 import numpy as np
 
 from tgpo_jax.data import examples as ex
+from tgpo_jax.data.augment import swap_copies
 from tgpo_jax.data.collate import CollateConfig, action_ids, build_example, node_selection
 from tgpo_jax.data.io import DatasetReader
 from tgpo_jax.losses import kto_class_weights
@@ -36,11 +40,18 @@ class NodeExamples:
     """Random-access collated examples over the usable nodes of one dataset directory."""
 
     def __init__(self, data_dir: str, tokenizer, cfg: CollateConfig, *, weight_norm: str = "none",
-                 ref_table: np.ndarray | None = None):
+                 ref_table: np.ndarray | None = None, copy_swap: float = 0.0):
         if weight_norm not in ("none", "dataset_mean"):
             raise ValueError(f"weight_norm {weight_norm!r}: expected 'none' or 'dataset_mean'")
+        if not 0.0 <= copy_swap <= 1.0:
+            raise ValueError(f"copy_swap={copy_swap}: a probability in [0, 1]")
         self.data_dir, self.tokenizer, self.cfg = data_dir, tokenizer, cfg
         self.reader = DatasetReader(data_dir)
+        self.copy_swap = copy_swap
+        self.copy_pools = dict((self.reader.manifest.extra or {}).get("copy_pools") or {})
+        if copy_swap and not self.copy_pools:
+            log.warning("copy_swap=%s but %s records no copy spans: no augmentation", copy_swap, data_dir)
+            self.copy_swap = 0.0
         self.indices: list[int] = []
         weights, n_d, n_u = [], 0, 0
         for i in range(len(self.reader)):  # one pass: which nodes are usable, and dataset-level statistics
@@ -66,8 +77,14 @@ class NodeExamples:
         return len(self.indices)
 
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        return self.example(i)
+
+    def example(self, i: int, rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
+        """Example ``i``; with ``rng`` and ``copy_swap > 0``, its copied strings swapped (``augment.py``)."""
         i = int(i) % len(self)
         node = self.reader[self.indices[i]]
+        if rng is not None and self.copy_swap:
+            node = swap_copies(node, self.copy_pools, rng, self.copy_swap)
         kl = None
         if self.cfg.uses_kl:
             other = self.reader[self.indices[(i + 1) % len(self)]]
@@ -84,10 +101,13 @@ def make_dataset(source, *, batch_size: int, seed: int, num_epochs: int | None, 
     """-> grain IterDataset of per-process batches ([batch_size // process_count, ...] arrays)."""
     if batch_size % process_count:
         raise ValueError(f"global batch size {batch_size} does not divide over {process_count} processes")
-    ds = grain.MapDataset.source(source)
+    augment = getattr(source, "copy_swap", 0.0) > 0
+    ds = grain.MapDataset.range(len(source)) if augment else grain.MapDataset.source(source)
     if shuffle:
         ds = ds.seed(seed).shuffle()  # a fresh permutation every epoch
     ds = ds.repeat(num_epochs)
+    if augment:  # the generator depends on the position in the repeated stream: new strings every epoch
+        ds = ds.random_map(lambda i, rng: source.example(i, rng), seed=seed)
     ds = ds[process_index::process_count]
     ds = ds.batch(batch_size // process_count, drop_remainder=drop_remainder)
     return ds.to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=4))

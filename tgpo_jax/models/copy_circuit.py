@@ -13,9 +13,10 @@ weights of a standard Llama-shaped model instead, so training only has to learn 
   offset 1 whatever the content; its value copies the embedding of token i-1 into a second subspace (``prev``);
 - layer 1, head 0 (induction head): its query is the current token's embedding and its key the ``prev`` subspace,
   both in the lowest-frequency rotary pairs, where RoPE barely rotates over the model's context (so the match is
-  position-invariant); its value adds ``copy_gain`` x the embedding of the attended token back into the embedding
-  subspace;
-- the output projection reads the embedding subspace (the unembedding equals the embedding there);
+  position-invariant); its value writes ``copy_gain`` x the embedding of the attended token into a third subspace
+  (``copy``);
+- the output projection reads the ``copy`` subspace (the unembedding equals the embedding there), so at
+  initialisation the model predicts exactly what the induction head copies, with no bias toward any other token;
 - every other residual branch (all other attention outputs and every MLP's down projection) starts at zero, as in
   zero-initialised residual training, so the circuit is not drowned in noise; their other weights stay random.
 
@@ -50,14 +51,17 @@ def check_fits(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> None:
     problems = []
     if cfg.num_layers < 2:
         problems.append(f"num_layers={cfg.num_layers} < 2 (previous-token head in layer 0, induction head in 1)")
-    if 3 * c.de + 1 > cfg.hidden_size:
-        problems.append(f"hidden_size={cfg.hidden_size} < 3*de+1={3 * c.de + 1} (embedding, constant, prev)")
+    if 4 * c.de + 1 > cfg.hidden_size:
+        problems.append(f"hidden_size={cfg.hidden_size} < 4*de+1={4 * c.de + 1} (embedding, constant, prev, copy)")
     if c.de > dh or c.de % 2:
         problems.append(f"de={c.de} must be even and <= head_dim={dh}")
     if c.prev_pairs + c.de // 2 > half:
         problems.append(f"prev_pairs={c.prev_pairs} + de/2={c.de // 2} rotary pairs exceed head_dim/2={half}")
     if cfg.qk_norm:
         problems.append("qk_norm models normalise q and k, which breaks the planted magnitudes")
+    if cfg.tie_word_embeddings:
+        problems.append("tied embeddings: the output projection must read the copy subspace, the input embedding "
+                        "must not")
     m_low = half - c.de // 2  # the fastest pair the induction head uses
     angle = cfg.rope_theta ** (-2 * m_low / dh) * cfg.max_position_embeddings
     if angle > MAX_LOW_ANGLE:
@@ -76,7 +80,8 @@ def plant(flat: dict[str, np.ndarray], cfg: ModelConfig, seed: int = 0,
     p = {k: np.array(v, dtype=np.float32) for k, v in flat.items()}
     d, dh, v_size, de = cfg.hidden_size, cfg.head_dim, cfg.vocab_size, c.de
     half = dh // 2
-    const, prev = de, slice(2 * de, 3 * de)  # residual layout: [emb | const | free | prev | free ...]
+    # residual layout: [emb | const | free | prev | copy | free ...]
+    const, prev, copy = de, slice(2 * de, 3 * de), slice(3 * de, 4 * de)
 
     emb = rng.standard_normal((v_size, de)).astype(np.float32)
     emb /= np.linalg.norm(emb, axis=1, keepdims=True)
@@ -109,13 +114,12 @@ def plant(flat: dict[str, np.ndarray], cfg: ModelConfig, seed: int = 0,
         q[1, j, 0, dim] = c.match_scale / n1
         k[1, prev.start + j, 0, dim] = c.match_scale / n1
     v[1, :de, 0, :de] = np.eye(de) / n1
-    o[1, 0, :de, :de] = c.copy_gain * np.eye(de)
+    o[1, 0, :de, copy] = c.copy_gain * np.eye(de)
 
-    if not cfg.tie_word_embeddings:  # final state [e_i + g e_copy | 1 | 0 | e_(i-1)]: 1/rms ~ sqrt(D / (3 + g^2))
-        n_out = np.sqrt(d / (3.0 + c.copy_gain ** 2))
-        head = np.zeros((d, v_size), np.float32)  # [D, V]
-        head[:de] = emb.T * c.out_scale / n_out
-        p["lm_head"] = head
+    n_out = np.sqrt(d / (3.0 + c.copy_gain ** 2))  # final state [e_i | 1 | 0 | e_(i-1) | g e_copy]
+    head = np.zeros((d, v_size), np.float32)  # [D, V]
+    head[copy] = emb.T * c.out_scale / n_out
+    p["lm_head"] = head
     return p
 
 
@@ -128,3 +132,45 @@ def init_planted(cfg: ModelConfig, seed: int = 0):
 
     flat = plant({k: np.asarray(v) for k, v in flat_params(init_model(cfg, seed=seed)).items()}, cfg, seed=seed)
     return model_from_flat(cfg, {k: jnp.asarray(v, cfg.param_dtype) for k, v in flat.items()})
+
+
+def frozen_mask(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> dict[str, np.ndarray]:
+    """Path -> bool array, True where fine-tuning must leave the planted circuit alone (``model.freeze``).
+
+    Measured without it (BUILD_NOTES.md, "Which model learns on a CPU"): SFT on agent actions erodes the circuit —
+    induction accuracy on random repeats fell from 0.97 to 0.006 in 600 steps — because at most action tokens the
+    copy prediction is wrong, and the cheapest fix for the loss is to silence copying everywhere. Frozen: the two
+    heads (their query, key, value and output weights and their layers' input norms), the token embedding's
+    circuit dimensions, the readout of the ``copy`` subspace, and every other branch's writes into the subspaces
+    the circuit reads (layers 0-1) or the readout reads (all layers). The rest of the model learns *when* to copy
+    by outvoting the copy logits where an action must not copy.
+    """
+    check_fits(cfg, c)
+    de = c.de
+    circuit = slice(0, 4 * de)  # emb | const | free | prev | copy: dims the circuit reads or writes
+    copy = slice(3 * de, 4 * de)
+    m = {"embed": np.zeros((cfg.vocab_size, cfg.hidden_size), bool),
+         "final_norm": np.zeros((cfg.hidden_size,), bool),
+         "lm_head": np.zeros((cfg.hidden_size, cfg.vocab_size), bool)}
+    shapes = {"attn_norm": (cfg.hidden_size,), "mlp_norm": (cfg.hidden_size,),
+              "q_proj": (cfg.hidden_size, cfg.num_heads, cfg.head_dim),
+              "k_proj": (cfg.hidden_size, cfg.num_kv_heads, cfg.head_dim),
+              "v_proj": (cfg.hidden_size, cfg.num_kv_heads, cfg.head_dim),
+              "o_proj": (cfg.num_heads, cfg.head_dim, cfg.hidden_size),
+              "gate_proj": (cfg.hidden_size, cfg.intermediate_size), "up_proj": (cfg.hidden_size, cfg.intermediate_size),
+              "down_proj": (cfg.intermediate_size, cfg.hidden_size)}
+    for name, shape in shapes.items():
+        m[f"layers/{name}"] = np.zeros((cfg.num_layers, *shape), bool)
+    m["embed"][:, :de + 1] = True
+    m["final_norm"][copy] = True
+    m["lm_head"][copy] = True
+    for layer in (0, 1):
+        m["layers/attn_norm"][layer] = True
+        for name in ("q_proj", "k_proj", "v_proj"):
+            m[f"layers/{name}"][layer, :, 0] = True
+        m["layers/o_proj"][layer, :, :, circuit] = True  # head 0 writes only there; no other head may
+        m["layers/o_proj"][layer, 0] = True
+        m["layers/down_proj"][layer, :, circuit] = True
+    m["layers/o_proj"][:, :, :, copy] = True
+    m["layers/down_proj"][:, :, copy] = True
+    return m

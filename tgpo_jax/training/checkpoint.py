@@ -1,7 +1,8 @@
 """Orbax checkpoints of the whole training state: parameters, optimizer, step, RNG and data iterator.
 
 Saves are asynchronous (training continues while arrays are written) and atomic (Orbax writes to a
-temporary directory and renames it when complete), ``keep`` most recent are kept. Restores go into an
+temporary directory and renames it when complete), ``keep`` most recent are kept, plus every multiple of
+``keep_period`` (the snapshots a success-vs-steps curve evaluates). Restores go into an
 abstract target carrying each array's sharding, so a run resumes onto the same mesh layout.
 """
 from __future__ import annotations
@@ -15,14 +16,17 @@ import orbax.checkpoint as ocp
 
 
 class Checkpointer:
-    def __init__(self, directory: str, *, keep: int = 3, async_save: bool = True):
+    def __init__(self, directory: str, *, keep: int = 3, async_save: bool = True, keep_period: int | None = None):
         self.directory = os.path.abspath(directory)
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=async_save,
-                                               create=True)
+                                               create=True, keep_period=keep_period or None)
         self.manager = ocp.CheckpointManager(self.directory, options=options)
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
+
+    def all_steps(self) -> list[int]:
+        return sorted(self.manager.all_steps())
 
     def save(self, step: int, state: dict[str, Any], data_state: dict | None = None, extra: dict | None = None,
              force: bool = True) -> None:

@@ -20,7 +20,7 @@ from tgpo_jax.data.pipeline import NodeExamples, make_dataset, steps_per_epoch
 from tgpo_jax.models.config import SCRATCH_PRESETS, scratch_config
 from tgpo_jax.models.loading import load_model
 from tgpo_jax.models.tokenizer import load_tokenizer
-from tgpo_jax.models.copy_circuit import init_planted
+from tgpo_jax.models.copy_circuit import frozen_mask, init_planted
 from tgpo_jax.models.transformer import init_model
 from tgpo_jax.training import reference as ref_lib
 from tgpo_jax.training.checkpoint import Checkpointer
@@ -30,6 +30,7 @@ from tgpo_jax.training.step import OptimConfig, Trainer, to_global_batch
 
 log = logging.getLogger(__name__)
 INITS = {"normal": init_model, "copy_circuit": init_planted}  # from-scratch initialisers (model.init)
+FREEZES = {"copy_circuit": frozen_mask}  # entries fine-tuning leaves alone (model.freeze)
 
 
 class TrainingDiverged(RuntimeError):
@@ -75,6 +76,23 @@ def build_model(cfg, mesh, tokenizer):
     return shard_model(INITS[init](mc, seed=m.init_seed), mesh)
 
 
+def update_mask(cfg, model):
+    """model.freeze -> the Trainer's update mask (None = train every entry)."""
+    if not cfg.model.freeze:
+        return None
+    if cfg.model.freeze not in FREEZES:
+        raise ValueError(f"model.freeze={cfg.model.freeze!r}: expected '' or one of {sorted(FREEZES)}")
+    if model.cfg.lora_rank:
+        raise ValueError(f"model.freeze={cfg.model.freeze!r} freezes entries of full weights; with LoRA "
+                         "(model.lora_rank > 0) the base is frozen already")
+    from flax import nnx
+
+    from tgpo_jax.models.loading import model_from_flat
+
+    keep = {k: ~v for k, v in FREEZES[cfg.model.freeze](model.cfg).items()}
+    return nnx.split(model_from_flat(model.cfg, keep), nnx.Param, ...)[1]
+
+
 def _eval(trainer, state, source, cfg, mesh) -> dict:
     """Mean metrics over the held-out source (each batch weighted equally)."""
     nproc, pidx = jax.process_count(), jax.process_index()
@@ -115,7 +133,11 @@ def train(cfg) -> dict:
     ccfg = collate_config(cfg)
     if not cfg.data.train_dir:
         raise ValueError("data.train_dir is empty: point it at a node dataset directory (manifest.json inside)")
-    train_src = NodeExamples(cfg.data.train_dir, tokenizer, ccfg, weight_norm=cfg.data.weight_norm)
+    if cfg.data.copy_swap and cfg.loss.reference in ("precomputed", "behaviour"):
+        raise ValueError(f"data.copy_swap > 0 with loss.reference={cfg.loss.reference}: a swapped example has no "
+                         "stored reference log-probs; use a live reference (or none) or copy_swap=0")
+    train_src = NodeExamples(cfg.data.train_dir, tokenizer, ccfg, weight_norm=cfg.data.weight_norm,
+                             copy_swap=cfg.data.copy_swap)
     eval_src = NodeExamples(cfg.data.eval_dir, tokenizer, ccfg, weight_norm=cfg.data.weight_norm) \
         if cfg.data.eval_dir else None
     if train_src.weight_scale != 1.0 and eval_src is not None:
@@ -134,7 +156,7 @@ def train(cfg) -> dict:
                         schedule=o.schedule, total_steps=total, end_lr_fraction=o.end_lr_fraction,
                         weight_decay=o.weight_decay, b1=o.b1, b2=o.b2, eps=o.eps, clip_norm=o.clip_norm,
                         grad_accum=o.grad_accum)
-    trainer = Trainer(model, loss_cfg, optim, mesh, chunk=cfg.train.chunk)
+    trainer = Trainer(model, loss_cfg, optim, mesh, chunk=cfg.train.chunk, update_mask=update_mask(cfg, model))
     if loss_cfg.reference == "precomputed":
         cache = cfg.loss.reference_cache or os.path.join(out_dir, "reference")
         for src in filter(None, (train_src, eval_src)):
@@ -143,8 +165,10 @@ def train(cfg) -> dict:
     elif loss_cfg.reference == "behaviour":
         ref_lib.check_behaviour_logprobs(train_src)
 
+    # curve_points > 0: also snapshot (and keep) every total/curve_points steps, for a success-vs-steps curve
+    period = -(-total // cfg.train.curve_points) if cfg.train.curve_points else 0
     ckpt = Checkpointer(os.path.join(out_dir, "checkpoints"), keep=cfg.train.keep,
-                        async_save=cfg.train.async_checkpoint)
+                        async_save=cfg.train.async_checkpoint, keep_period=period or None)
     writer = MetricsWriter(out_dir)
     state = trainer.init_state(cfg.train.seed)
     ds = make_dataset(train_src, batch_size=cfg.train.batch_size, seed=cfg.data.shuffle_seed,
@@ -178,7 +202,7 @@ def train(cfg) -> dict:
                 bar.set_postfix(loss=f"{last['train/loss']:.4f}")
             if cfg.train.eval_every and eval_src is not None and step % cfg.train.eval_every == 0:
                 writer.write(step, _eval(trainer, state, eval_src, cfg, mesh), prefix="eval")
-            if step % cfg.train.save_every == 0 or step == total:
+            if step % cfg.train.save_every == 0 or step == total or (period and step % period == 0):
                 ckpt.save(step, state, data_state=it.get_state())
             bar.update(1)
             if cfg.train.kill_after and ran >= cfg.train.kill_after:

@@ -72,7 +72,7 @@ class Trainer:
     """Holds the split model and builds the jitted steps; the training state is a plain pytree."""
 
     def __init__(self, model: Transformer, loss_cfg: LossConfig, optim_cfg: OptimConfig, mesh, *,
-                 chunk: int = 128):
+                 chunk: int = 128, update_mask=None):
         self.loss_cfg, self.optim_cfg, self.mesh, self.chunk = loss_cfg, optim_cfg, mesh, chunk
         self.lora = bool(model.cfg.lora_rank)
         trainable = nnx.LoRAParam if self.lora else nnx.Param
@@ -82,6 +82,10 @@ class Trainer:
         self.ref_params = params if (loss_cfg.reference == "live" and not self.lora) else None
         self._train = self._eval = self._ref = None
         self.initial_params = params
+        # update_mask: a pytree like the trainable parameters, 1 where updates apply and 0 where they are frozen
+        # (entries of a tensor, e.g. a planted circuit's slices; no weight decay reaches them either)
+        self.update_mask = None if update_mask is None else jax.tree.map(
+            lambda m, p: jax.device_put(jnp.asarray(m, p.dtype), p.sharding), update_mask, params)
 
     # ------------------------------------------------------------------ state
     def init_state(self, seed: int = 0) -> dict[str, Any]:
@@ -112,7 +116,7 @@ class Trainer:
             ref = reference_slots(batch, cfg)
         return objective(pol, ref, tok_lp, tok_on, batch, cfg)
 
-    def _train_step(self, state, ref_params, batch):
+    def _train_step(self, state, ref_params, mask, batch):
         def micro(carry, mb):
             grads, metrics = carry
             (loss, m), g = jax.value_and_grad(self._loss, has_aux=True)(state["params"], ref_params, mb)
@@ -130,6 +134,8 @@ class Trainer:
         grad_norm = optax.global_norm(grads)
         finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
         updates, opt_state = self.tx.update(grads, state["opt_state"], state["params"])
+        if mask is not None:
+            updates = jax.tree.map(jnp.multiply, updates, mask)
         params = optax.apply_updates(state["params"], updates)
         # a non-finite step changes nothing: the host stops the run with the last good state intact
         keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)  # noqa: E731
@@ -149,9 +155,11 @@ class Trainer:
         if self._train is None:
             state_sh = jax.tree.map(lambda x: x.sharding, state)
             ref_sh = jax.tree.map(lambda x: x.sharding, self.ref_params)
-            self._train = jax.jit(self._train_step, in_shardings=(state_sh, ref_sh, self.batch_sharding(batch)),
+            mask_sh = jax.tree.map(lambda x: x.sharding, self.update_mask)
+            self._train = jax.jit(self._train_step,
+                                  in_shardings=(state_sh, ref_sh, mask_sh, self.batch_sharding(batch)),
                                   out_shardings=(state_sh, None), donate_argnums=(0,))
-        return self._train(state, self.ref_params, batch)
+        return self._train(state, self.ref_params, self.update_mask, batch)
 
     def eval_step(self, state, batch):
         if self._eval is None:

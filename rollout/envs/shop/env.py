@@ -9,7 +9,7 @@ from rollout.envs.shop.catalog import OPTION_NAMES, Catalog
 from rollout.envs.shop.plan import Planner
 from rollout.envs.shop.search import SearchPage, ShopSearch
 from rollout.envs.shop.server import ShopServer
-from rollout.envs.shop.tasks import TaskMaker, check_state, progress_key
+from rollout.envs.shop.tasks import TaskMaker, check_state, progress_key, typed_strings
 
 
 class ShopEnv(Environment):
@@ -21,8 +21,8 @@ class ShopEnv(Environment):
     """
     name = "shop"
 
-    def __init__(self, seed: int = 0, num_products: int = 1200, locale: str = "en", n_train: int = 200,
-                 n_test: int = 40, max_results: int = 50):
+    def __init__(self, seed: int = 0, num_products: int = 1200, locale: str = "en", n_train: int = 2000,
+                 n_test: int = 200, max_results: int = 50):
         self.seed, self.locale = seed, locale
         self.catalog = Catalog(seed, num_products, locale)
         self.searcher = ShopSearch(self.catalog, max_results=max_results)
@@ -103,6 +103,9 @@ class ShopEnv(Environment):
 
     def mistake(self, task: Task, obs: Observation, memory: dict, rng) -> Command | None:
         return self._planner.mistake(task, obs, memory, rng)
+
+    def typed_strings(self, task: Task) -> dict[str, str]:
+        return typed_strings(task)
 
     def essential_query_params(self) -> Mapping[str, Sequence[str]]:
         """Query parameters that identify a page, per path ("*" matches one path segment):

@@ -1,7 +1,8 @@
 """Chinese word tables of the shop's ``zh`` locale (C-WebShop, TGPO's benchmark, is Chinese).
 
 ``ZH`` maps every English catalogue term (``catalog.all_terms()``) to Chinese; ``LABELS`` holds the page labels the
-server renders and the oracle looks for; ``NAMES`` / ``ADDRESSES`` feed the checkout tasks.
+server renders and the oracle looks for; ``SURNAMES`` / ``GIVEN_NAMES`` / ``CITIES`` / ``ROADS`` make the checkout
+tasks' names and addresses.
 """
 from __future__ import annotations
 
@@ -118,7 +119,8 @@ LABELS = {
     "bad_request": "请求无效", "total": "合计", "currency": "¥", "back_home": "返回首页",
 }
 
-NAMES = ("张伟", "王芳", "李娜", "刘洋", "陈静", "杨磊", "赵敏", "黄婷", "周杰", "吴琳", "徐涛", "孙悦")
-ADDRESSES = ("北京市朝阳区建国路88号", "上海市浦东新区世纪大道100号", "广州市天河区体育西路12号",
-             "深圳市南山区科技园南路5号", "杭州市西湖区文三路20号", "成都市武侯区人民南路36号",
-             "南京市鼓楼区中山路66号", "武汉市洪山区珞喻路129号")
+SURNAMES = ("张", "王", "李", "刘", "陈", "杨", "赵", "黄", "周", "吴", "徐", "孙", "胡", "朱", "高", "林", "何", "郭")
+GIVEN_NAMES = ("伟", "芳", "娜", "洋", "静", "磊", "敏", "婷", "杰", "琳", "涛", "悦", "强", "丽", "军", "燕", "明", "华")
+CITIES = ("北京市朝阳区", "上海市浦东新区", "广州市天河区", "深圳市南山区", "杭州市西湖区", "成都市武侯区",
+          "南京市鼓楼区", "武汉市洪山区")
+ROADS = ("建国路", "世纪大道", "体育西路", "科技园南路", "文三路", "人民南路", "中山路", "珞喻路", "解放路", "长江路")

@@ -98,7 +98,7 @@ def results(L, locale, catalog, sp) -> str:
         p = catalog[pid]
         items.append(f"<div class=\"result\"><a href=\"{escape(item_url(pid, q, sp.sort, sp.page))}\">"
                      f"{escape(p.title)}</a><div class=\"meta\"><span class=\"price\">{money(L, p.price)}</span> · "
-                     f"★ {p.rating:.1f} ({p.reviews} {escape(L['reviews'])}) · {escape(p.breadcrumb)}</div></div>")
+                     f"★ {p.rating:.1f}</div></div>")  # what a choice needs; reviews and breadcrumb cost prompt tokens
     pager = []
     if sp.page > 1:
         pager.append(f"<a href=\"{escape(search_url(q, sp.sort, sp.page - 1))}\">{escape(L['prev'])}</a>")

@@ -162,8 +162,9 @@ class Planner:
             if pid is not None and self.page_item(obs) == pid:
                 return self.on_item(obs, pid, {}, "add_to_cart")
             if path == "/search" and qs.get("q", "") == g["query"]:
-                if qs.get("sort", "relevance") != g["sort"]:
-                    link = _one(obs, "link", self.L[pages.SORT_KEYS[g["sort"]]])
+                sort = memory.get("sort", g["sort"])  # a committed wrong sort (``mistake``) is carried through
+                if qs.get("sort", "relevance") != sort:
+                    link = _one(obs, "link", self.L[pages.SORT_KEYS[sort]])
                     if link is not None:
                         return Command("CLICK", link.id)
                 elif int(qs.get("page", "1") or 1) != 1:
@@ -216,7 +217,20 @@ class Planner:
                 return None
             cur = memory["items"][todo[0]]
         elif fam == "procedure":
-            if (path == "/search" and qs.get("q", "") == g["query"] and qs.get("sort", "relevance") == g["sort"]
+            sort = memory.get("sort", g["sort"])
+            if (path == "/search" and qs.get("q", "") == g["query"] and qs.get("sort", "relevance") != sort
+                    and "sort" not in memory and memory.get("item") is None):  # the sort decision: a wrong sort
+                k = int(g["position"])  # only sorts under which the k-th item is another product are mistakes
+                wrong = [s for s in pages.SORT_KEYS if s not in (g["sort"], qs.get("sort", "relevance"))
+                         and self.env.searcher.results(g["query"], s)[k - 1:k] != [g["target"]]]
+                links = [(s, _one(obs, "link", self.L[pages.SORT_KEYS[s]])) for s in wrong]
+                links = [(s, e) for s, e in links if e is not None]
+                if not links:
+                    return None
+                s, e = rng.choice(links)
+                memory["sort"] = s
+                return Command("CLICK", e.id)
+            if (path == "/search" and qs.get("q", "") == g["query"] and qs.get("sort", "relevance") == sort
                     and int(qs.get("page", "1") or 1) == 1 and memory.get("item") is None):
                 links = _product_links(obs)
                 k = int(g["position"])

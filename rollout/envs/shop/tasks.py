@@ -1,21 +1,30 @@
 """The shop's task families, seeded, and their checks.
 
-- ``webshop``: a WebShop-style goal drawn from one target product (1–2 of its attributes, a value for each of its
-  option types, a price bound above its price). Checked with WebShop's score (``score.py``) on the first line of the
-  first order placed; success = score 1; done once an order is placed.
-- ``procedure`` (TGPO style): "Search for X, sort by S, and add the k-th item to the cart." Success = the cart's
-  set of items is exactly {the k-th result of X under S, by the server's own search}; done stays False (the agent
-  STOPs; optimal_steps counts the STOP).
+- ``webshop``: a WebShop-style goal drawn from one target product ('i am looking for [<attributes> <type>] with
+  <options>, and price lower than <bound> dollars'). The attributes are shown in the target's title, the bracketed
+  phrase is the search query (every string a task makes the agent type is bracketed as the command types it:
+  ``typed``), and the target is the first result of that query whose title holds every goal attribute (within the
+  first three results), so the goal can be met from what the pages show. Checked with WebShop's score
+  (``score.py``) on the first line of the first order placed; success = score 1; done once an order is placed.
+- ``procedure`` (TGPO style): "Search for [X], sort by S, and add the k-th item to the cart." X is drawn from
+  thousands of queries (type, attribute + type, two attributes + type, brand + type, series + type, brand + attribute
+  + type). Success = the cart's set of items is exactly {the k-th result of X under S, by the server's own search};
+  done stays False (the agent STOPs; optimal_steps counts the STOP).
 - ``multi_cart``: 2–3 given products with given options, added to the cart, then checkout with a given name and
   address. Success = the first order was placed from the cart and holds exactly those items+options (quantity 1
   each) with that name and address; done once an order is placed.
 
-Splits: a product is a *test* product iff sha1("shop-split-<seed>-<id>") % 6 == 0; a task's target products all
-come from its split's products, so test targets never occur as train targets.
+Splits, disjoint in what an agent must generalise over:
+- products: a product is a *test* product iff sha1("shop-split-<seed>-<id>") % 6 == 0; every target product of a
+  task comes from its split's products;
+- strings the agent types: a search query, a full name or an address belongs to the test split iff
+  sha1("shop-string-<seed>-<text>") % 5 == 0 (``string_split``); a task uses only its split's strings. Test queries
+  are new combinations of words seen in training, so held-out success needs copying, not memorising.
 """
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 from typing import Sequence
 
@@ -24,22 +33,34 @@ from rollout.envs.shop import locale_zh
 from rollout.envs.shop.score import webshop_score
 
 FAMILIES = ("webshop", "procedure", "multi_cart")
-NAMES_EN = ("Alice Brown", "James Carter", "Maria Lopez", "Wei Chen", "Priya Patel", "Tom Walker", "Sara Kim",
-            "David Miller", "Emma Wilson", "Omar Haddad", "Lena Fischer", "Noah Davis")
-ADDRESSES_EN = ("12 Elm Street, Springfield", "48 Oak Avenue, Riverton", "7 Maple Road, Lakeside",
-                "301 Pine Lane, Hillcrest", "95 Cedar Court, Brookfield", "16 Birch Way, Fairview",
-                "220 Willow Drive, Greenville", "5 Harbor Place, Bayport")
+FIRST_NAMES_EN = ("Alice", "James", "Maria", "Wei", "Priya", "Tom", "Sara", "David", "Emma", "Omar", "Lena", "Noah",
+                  "Grace", "Lucas", "Mia", "Ethan", "Chloe", "Daniel", "Aisha", "Leo", "Nora", "Samuel", "Yuki",
+                  "Ivan", "Fatima", "Oscar", "Hannah", "Mateo", "Zoe", "Felix")
+LAST_NAMES_EN = ("Brown", "Carter", "Lopez", "Chen", "Patel", "Walker", "Kim", "Miller", "Wilson", "Haddad",
+                 "Fischer", "Davis", "Nguyen", "Rossi", "Novak", "Okafor", "Silva", "Tanaka", "Kowalski", "Berg",
+                 "Moreau", "Singh", "Larsen", "Costa", "Ibrahim", "Murphy", "Schmidt", "Ortiz", "Meyer", "Young")
+STREETS_EN = ("Elm Street", "Oak Avenue", "Maple Road", "Pine Lane", "Cedar Court", "Birch Way", "Willow Drive",
+              "Harbor Place", "Lake View", "Hill Road", "River Street", "Park Avenue", "Mill Lane", "Bay Road")
+TOWNS_EN = ("Springfield", "Riverton", "Lakeside", "Hillcrest", "Brookfield", "Fairview", "Greenville", "Bayport",
+            "Ashford", "Milton", "Kingston", "Newport")
 PRICE_BOUNDS = (10, 20, 30, 40, 50, 60, 70, 80, 100, 120, 150, 200, 250, 300, 400, 500)
 ORDINALS_EN = ("first", "second", "third")
 ORDINALS_ZH = ("第一件", "第二件", "第三件")
 SORT_WORDS_EN = {"price_asc": "sort by price from low to high", "price_desc": "sort by price from high to low",
                  "rating": "sort by rating"}
 SORT_WORDS_ZH = {"price_asc": "按价格从低到高排序", "price_desc": "按价格从高到低排序", "rating": "按评分排序"}
+WEBSHOP_MAX_RANK = 3  # the target is among the first three results: on screen within any prompt budget
 
 
 def product_split(seed: int, pid: int) -> str:
     h = int(hashlib.sha1(f"shop-split-{seed}-{pid}".encode()).hexdigest(), 16)
     return "test" if h % 6 == 0 else "train"
+
+
+def string_split(seed: int, text: str) -> str:
+    """The split a typed string (query, name, address) belongs to."""
+    h = int(hashlib.sha1(f"shop-string-{seed}-{' '.join(text.lower().split())}".encode()).hexdigest(), 16)
+    return "test" if h % 5 == 0 else "train"
 
 
 def n_selects(product, options: dict) -> int:
@@ -58,8 +79,16 @@ def _opt_phrase(catalog, options: dict, zh: bool) -> str:
     return sep.join(f"{catalog.option_label(k)}{colon}{v}" for k, v in options.items())
 
 
+def _title_attrs(product) -> list[str]:
+    """The product's attributes that its title shows (the catalogue puts the first one or two there)."""
+    title = product.title.lower()
+    return [a for a in product.attributes if a.lower() in title]
+
+
 class TaskMaker:
-    def __init__(self, catalog, search, seed: int, n_train: int = 200, n_test: int = 40):
+    """Task lists per split: ``counts[split]`` tasks of each family (fewer where the pool runs out), seeded."""
+
+    def __init__(self, catalog, search, seed: int, n_train: int = 2000, n_test: int = 200):
         self.catalog, self.search, self.seed = catalog, search, seed
         self.zh = catalog.locale == "zh"
         self.counts = {"train": n_train, "test": n_test}
@@ -69,6 +98,9 @@ class TaskMaker:
         loc = "-zh" if self.zh else ""
         sd = f"-s{self.seed}" if self.seed else ""
         return f"shop{loc}{sd}-{family}-{split}-{i:04d}"
+
+    def in_split(self, text: str, split: str) -> bool:
+        return string_split(self.seed, text) == split
 
     def make(self, split: str) -> list[Task]:
         fams = [getattr(self, f"_{f}")(split) for f in FAMILIES]
@@ -80,66 +112,80 @@ class TaskMaker:
     # -------------------------------------------------------------- webshop
     def _webshop(self, split: str) -> list[Task]:
         rng = random.Random(f"shop-tasks-{self.seed}-webshop-{split}")
-        pool = list(self.pools[split])
-        rng.shuffle(pool)
+        candidates = []  # (product, goal attributes, query): the target is findable from the pages alone
+        for p in self.pools[split]:
+            shown = _title_attrs(p)
+            for k in range(1, len(shown) + 1):
+                for attrs in itertools.combinations(shown, k):
+                    query = " ".join(list(attrs) + [p.ptype])
+                    if not self.in_split(query, split):
+                        continue
+                    first = [i for i in self.search.results(query)[:10]
+                             if all(a.lower() in self.catalog[i].title.lower() for a in attrs)][:1]
+                    if first == [p.id] and self.search.results(query).index(p.id) < WEBSHOP_MAX_RANK:
+                        candidates.append((p, list(attrs), query))
+        rng.shuffle(candidates)
         out, n = [], self.counts[split]
-        i = 0
-        while len(out) < n:
-            p = pool[i % len(pool)]
-            i += 1
-            attrs = rng.sample(p.attributes, rng.randint(1, min(2, len(p.attributes))))
+        for p, attrs, query in itertools.islice(itertools.cycle(candidates), 4 * n) if candidates else ():
+            if len(out) >= n:
+                break
             opts = {slug: rng.choice(values) for slug, values in p.options}
             bound = _price_bound(p.price, rng)
-            query = None
-            for cand in (" ".join(attrs + [p.ptype]), " ".join(list(p.attributes) + [p.ptype]), p.title):
-                loc = self.search.locate(cand, p.id)
-                if loc is not None and loc[0] == 1:
-                    query = cand
-                    break
-            if query is None:
-                continue
             if self.zh:
-                text = f"我想买一款{'、'.join(attrs)}的{p.ptype}"
+                text = f"我想买一款“{query}”"
                 if opts:
                     text += "，" + _opt_phrase(self.catalog, opts, True)
                 text += f"，价格低于{bound:.2f}元"
             else:
-                text = f"i am looking for {', '.join(attrs)} {p.ptype}"
+                text = f"i am looking for {typed(query)}"
                 if opts:
                     text += " with " + _opt_phrase(self.catalog, opts, False)
                 text += f", and price lower than {bound:.2f} dollars"
             goal = {"target": p.id, "name": p.title, "product_category": p.breadcrumb, "query": p.ptype,
                     "attributes": attrs, "goal_options": opts, "price_upper": bound, "search": query}
+            if any(t.instruction == text for t in out):
+                continue
             steps = 2 + 1 + n_selects(p, opts) + 1  # TYPE, Search, item link, SELECTs, Buy Now
             out.append(Task(self.task_id("webshop", split, len(out)), "shop", "webshop", text, "/", steps, split,
                             goal))
         return out
 
     # -------------------------------------------------------------- procedure
-    def _procedure_queries(self) -> list[str]:
-        qs = []
-        from rollout.envs.shop.catalog import TAXONOMY
-        tr = self.catalog.tr
+    def procedure_queries(self) -> list[str]:
+        """Every procedure query (both splits), in a fixed order."""
+        from rollout.envs.shop.catalog import BRANDS, SERIES, TAXONOMY
+
+        tr, qs = self.catalog.tr, []
         for leaf in TAXONOMY:
-            qs.append(tr(leaf.ptype))
-            qs.extend(f"{tr(a)} {tr(leaf.ptype)}" for a in leaf.attrs)
-        return qs
+            t = tr(leaf.ptype)
+            qs.append(t)
+            qs += [f"{tr(a)} {t}" for a in leaf.attrs]
+            qs += [f"{tr(a)} {tr(b)} {t}" for a, b in itertools.combinations(leaf.attrs, 2)]
+            qs += [f"{tr(b)} {t}" for b in BRANDS] + [f"{tr(s)} {t}" for s in SERIES]
+            qs += [f"{tr(b)} {tr(a)} {t}" for b in BRANDS[::3] for a in leaf.attrs]
+        return list(dict.fromkeys(qs))
 
     def _procedure(self, split: str) -> list[Task]:
         rng = random.Random(f"shop-tasks-{self.seed}-procedure-{split}")
-        combos = [(q, s, k) for q in self._procedure_queries() for s in SORT_WORDS_EN for k in (1, 2, 3)]
-        rng.shuffle(combos)
-        out, n = [], self.counts[split]
-        for q, sort, k in combos:
+        queries = [q for q in self.procedure_queries() if self.in_split(q, split)]
+        rng.shuffle(queries)
+        out, n, seen = [], self.counts[split], set()
+        # one (sort, position) per query first, so the first tasks cover as many distinct queries as possible
+        for q in itertools.chain(queries, queries, queries):
             if len(out) >= n:
                 break
+            sort, k = rng.choice(tuple(SORT_WORDS_EN)), rng.randint(1, 3)
+            if (q, sort, k) in seen:
+                continue
+            seen.add((q, sort, k))
             res = self.search.results(q, sort)
             if len(res) < max(k, 5) or product_split(self.seed, res[k - 1]) != split:
                 continue
             if self.zh:
                 text = f"搜索“{q}”，{SORT_WORDS_ZH[sort]}，并将{ORDINALS_ZH[k - 1]}商品加入购物车。"
             else:
-                text = f"Search for \"{q}\", {SORT_WORDS_EN[sort]}, and add the {ORDINALS_EN[k - 1]} item to the cart."
+                text = (f"Search for {typed(q)}, {SORT_WORDS_EN[sort]}, and add the {ORDINALS_EN[k - 1]} item to the "
+                        "cart.")
             goal = {"query": q, "sort": sort, "position": k, "target": res[k - 1]}
             # TYPE, Search, sort link, item link, Add to cart, STOP
             out.append(Task(self.task_id("procedure", split, len(out)), "shop", "procedure", text, "/", 6, split,
@@ -147,10 +193,21 @@ class TaskMaker:
         return out
 
     # -------------------------------------------------------------- multi_cart
+    def people(self, split: str) -> tuple[list[str], list[str]]:
+        """Full names and addresses of a split (disjoint strings across splits)."""
+        if self.zh:
+            names = [a + b for a in locale_zh.SURNAMES for b in locale_zh.GIVEN_NAMES]
+            addrs = [f"{c}{r}{n}号" for c in locale_zh.CITIES for r in locale_zh.ROADS for n in (8, 12, 36, 88, 100)]
+        else:
+            names = [f"{a} {b}" for a in FIRST_NAMES_EN for b in LAST_NAMES_EN]
+            addrs = [f"{n} {s}, {t}" for n in (3, 7, 12, 16, 48, 95, 120, 220, 301) for s in STREETS_EN
+                     for t in TOWNS_EN]
+        return [x for x in names if self.in_split(x, split)], [x for x in addrs if self.in_split(x, split)]
+
     def _multi_cart(self, split: str) -> list[Task]:
         rng = random.Random(f"shop-tasks-{self.seed}-multi_cart-{split}")
         pool = [p for p in self.pools[split] if self.search.locate(p.title, p.id) == (1, 1)]
-        names, addrs = (locale_zh.NAMES, locale_zh.ADDRESSES) if self.zh else (NAMES_EN, ADDRESSES_EN)
+        names, addrs = self.people(split)
         out, n = [], self.counts[split]
         while len(out) < n:
             k = rng.choice((2, 3))
@@ -164,15 +221,36 @@ class TaskMaker:
                 text = (f"请在一个订单中购买以下商品：{'；'.join(parts)}。将它们加入购物车后结算，"
                         f"姓名填写“{name}”，地址填写“{addr}”，然后提交订单。")
             else:
-                parts = [f"({j + 1}) \"{it['title']}\"" + (f" with {_opt_phrase(self.catalog, it['options'], False)}"
-                                                         if it["options"] else "") for j, it in enumerate(items)]
+                parts = [f"({j + 1}) {typed(it['title'])}"
+                         + (f" with {_opt_phrase(self.catalog, it['options'], False)}" if it["options"] else "")
+                         for j, it in enumerate(items)]
                 text = (f"Buy these items in one order: {'; '.join(parts)}. Add them to the cart, then check out "
-                        f"with full name \"{name}\" and address \"{addr}\" and place the order.")
+                        f"with full name {typed(name)} and address {typed(addr)} and place the order.")
             steps = sum(4 + n_selects(p, it["options"]) for p, it in zip(ps, items)) + 5
             goal = {"items": items, "name": name, "address": addr}
             out.append(Task(self.task_id("multi_cart", split, len(out)), "shop", "multi_cart", text, "/", steps,
                             split, goal))
         return out
+
+
+def typed(text: str) -> str:
+    """A string the agent must type, as the instruction writes it: in the brackets of the command that types it
+    (``TYPE [id] [text]``). The token before the text is then the same in the task, the thought and the command,
+    so a copy can start by induction ("what followed this token before?") instead of by a learned search for the
+    right quotation mark among the page's many (BUILD_NOTES.md, "Which model learns on a CPU")."""
+    return f"[{text}]"
+
+
+def typed_strings(task: Task) -> dict[str, str]:
+    """Text -> kind of every string the task's solution types, each quoted in its instruction."""
+    g = task.goal
+    if task.family == "procedure":
+        return {g["query"]: "query"}
+    if task.family == "webshop":
+        return {g["search"]: "query"}
+    if task.family == "multi_cart":
+        return {**{it["title"]: "title" for it in g["items"]}, g["name"]: "name", g["address"]: "address"}
+    return {}
 
 
 # ---------------------------------------------------------------- checks

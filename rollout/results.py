@@ -1,0 +1,137 @@
+"""The learning result from evaluation files: per-method rows pooled over training seeds, per-family rows, paired
+comparisons between methods, and a verdict on each claim of the TGPO paper. Pure functions over ``eval.json``
+dicts (``rollout.evaluate``); the statistics are ``rollout.stats``.
+
+``groups``: ``{method label: {training seed: eval dict}}`` — e.g. ``{"SFT": {0: ev, 1: ev, 2: ev}, ...}``. A task's
+value for one model is the mean over its episodes (evaluation seeds × runs) of the per-episode metric.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+from rollout import stats
+
+METRICS = {"success_rate": "success", "avg_steps": "steps", "redundant_steps": "redundant"}  # eval key -> row key
+Groups = Mapping[str, Mapping[int, dict]]
+
+# The TGPO paper's Table 1 (success %), the numbers its claims rest on.
+PAPER_SUCCESS = {"SFT": 70.3, "KTO": 72.9, "KTO-Tree": 77.6, "DPO": 72.1, "TGPO": 78.6}
+
+
+def episode_rows(ev: dict) -> list[dict]:
+    """Every finished episode of an evaluation (all evaluation seeds), as recorded in ``episodes_table``."""
+    return [dict(r, eval_seed=s.get("seed")) for s in ev.get("per_seed") or [] for r in s.get("episodes_table") or []]
+
+
+def task_values(ev: dict, metric: str = "success_rate", task_ids=None, family: str | None = None) -> dict[str, float]:
+    """task_id -> mean of the metric over that task's episodes (optionally only ``task_ids`` / one ``family``)."""
+    key = METRICS[metric]
+    sums: dict[str, list[float]] = {}
+    for r in episode_rows(ev):
+        if (task_ids is not None and r["task_id"] not in task_ids) or (family and r["family"] != family):
+            continue
+        sums.setdefault(r["task_id"], []).append(float(r[key]))
+    return {t: sum(v) / len(v) for t, v in sums.items()}
+
+
+def outcomes(runs: Mapping[int, dict], metric: str = "success_rate", **kw) -> dict[int, dict[str, float]]:
+    return {seed: task_values(ev, metric, **kw) for seed, ev in runs.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One method's value of one metric: mean over training seeds, its 95 % half-width (None with one seed and one
+    evaluation seed), the number of training seeds and the per-seed values."""
+    mean: float | None
+    half_width: float | None
+    seeds: int
+    per_seed: tuple[float, ...]
+
+
+def method_row(runs: Mapping[int, dict], metric: str, family: str | None = None) -> Row:
+    """With several training seeds: t-interval over the seeds' means. With one: the evaluation's own interval over
+    its evaluation seeds (sampling), as ``rollout.evaluate`` computed it."""
+    per_seed = []
+    for ev in runs.values():
+        vals = task_values(ev, metric, family=family)
+        if vals:
+            per_seed.append(sum(vals.values()) / len(vals))
+    if len(runs) == 1 and family is None:
+        ev = next(iter(runs.values()))
+        mean, ci = (ev.get("mean") or {}).get(metric), (ev.get("ci95") or {}).get(metric)
+        half = ci.get("half_width") if isinstance(ci, dict) else ci
+        return Row(mean if mean is not None else (per_seed[0] if per_seed else None), half, 1, tuple(per_seed))
+    mean, half = stats.t_interval(per_seed)
+    return Row(mean, half, len(per_seed), tuple(per_seed))
+
+
+def families(groups: Groups) -> list[str]:
+    return sorted({r["family"] for runs in groups.values() for ev in runs.values() for r in episode_rows(ev)})
+
+
+def table(groups: Groups, family: str | None = None) -> dict[str, dict[str, Row]]:
+    """label -> metric -> Row (all tasks, or one family's)."""
+    return {label: {m: method_row(runs, m, family) for m in METRICS} for label, runs in groups.items()}
+
+
+def compare(groups: Groups, a: str, b: str, metric: str = "success_rate", **kw) -> stats.Comparison:
+    return stats.paired_bootstrap(outcomes(groups[a], metric, **kw), outcomes(groups[b], metric, **kw),
+                                  names=(a, b), metric=metric)
+
+
+def comparisons(groups: Groups) -> list[stats.Comparison]:
+    """The pairs the issue asks for, where both were trained: TGPO vs DPO, KTO-Tree vs KTO, every method vs SFT."""
+    pairs = [("TGPO", "DPO"), ("KTO-Tree", "KTO")] + [(m, "SFT") for m in ("KTO", "KTO-Tree", "DPO", "TGPO")]
+    out = []
+    for a, b in pairs:
+        if a in groups and b in groups:
+            out.append(compare(groups, a, b, "success_rate"))
+    for m in ("SFT", "KTO", "KTO-Tree", "DPO"):
+        if "TGPO" in groups and m in groups:
+            out.append(compare(groups, "TGPO", m, "redundant_steps"))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    text: str
+    paper: str  # the paper's numbers behind it
+    ours: str  # our difference(s) with intervals
+    verdict: str
+
+
+def _pts(c: stats.Comparison) -> str:
+    scale, unit = (100.0, " pts") if c.metric == "success_rate" else (1.0, "")
+    return f"{c.a} − {c.b}: {scale * c.diff:+.1f}{unit} [{scale * c.low:+.1f}, {scale * c.high:+.1f}]"
+
+
+def claims(groups: Groups) -> list[Claim]:
+    """The paper's three claims, each with our paired difference, its 95 % interval and a verdict
+    (``stats.verdict``; success gaps in fractions, the paper's gap halved as the smallest effect that counts)."""
+    out = []
+    for a, b in (("TGPO", "DPO"), ("KTO-Tree", "KTO")):
+        if a in groups and b in groups:
+            c = compare(groups, a, b)
+            gap = (PAPER_SUCCESS[a] - PAPER_SUCCESS[b]) / 100.0
+            out.append(Claim(f"{a} > {b} in success", f"{PAPER_SUCCESS[a]} vs {PAPER_SUCCESS[b]} %", _pts(c),
+                             stats.verdict(c.low, c.high, gap)))
+    if "TGPO" in groups and len(groups) > 1:
+        # fewest redundant steps: TGPO − M < 0 for every other method M; the paper gives no gap for the others
+        cs = [compare(groups, "TGPO", m, "redundant_steps") for m in groups if m not in ("TGPO", "base")]
+        vs = [stats.verdict(c.low, c.high, 0.0, higher_is_better=False) for c in cs]
+        v = (stats.REPRODUCED if cs and all(x == stats.REPRODUCED for x in vs) else
+             stats.NOT_REPRODUCED if stats.NOT_REPRODUCED in vs else stats.INCONCLUSIVE)
+        out.append(Claim("TGPO has the fewest redundant steps", "TGPO 0.97 redundant steps (8.66 steps)",
+                         "; ".join(_pts(c) for c in cs), v))
+    return out
+
+
+def curve_points(curve: dict, final_ev: dict) -> list[tuple[int, float]]:
+    """(step, success) of a success-vs-steps curve: the snapshots' evaluations plus the final model's full
+    evaluation restricted to the same tasks."""
+    pts = [(int(s), float(v)) for s, v in (curve.get("success") or {}).items() if v is not None]
+    vals = task_values(final_ev, "success_rate", task_ids=set(curve.get("tasks") or []))
+    if vals and curve.get("final_step") is not None:
+        pts.append((int(curve["final_step"]), sum(vals.values()) / len(vals)))
+    return sorted(pts)

@@ -1,0 +1,75 @@
+"""Copy-swap augmentation: consistent whole-token replacement, and a resumable stream with new strings per epoch."""
+import os
+
+import numpy as np
+import pytest
+
+from tgpo_jax.data.augment import swap_copies
+from tgpo_jax.data.collate import CollateConfig
+from tgpo_jax.data.io import write_dataset
+from tgpo_jax.data.pipeline import NodeExamples, make_dataset
+from tgpo_jax.data.schema import Branch, NodeRecord
+
+RW = {"r_acc": 1.0, "r_format": 1.0, "r_red": 0.0, "r_subgoal": 1.0, "r": 5.0}
+
+
+def _node(i=0, query="red tent"):
+    prompt = [{"role": "system", "content": "You are a web agent. No content here."},
+              {"role": "user", "content": f'Task: Search for "{query}", sort by rating.\nPage: [2] textbox "Search"'}]
+    good = Branch(f"Thought: Type '{query}' into textbox 'Search'.\nCommand: TYPE [2] [{query}]",
+                  f"TYPE textbox \"Search\" [{query}]", 5.0, RW, 2, 2, 0, True, True, behaviour_logprob=-1.5)
+    bad = Branch("Command: CLICK [3]", "CLICK button", 2.0, RW, 1, 0, 1, False, False)
+    return NodeRecord(f"t{i}", "n0", prompt, [good, bad], meta={"copy": [{"text": query, "kind": "query"}]})
+
+
+POOLS = {"query": ["red tent", "blue kayak", "green stove", "wool socks"]}
+
+
+def test_swap_replaces_every_occurrence_and_only_whole_tokens():
+    node = _node(query="tent")
+    out = swap_copies(node, {"query": ["tent", "kayak"]}, np.random.default_rng(0), prob=1.0)
+    user, action = out.prompt[1]["content"], out.branches[0].action
+    assert 'Search for "kayak"' in user and "TYPE [2] [kayak]" in action and "Type 'kayak'" in action
+    assert "tent" not in user + action and out.prompt[0]["content"].endswith("No content here.")  # "content" kept
+    assert out.branches[0].behaviour_logprob is None  # a swapped action was never sampled by the behaviour policy
+    assert out.branches[1].action == "Command: CLICK [3]"
+    assert swap_copies(node, POOLS, np.random.default_rng(0), prob=0.0) is node
+
+
+def test_swapped_string_is_never_the_original_and_covers_the_pool():
+    seen = {swap_copies(_node(), POOLS, np.random.default_rng(s), 1.0).branches[0].action.rsplit("[", 1)[1]
+            for s in range(60)}
+    assert seen == {"blue kayak]", "green stove]", "wool socks]"}
+
+
+def test_stream_changes_strings_between_epochs_and_resumes_exactly(tmp_path, spm_tokenizer):
+    d = os.path.join(tmp_path, "data")
+    write_dataset([_node(i) for i in range(4)], d, extra={"copy_pools": POOLS})
+    cfg = CollateConfig(method="sft", max_len=160, max_prompt_len=120, max_completion_len=32)
+    src = NodeExamples(d, spm_tokenizer, cfg, copy_swap=1.0)
+    plain = NodeExamples(d, spm_tokenizer, cfg)
+    ds = make_dataset(src, batch_size=4, seed=3, num_epochs=None)
+    it = iter(ds)
+    epochs = [next(it)["tokens"] for _ in range(3)]
+    assert not np.array_equal(epochs[0], epochs[1]) and not np.array_equal(epochs[1], epochs[2])
+    original = np.stack([plain[i]["tokens"] for i in range(4)])
+    assert not any(np.array_equal(np.sort(e, axis=0), np.sort(original, axis=0)) for e in epochs)
+    it = iter(make_dataset(src, batch_size=4, seed=3, num_epochs=None))
+    next(it)
+    state = it.get_state()
+    want = [next(it)["tokens"] for _ in range(2)]
+    it2 = iter(make_dataset(src, batch_size=4, seed=3, num_epochs=None))
+    it2.set_state(state)
+    np.testing.assert_array_equal(next(it2)["tokens"], want[0])
+    np.testing.assert_array_equal(next(it2)["tokens"], want[1])
+
+
+def test_swap_needs_a_reference_it_can_compute(tmp_path):
+    from train_helpers import make_workspace, tiny_config
+
+    from tgpo_jax.training import loop
+
+    work = make_workspace(tmp_path, n_train=16, n_test=4)
+    c = tiny_config(work, "dpo", tmp_path / "x", **{"data.copy_swap": 0.5, "loss.reference": "precomputed"})
+    with pytest.raises(ValueError, match="copy_swap"):
+        loop.train(c)

@@ -1,0 +1,75 @@
+"""Intervals, the two-level paired bootstrap and the claim verdicts, against hand-worked and analytic values."""
+import math
+
+import numpy as np
+import pytest
+
+from rollout import stats
+
+
+def _outcomes(matrix, tasks=None):
+    tasks = tasks or [f"t{i}" for i in range(matrix.shape[1])]
+    return {s: dict(zip(tasks, map(float, row))) for s, row in enumerate(matrix)}
+
+
+def test_t_interval_by_hand():
+    mean, hw = stats.t_interval([1.0, 2.0, 3.0])
+    assert mean == 2.0 and hw == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)  # t(.975, 2) * sd 1 / sqrt(3)
+    assert stats.t_interval([0.5]) == (0.5, None) and stats.t_interval([]) == (None, None)
+
+
+def test_seed_interval_uses_per_seed_task_means():
+    o = _outcomes(np.array([[1, 0, 1, 0], [1, 1, 1, 1]]))  # seed means 0.5 and 1.0
+    mean, hw = stats.seed_interval(o)
+    assert mean == 0.75 and hw == pytest.approx(12.706205 * (0.5 / math.sqrt(2)) / math.sqrt(2), rel=1e-6)
+
+
+def test_certain_difference_has_a_degenerate_interval():
+    a, b = _outcomes(np.ones((3, 20))), _outcomes(np.zeros((3, 20)))
+    c = stats.paired_bootstrap(a, b, names=("A", "B"))
+    assert (c.diff, c.low, c.high, c.tasks, c.paired_seeds) == (1.0, 1.0, 1.0, 20, True)
+
+
+def test_one_seed_matches_the_normal_approximation_of_a_paired_task_bootstrap():
+    rng = np.random.default_rng(0)
+    t = 600
+    a = rng.random(t) < 0.6
+    b = rng.random(t) < 0.5
+    d = a.astype(float) - b.astype(float)
+    c = stats.paired_bootstrap(_outcomes(a[None].astype(float)), _outcomes(b[None].astype(float)))
+    se = d.std(ddof=1) / math.sqrt(t)
+    assert c.diff == pytest.approx(d.mean())
+    assert c.low == pytest.approx(d.mean() - 1.96 * se, abs=0.01)
+    assert c.high == pytest.approx(d.mean() + 1.96 * se, abs=0.01)
+
+
+def test_disagreeing_seeds_widen_the_interval():
+    rng = np.random.default_rng(1)
+    t = 200
+    same = np.stack([(rng.random(t) < 0.5).astype(float)] * 3)
+    spread = np.stack([(rng.random(t) < p).astype(float) for p in (0.1, 0.5, 0.9)])
+    base = _outcomes(np.zeros((3, t)))
+    narrow = stats.paired_bootstrap(_outcomes(same), base)
+    wide = stats.paired_bootstrap(_outcomes(spread), base)
+    assert (wide.high - wide.low) > 3 * (narrow.high - narrow.low)
+
+
+def test_only_common_tasks_are_compared_and_unpaired_seeds_are_resampled_apart():
+    a = {0: {"x": 1.0, "y": 1.0, "z": 1.0}, 1: {"x": 1.0, "y": 1.0, "z": 0.0}}
+    b = {5: {"x": 0.0, "y": 0.0}}
+    c = stats.paired_bootstrap(a, b)
+    assert c.tasks == 2 and not c.paired_seeds and c.diff == 1.0
+    with pytest.raises(ValueError, match="no held-out task"):
+        stats.paired_bootstrap({0: {"x": 1.0}}, {0: {"y": 1.0}})
+
+
+@pytest.mark.parametrize("low,high,gap,higher,expected", [
+    (0.02, 0.20, 0.065, True, stats.REPRODUCED),
+    (-0.20, -0.01, 0.065, True, stats.NOT_REPRODUCED),  # significantly the other way
+    (-0.05, 0.02, 0.065, True, stats.NOT_REPRODUCED),  # excludes every gap >= 0.0325
+    (-0.05, 0.10, 0.065, True, stats.INCONCLUSIVE),
+    (-2.0, -0.5, 1.0, False, stats.REPRODUCED),  # fewer redundant steps: A - B < 0
+    (0.1, 0.9, 1.0, False, stats.NOT_REPRODUCED),
+])
+def test_verdicts(low, high, gap, higher, expected):
+    assert stats.verdict(low, high, gap, higher) == expected
