@@ -28,7 +28,7 @@ import sys
 from rollout.stages import Stage, StageRunner
 
 log = logging.getLogger(__name__)
-METHODS = ("sft", "dpo", "kto", "kto_tree", "tgpo")
+METHODS = ("sft", "kto", "kto_tree", "dpo", "tgpo")  # Table 1's order (the paper's)
 PREFERENCE = METHODS[1:]
 DISPLAY = {"base": "base", "sft": "SFT", "kto": "KTO", "kto_tree": "KTO-Tree", "dpo": "DPO", "tgpo": "TGPO"}
 NOT_IN_SPEC = {("train", "progress"), ("train", "output_dir"), ("train", "kill_after"), ("data", "train_dir"),

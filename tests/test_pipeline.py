@@ -101,7 +101,7 @@ def test_eval_and_report_have_every_row(run):
         assert set(ev["mean"]) >= {"success_rate", "avg_steps", "redundant_steps"}
     with open(os.path.join(out, "report", "report.md")) as f:
         md = f.read()
-    table = md.split("Table 1")[1].split("Reference")[0]
+    table = md.split("## Table 1")[1].split("\n## ")[0]
     rows = [line.split("|")[1].strip().strip("*") for line in table.splitlines() if line.startswith("| ")][1:]
     assert rows == list(ROWS)
     assert "Table 2" in md and "Label-conflict rate" in md

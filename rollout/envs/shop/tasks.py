@@ -31,6 +31,7 @@ from typing import Sequence
 from rollout.core import CheckResult, Task
 from rollout.envs.shop import locale_zh
 from rollout.envs.shop.score import webshop_score
+from rollout.envs.shop.search import PAGE_SIZE
 
 FAMILIES = ("webshop", "procedure", "multi_cart")
 FIRST_NAMES_EN = ("Alice", "James", "Maria", "Wei", "Priya", "Tom", "Sara", "David", "Emma", "Omar", "Lena", "Noah",
@@ -143,12 +144,24 @@ class TaskMaker:
                 text += f", and price lower than {bound:.2f} dollars"
             goal = {"target": p.id, "name": p.title, "product_category": p.breadcrumb, "query": p.ptype,
                     "attributes": attrs, "goal_options": opts, "price_upper": bound, "search": query}
-            if any(t.instruction == text for t in out):
+            if any(t.instruction == text for t in out) or not self._has_decision(p, query, goal):
                 continue
             steps = 2 + 1 + n_selects(p, opts) + 1  # TYPE, Search, item link, SELECTs, Buy Now
             out.append(Task(self.task_id("webshop", split, len(out)), "shop", "webshop", text, "/", steps, split,
                             goal))
         return out
+
+    def _has_decision(self, p, query: str, goal: dict) -> bool:
+        """Whether a wrong choice can fail the goal: an option with another value, or a product on the first results
+        page whose purchase scores below 1 (a goal every shown product meets teaches no choice)."""
+        if any(len(values) > 1 for slug, values in p.options if slug in goal["goal_options"]):
+            return True
+        for pid in self.search.results(query)[:PAGE_SIZE]:
+            q = self.catalog[pid]
+            if pid != p.id and webshop_score(q.to_score_dict(), q.default_options(), goal,
+                                             self.catalog.type_phrases).total < 1.0:
+                return True
+        return False
 
     # -------------------------------------------------------------- procedure
     def procedure_queries(self) -> list[str]:
