@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import math
 import os
 from typing import Callable, Sequence
 
@@ -247,17 +246,10 @@ def seed_metrics(out_dir: str, tasks: Sequence[Task], runs: int, redundancy: str
 
 def mean_ci95(values: Sequence[float]) -> tuple[float | None, dict | None]:
     """(mean, {"low", "high", "half_width"}) with a Student-t 95% interval; the interval is None for < 2 values."""
-    vals = [float(v) for v in values if v is not None]
-    if not vals:
-        return None, None
-    mean = sum(vals) / len(vals)
-    if len(vals) < 2:
-        return mean, None
-    from scipy import stats
+    from rollout.stats import t_interval
 
-    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
-    half = float(stats.t.ppf(0.975, len(vals) - 1)) * sd / math.sqrt(len(vals))
-    return mean, {"low": mean - half, "high": mean + half, "half_width": half}
+    mean, half = t_interval(values)
+    return mean, (None if half is None else {"low": mean - half, "high": mean + half, "half_width": half})
 
 
 def aggregate(per_seed: Sequence[dict]) -> tuple[dict, dict]:

@@ -210,8 +210,7 @@ class Pipeline:
 
     def evaluated(self) -> list[str]:
         """Table 1's models: 'base' (the first seed's) and every trained model of the methods in eval.models."""
-        table1 = ("base", "sft", "kto", "kto_tree", "dpo", "tgpo")
-        wanted = self.cfg.eval.models or [m for m in table1 if m == "base" or m in self.cfg.methods]
+        wanted = self.cfg.eval.models or ("base", *self.cfg.methods)  # the order is trained()'s: Table 1's
         names = ["base"] if "base" in wanted else []
         for name, method, r, _ in self.trained():
             if method in wanted or r > 1:

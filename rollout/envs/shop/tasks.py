@@ -113,7 +113,7 @@ class TaskMaker:
     # -------------------------------------------------------------- webshop
     def _webshop(self, split: str) -> list[Task]:
         rng = random.Random(f"shop-tasks-{self.seed}-webshop-{split}")
-        candidates = []  # (product, goal attributes, query): the target is findable from the pages alone
+        candidates = []  # (product, goal attributes, query, its first results page): the target is findable there
         for p in self.pools[split]:
             shown = _title_attrs(p)
             for k in range(1, len(shown) + 1):
@@ -121,13 +121,13 @@ class TaskMaker:
                     query = " ".join(list(attrs) + [p.ptype])
                     if not self.in_split(query, split):
                         continue
-                    first = [i for i in self.search.results(query)[:10]
-                             if all(a.lower() in self.catalog[i].title.lower() for a in attrs)][:1]
-                    if first == [p.id] and self.search.results(query).index(p.id) < WEBSHOP_MAX_RANK:
-                        candidates.append((p, list(attrs), query))
+                    res = self.search.results(query)
+                    first = [i for i in res[:10] if all(a.lower() in self.catalog[i].title.lower() for a in attrs)][:1]
+                    if first == [p.id] and res.index(p.id) < WEBSHOP_MAX_RANK:
+                        candidates.append((p, list(attrs), query, res[:PAGE_SIZE]))
         rng.shuffle(candidates)
         out, n = [], self.counts[split]
-        for p, attrs, query in itertools.islice(itertools.cycle(candidates), 4 * n) if candidates else ():
+        for p, attrs, query, page in itertools.islice(itertools.cycle(candidates), 4 * n) if candidates else ():
             if len(out) >= n:
                 break
             opts = {slug: rng.choice(values) for slug, values in p.options}
@@ -144,22 +144,23 @@ class TaskMaker:
                 text += f", and price lower than {bound:.2f} dollars"
             goal = {"target": p.id, "name": p.title, "product_category": p.breadcrumb, "query": p.ptype,
                     "attributes": attrs, "goal_options": opts, "price_upper": bound, "search": query}
-            if any(t.instruction == text for t in out) or not self._has_decision(p, query, goal):
+            if any(t.instruction == text for t in out) or not self._has_decision(p, page, goal):
                 continue
             steps = 2 + 1 + n_selects(p, opts) + 1  # TYPE, Search, item link, SELECTs, Buy Now
             out.append(Task(self.task_id("webshop", split, len(out)), "shop", "webshop", text, "/", steps, split,
                             goal))
         return out
 
-    def _has_decision(self, p, query: str, goal: dict) -> bool:
+    def _has_decision(self, p, page: Sequence[int], goal: dict) -> bool:
         """Whether a wrong choice can fail the goal: an option with another value, or a product on the first results
-        page whose purchase scores below 1 (a goal every shown product meets teaches no choice)."""
+        page (``page``, product ids) whose purchase scores below 1 (a goal every shown product meets teaches no
+        choice). A price over the bound zeroes the price term, so such a product scores below 1 without scoring."""
         if any(len(values) > 1 for slug, values in p.options if slug in goal["goal_options"]):
             return True
-        for pid in self.search.results(query)[:PAGE_SIZE]:
+        for pid in page:
             q = self.catalog[pid]
-            if pid != p.id and webshop_score(q.to_score_dict(), q.default_options(), goal,
-                                             self.catalog.type_phrases).total < 1.0:
+            if pid != p.id and (q.price > goal["price_upper"] or webshop_score(
+                    q.to_score_dict(), q.default_options(), goal, self.catalog.type_phrases).total < 1.0):
                 return True
         return False
 
