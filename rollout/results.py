@@ -106,16 +106,26 @@ def _pts(c: stats.Comparison) -> str:
     return f"{c.a} − {c.b}: {scale * c.diff:+.1f}{unit} [{scale * c.low:+.1f}, {scale * c.high:+.1f}]"
 
 
+def _at_bound(groups: Groups, *labels: str) -> bool:
+    """Every task of every seed of these methods at the same bound (all 0 or all 1 success): nothing can differ."""
+    values = {v for m in labels for per_task in outcomes(groups[m]).values() for v in per_task.values()}
+    return values == {0.0} or values == {1.0}
+
+
 def claims(groups: Groups) -> list[Claim]:
     """The paper's three claims, each with our paired difference, its 95 % interval and a verdict
-    (``stats.verdict``; success gaps in fractions, the paper's gap halved as the smallest effect that counts)."""
+    (``stats.verdict``; success gaps in fractions, the paper's gap halved as the smallest effect that counts).
+    Two methods that fail (or succeed at) every task give the interval [0, 0], which would rule out the paper's
+    gap; a floor or ceiling says nothing about the claim, so that reads *inconclusive*."""
     out = []
     for a, b in (("TGPO", "DPO"), ("KTO-Tree", "KTO")):
         if a in groups and b in groups:
             c = compare(groups, a, b)
             gap = (PAPER_SUCCESS[a] - PAPER_SUCCESS[b]) / 100.0
-            out.append(Claim(f"{a} > {b} in success", f"{PAPER_SUCCESS[a]} vs {PAPER_SUCCESS[b]} %", _pts(c),
-                             stats.verdict(c.low, c.high, gap)))
+            v = stats.INCONCLUSIVE if _at_bound(groups, a, b) else stats.verdict(c.low, c.high, gap)
+            out.append(Claim(f"{a} > {b} in success", f"{PAPER_SUCCESS[a]} vs {PAPER_SUCCESS[b]} %",
+                             _pts(c) + (" (both at the floor/ceiling on every task)" if _at_bound(groups, a, b) else ""),
+                             v))
     if "TGPO" in groups and len(groups) > 1:
         # fewest redundant steps: TGPO − M < 0 for every other method M; the paper gives no gap for the others
         cs = [compare(groups, "TGPO", m, "redundant_steps") for m in groups if m not in ("TGPO", "base")]

@@ -73,3 +73,24 @@ def test_only_common_tasks_are_compared_and_unpaired_seeds_are_resampled_apart()
 ])
 def test_verdicts(low, high, gap, higher, expected):
     assert stats.verdict(low, high, gap, higher) == expected
+
+
+def _ev(success, redundant=0):
+    """An eval.json with one episode per task: ``success`` is a list of 0/1 per task."""
+    rows = [{"task_id": f"t{i}", "family": "procedure", "success": s, "steps": 5, "redundant": redundant}
+            for i, s in enumerate(success)]
+    return {"per_seed": [{"seed": 0, "episodes_table": rows}]}
+
+
+def test_claims_at_the_floor_are_inconclusive_not_refuted():
+    from rollout import results
+
+    zeros = {seed: _ev([0] * 30) for seed in range(3)}
+    floor = {m: zeros for m in ("TGPO", "DPO", "KTO", "KTO-Tree")}
+    verdicts = {c.text: c.verdict for c in results.claims(floor)}
+    assert verdicts["TGPO > DPO in success"] == stats.INCONCLUSIVE  # [0, 0] would otherwise rule out the 6.5 pts
+    assert verdicts["KTO-Tree > KTO in success"] == stats.INCONCLUSIVE
+    # the same interval [0, 0] with both methods at 50 % does rule the paper's gap out
+    half = {seed: _ev([1, 0] * 15) for seed in range(3)}
+    verdicts = {c.text: c.verdict for c in results.claims({"TGPO": half, "DPO": half})}
+    assert verdicts["TGPO > DPO in success"] == stats.NOT_REPRODUCED

@@ -99,7 +99,7 @@ def _cut(s: str, n: int) -> str:
 def history_line(index: int, item: HistoryItem, thought_chars: int = 160, command_chars: int = 200) -> str:
     """``3. CLICK [12] | Open the first result. (error: no_such_element)``"""
     line = f"{index}. {_cut(_one_line(item.command), command_chars) or '(no command)'}"
-    thought = _cut(_one_line(item.thought), thought_chars)
+    thought = _cut(_one_line(item.thought), thought_chars) if thought_chars > 0 else ""  # 0: commands only
     if thought:
         line += f" | {thought}"
     if item.error:

@@ -1,0 +1,63 @@
+"""Teacher-forced step accuracy of a model on recorded episodes, per task family and command kind
+(rollout/step_accuracy.py): which decisions does it get wrong? A minute where a browser evaluation takes several.
+
+  python -m launch.collect --split=test --num_tasks=60 --runs=1 --wrong_choice=0 --loop=0 --malformed=0 \
+      --premature_stop=0 --out=data/heldout-oracle
+  python -m launch.step_accuracy --model=runs/pipeline/models/sft --episodes=data/heldout-oracle
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from absl import app, flags
+
+from launch.entry import prepare
+
+F = flags.FLAGS
+flags.DEFINE_string("model", None, "training run directory / HF directory / .gguf / 'bundled'")
+flags.DEFINE_integer("step", None, "checkpoint step of a run directory (default: the latest)")
+flags.DEFINE_string("episodes", None, "a collection directory (launch.collect's output), e.g. the clean oracle on "
+                                      "held-out tasks")
+flags.DEFINE_integer("prompt_tokens", 0, "prompt budget in the model's tokens (0 = the one saved with the model)")
+flags.DEFINE_enum("prompt_style", None, ["full", "compact"], "system text (default: saved with the model, else full)")
+flags.DEFINE_integer("thought_chars", None, "characters of each earlier thought in the history (default: saved with "
+                                            "the model, else 160)")
+flags.DEFINE_integer("batch", 16, "prompts per sampler call")
+flags.DEFINE_integer("max_tokens", 64, "tokens per step")
+flags.DEFINE_string("out", "", "also write the result here (JSON)")
+flags.mark_flags_as_required(["model", "episodes"])
+
+
+def main(argv):
+    prepare(argv)
+    from rollout.evaluate import load_policy
+    from rollout.policies.prompt import saved_prompt
+    from rollout.step_accuracy import measure, table
+    from tgpo_jax.models.sampler import SamplingParams
+
+    if not os.path.isdir(F.episodes):
+        raise app.UsageError(f"--episodes={F.episodes!r} is not a directory")
+    try:
+        budget = F.prompt_tokens or (saved_prompt(F.model).get("budget_tokens") if os.path.isdir(F.model)
+                                     else None) or 2048
+        policy = load_policy(F.model, params=SamplingParams(temperature=0.0, max_tokens=F.max_tokens),
+                             budget_tokens=budget, step=F.step, prompt_style=F.prompt_style,
+                             thought_chars=F.thought_chars)
+        if not hasattr(policy, "sampler"):
+            raise ValueError(f"--model={F.model!r} is not a model policy")
+        result = measure(policy, F.episodes, batch=F.batch)
+    except (FileNotFoundError, ValueError) as e:
+        raise app.UsageError(str(e)) from None
+    import sys
+
+    print(table(result), file=sys.stderr)
+    if F.out:
+        from rollout.recording import write_json_atomic
+
+        write_json_atomic(F.out, result)
+    print(json.dumps(result["accuracy"], indent=1))
+
+
+if __name__ == "__main__":
+    app.run(main)

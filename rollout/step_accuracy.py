@@ -1,0 +1,114 @@
+"""Teacher-forced step accuracy: does a model give the oracle's command at each step of recorded episodes?
+
+A browser evaluation says whether whole episodes succeed; one wrong step anywhere makes it 0. This diagnostic says
+*which* decisions a model gets wrong: it replays recorded episodes (normally the clean oracle on held-out tasks:
+``launch.collect --split=test --wrong_choice=0 --loop=0 --malformed=0 --premature_stop=0``), rebuilds each step's
+prompt as the policy would see it there (the recorded history as the runner builds it, the page, the model's saved
+prompt settings), decodes the model's next output greedily and compares its command with the recorded one. Accuracy is
+reported per task family, per command kind (the recorded one) and both. Steps the behaviour policy took as a
+mistake (a noisy oracle's detour, wrong choice, malformed output or premature stop) are skipped: they are not the
+answer to learn.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from typing import Callable, Sequence
+
+from rollout.commands import parse_output
+from rollout.core import ActionError
+
+
+@dataclasses.dataclass(frozen=True)
+class StepCase:
+    task_id: str
+    family: str
+    step: int
+    gold: str  # the recorded command, rendered canonically
+    messages: tuple  # the prompt as the policy sees it at this step
+
+
+def canonical(output: str) -> str | None:
+    """The command of a policy output, rendered canonically (None when it does not parse)."""
+    try:
+        return parse_output(output)[1].render()
+    except ActionError:
+        return None
+
+
+def cases(by_task: dict, tasks: dict, prompt_of: Callable) -> list[StepCase]:
+    """Every non-mistake step of every episode. ``by_task``: ``load_episodes`` output; ``tasks``: task id -> Task;
+    ``prompt_of(task, episode, t)``: the step's messages (``step_prompt`` with the model's settings)."""
+    out = []
+    for task_id in sorted(by_task):
+        task = tasks.get(task_id)
+        for ep in by_task[task_id]:
+            for t, s in enumerate(ep.steps):
+                if (s.get("policy_info") or {}).get("mistake"):
+                    continue
+                gold = canonical(s["output"]) if s.get("output") else None
+                if gold is None:
+                    continue
+                family = getattr(task, "family", None) or ep.summary.get("family", "")
+                out.append(StepCase(task_id, family, t, gold, tuple(prompt_of(task, ep, t))))
+    return out
+
+
+def score(steps: Sequence[StepCase], outputs: Sequence[str], examples: int = 3) -> dict:
+    """``{"accuracy": {key: [correct, total, rate]}, "wrong": {key: [examples]}}`` over keys ``all``, the family,
+    the command kind and ``family/kind``."""
+    if len(steps) != len(outputs):
+        raise ValueError(f"{len(steps)} steps but {len(outputs)} outputs")
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    wrong: dict[str, list[dict]] = defaultdict(list)
+    for case, text in zip(steps, outputs):
+        pred = canonical(text)
+        kind = case.gold.split(" ", 1)[0]
+        ok = pred == case.gold
+        for key in ("all", case.family, kind, f"{case.family}/{kind}"):
+            counts[key][0] += ok
+            counts[key][1] += 1
+        if not ok and len(wrong[f"{case.family}/{kind}"]) < examples:
+            wrong[f"{case.family}/{kind}"].append({"task_id": case.task_id, "step": case.step, "gold": case.gold,
+                                                   "output": text})
+    return {"accuracy": {k: [c, n, c / n] for k, (c, n) in sorted(counts.items())}, "wrong": dict(wrong)}
+
+
+def table(result: dict) -> str:
+    lines = ["| steps | correct | total | accuracy |", "|---|---:|---:|---:|"]
+    for k, (c, n, r) in result["accuracy"].items():
+        lines.append(f"| {k} | {c} | {n} | {100 * r:.1f} % |")
+    return "\n".join(lines)
+
+
+def measure(policy, episodes_dir: str, *, batch: int = 16, progress: bool = True) -> dict:
+    """Score a ``ModelPolicy`` (``rollout.evaluate.load_policy``) on the collection at ``episodes_dir``."""
+    from tqdm import tqdm
+
+    from rollout.policies.model import cut_after_command
+    from rollout.policies.prompt import messages_for
+    from rollout.recording import read_tasks
+    from rollout.tree.dataset import history_of, load_episodes
+    from tgpo_jax.models.sampler import SamplingParams
+    from tgpo_jax.models.tokenizer import chat_ids
+
+    by_task, broken = load_episodes(episodes_dir)
+    tasks = {t.task_id: t for t in read_tasks(episodes_dir)}
+
+    def prompt_of(task, ep, t):  # as this policy builds it (not the recorded policy's prompt)
+        instruction = task.instruction if task is not None else ep.summary.get("instruction", "")
+        return messages_for(instruction, history_of(ep, t), ep.steps[t]["observation"], tokenizer=policy.tokenizer,
+                            budget_tokens=policy.budget_tokens, thought_chars=policy.thought_chars,
+                            system_prompt=policy.system_prompt)
+
+    steps = cases(by_task, tasks, prompt_of)
+    if not steps:
+        raise ValueError(f"{episodes_dir}: no steps to score (no sealed episodes, or only mistakes)")
+    params = SamplingParams(temperature=0.0, max_tokens=policy.params.max_tokens)
+    outputs: list[str] = []
+    for i in tqdm(range(0, len(steps), batch), desc="step accuracy", unit="batch", disable=not progress):
+        prompts = [chat_ids(policy.tokenizer, list(c.messages)) for c in steps[i:i + batch]]
+        outputs += [cut_after_command(c, policy.tokenizer).text for c in policy.sampler.generate(prompts, params)]
+    result = score(steps, outputs)
+    result.update(episodes=episodes_dir, model=policy.name, broken_episodes=len(broken))
+    return result

@@ -1,0 +1,50 @@
+"""Teacher-forced step accuracy (rollout/step_accuracy.py): which steps are scored, how outputs are compared."""
+from types import SimpleNamespace
+
+import pytest
+
+from rollout.step_accuracy import StepCase, canonical, cases, score, table
+
+
+def _ep(outputs, mistakes=(), family="procedure"):
+    steps = [{"output": o, "policy_info": {"mistake": "loop"} if i in mistakes else {}} for i, o in enumerate(outputs)]
+    return SimpleNamespace(steps=steps, summary={"family": family})
+
+
+def test_canonical_reads_the_command_line():
+    assert canonical("Thought: search.\nCommand: CLICK [3]") == "CLICK [3]"
+    assert canonical("Thought: x\nCommand:   TYPE [2] [red shoes]  ") == "TYPE [2] [red shoes]"
+    assert canonical("Thought: x\nCommand: CLICK 3") is None  # malformed: never equal to a gold command
+    assert canonical("") is None
+
+
+def test_cases_skip_mistakes_and_unparsable_steps_and_use_the_prompt_of_each_step():
+    by_task = {"t1": [_ep(["Command: CLICK [3]", "Command: CLICK [5]", "Command: GO_BACK", "garbage", "Command: STOP []"],
+                          mistakes={1})]}
+    tasks = {"t1": SimpleNamespace(family="webshop")}
+    seen = []
+
+    def prompt_of(task, ep, t):
+        seen.append(t)
+        return [{"role": "user", "content": f"step {t}"}]
+
+    got = cases(by_task, tasks, prompt_of)
+    assert [(c.step, c.gold, c.family) for c in got] == [(0, "CLICK [3]", "webshop"), (2, "GO_BACK", "webshop"),
+                                                         (4, "STOP []", "webshop")]
+    assert seen == [0, 2, 4] and got[1].messages == ({"role": "user", "content": "step 2"},)
+
+
+def test_score_counts_per_family_and_kind():
+    steps = [StepCase("a", "procedure", 0, "CLICK [3]", ()), StepCase("a", "procedure", 1, "CLICK [6]", ()),
+             StepCase("b", "webshop", 0, "SELECT [6] [red]", ()), StepCase("b", "webshop", 1, "CLICK [3]", ())]
+    outputs = ["Thought: t\nCommand: CLICK [3]", "Command: CLICK [8]", "Command: SELECT [6] [blue]",
+               "Thought: t\nCommand: CLICK [3]"]
+    r = score(steps, outputs)
+    acc = r["accuracy"]
+    assert acc["all"][:2] == [2, 4] and acc["CLICK"][:2] == [2, 3] and acc["SELECT"][:2] == [0, 1]
+    assert acc["procedure"][:2] == [1, 2] and acc["webshop/CLICK"][:2] == [1, 1]
+    assert acc["procedure/CLICK"][2] == pytest.approx(0.5)
+    assert [w["gold"] for w in r["wrong"]["procedure/CLICK"]] == ["CLICK [6]"]
+    assert "| webshop/SELECT | 0 | 1 | 0.0 % |" in table(r)
+    with pytest.raises(ValueError, match="4 steps but 3 outputs"):
+        score(steps, outputs[:3])
