@@ -1,4 +1,5 @@
 """Pairs and labels from one node (METHOD §4), against numbers worked out by hand."""
+import dataclasses
 import math
 
 import pytest
@@ -74,6 +75,11 @@ def test_sft_items():
     assert sft_items(THREE, PairConfig()) == [0, 2]
     assert sft_items(THREE, PairConfig(sft_repeat=True)) == [0, 0, 2]
     assert sft_items(node((1.0, 0, 4))) == []
+    # a malformed output inside a successful trajectory is not an SFT target
+    bad = node((1.0, 1, 0), (0.5, 1, 0))
+    bad = dataclasses.replace(bad, branches=[bad.branches[0], dataclasses.replace(
+        bad.branches[1], action="Thought.\nCLICK 3", command="INVALID CLICK 3")])
+    assert sft_items(bad) == [0]
 
 
 def test_kto_plain():

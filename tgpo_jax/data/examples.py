@@ -80,11 +80,15 @@ def normalise_weights(weights: Sequence[float]) -> list[float]:
     return [w / mean for w in ws]
 
 
+INVALID_PREFIX = "INVALID "  # the canonical command the tree builder gives an output that did not parse
+
+
 def sft_items(node: NodeRecord, cfg: PairConfig = PairConfig()) -> list[int]:
-    """SFT/RFT: branches taken by at least one successful trajectory (optionally once per success)."""
+    """SFT/RFT: branches taken by at least one successful trajectory (optionally once per success). An output that
+    did not parse is never imitated, even inside a successful trajectory: it stays a rejected action for pairs."""
     items: list[int] = []
     for i, b in enumerate(node.branches):
-        if b.n_success > 0:
+        if b.n_success > 0 and not b.command.startswith(INVALID_PREFIX):
             items.extend([i] * (b.n_success if cfg.sft_repeat else 1))
     return items
 
