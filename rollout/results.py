@@ -122,10 +122,10 @@ def claims(groups: Groups) -> list[Claim]:
         if a in groups and b in groups:
             c = compare(groups, a, b)
             gap = (PAPER_SUCCESS[a] - PAPER_SUCCESS[b]) / 100.0
-            v = stats.INCONCLUSIVE if _at_bound(groups, a, b) else stats.verdict(c.low, c.high, gap)
+            bound = _at_bound(groups, a, b)
             out.append(Claim(f"{a} > {b} in success", f"{PAPER_SUCCESS[a]} vs {PAPER_SUCCESS[b]} %",
-                             _pts(c) + (" (both at the floor/ceiling on every task)" if _at_bound(groups, a, b) else ""),
-                             v))
+                             _pts(c) + (" (both at the floor/ceiling on every task)" if bound else ""),
+                             stats.INCONCLUSIVE if bound else stats.verdict(c.low, c.high, gap)))
     if "TGPO" in groups and len(groups) > 1:
         # fewest redundant steps: TGPO − M < 0 for every other method M; the paper gives no gap for the others
         cs = [compare(groups, "TGPO", m, "redundant_steps") for m in groups if m not in ("TGPO", "base")]
