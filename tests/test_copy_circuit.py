@@ -5,15 +5,16 @@ import pytest
 
 from tgpo_jax.models import copy_circuit
 from tgpo_jax.models.config import scratch_config
+from tgpo_jax.models.loading import flat_params, model_from_flat
 from tgpo_jax.models.transformer import init_model
 
 VOCAB = 2000
 
 
-def _sequences(n=16, length=160, span=12, seed=0):
+def _sequences(n=16, length=160, span=12, seed=0, vocab=VOCAB):
     """[filler | x | filler | x]: the second x is predictable only by copying from the first."""
     rng = np.random.default_rng(seed)
-    toks = rng.integers(4, VOCAB, size=(n, length)).astype(np.int32)
+    toks = rng.integers(4, vocab, size=(n, length)).astype(np.int32)
     starts = rng.integers(length // 2, length - span, size=n)
     for i, s in enumerate(starts):
         first = rng.integers(0, length // 2 - span)
@@ -37,8 +38,24 @@ def test_planted_model_copies_at_initialisation():
     toks, starts, span = _sequences()
     planted = _copy_accuracy(_logits(copy_circuit.init_planted(cfg, seed=1), toks), toks, starts, span)
     plain = _copy_accuracy(_logits(init_model(cfg, seed=1), toks), toks, starts, span)
-    assert planted >= 0.85, planted  # measured 0.95 (0.89 at 400 tokens, 0.78 at 1,000)
+    assert planted >= 0.95, planted  # measured 0.994 (0.955 with the one-token match)
     assert plain <= 0.05, plain  # chance is 1/2000
+
+
+def test_two_token_match_keeps_the_copy_on_its_source_span():
+    """Tokens drawn from 60 values repeat every few positions, so "what followed this token before" is ambiguous;
+    matching the two preceding tokens resolves most of it (measured 0.83 vs 0.17 with one token, 400 tokens)."""
+    cfg = scratch_config("copy", VOCAB)
+    toks, starts, span = _sequences(n=32, length=400, vocab=64)
+    init = {k: np.asarray(v) for k, v in flat_params(init_model(cfg, seed=1)).items()}
+
+    def accuracy(bigram):
+        flat = copy_circuit.plant(init, cfg, seed=1, c=copy_circuit.CircuitConfig(bigram=bigram))
+        return _copy_accuracy(_logits(model_from_flat(cfg, flat), toks), toks, starts, span)
+
+    two, one = accuracy(0.6), accuracy(0.0)
+    assert two >= 0.7, two
+    assert one <= 0.35, one
 
 
 def test_planted_model_is_an_ordinary_checkpoint(tmp_path, spm_tokenizer):
@@ -60,7 +77,8 @@ def test_planted_model_is_an_ordinary_checkpoint(tmp_path, spm_tokenizer):
 
 @pytest.mark.parametrize("over,match", [
     (dict(rope_theta=1e4), "rope_theta"), (dict(hidden_size=96, num_heads=1, num_kv_heads=1), "hidden_size"),
-    (dict(num_layers=1), "num_layers"), (dict(qk_norm=True), "qk_norm"), (dict(tie_word_embeddings=True), "tied")])
+    (dict(num_layers=1), "num_layers"), (dict(qk_norm=True), "qk_norm"), (dict(tie_word_embeddings=True), "tied"),
+    (dict(num_kv_heads=1), "num_kv_heads")])
 def test_models_that_cannot_hold_the_circuit_are_refused(over, match):
     with pytest.raises(ValueError, match=match):
         copy_circuit.check_fits(scratch_config("copy", VOCAB, **over))

@@ -98,6 +98,18 @@ def test_prompt_cuts_the_page_from_its_end_after_the_old_history(spm_tokenizer):
     assert sum(len(m["content"]) for m in est) <= 4 * budget
 
 
+def test_oracle_thought_repeats_the_page_line_and_the_task_option():
+    from rollout.core import Command, Element
+    from rollout.policies.oracle import _explain
+
+    obs = Observation(url="http://shop/item/3", title="t", text="", elements=(
+        Element(id="6", role="combobox", name="color", value="black", options=("black", "red")),
+        Element(id="7", role="button", name="Buy Now")))
+    assert _explain(Command("SELECT", "6", "red"), obs) == 'Choose color: red in combobox "color" [6].'
+    assert _explain(Command("CLICK", "7"), obs) == 'Click button "Buy Now" [7].'
+    assert _explain(Command("TYPE", "9", "x"), obs) == "Type [x] into element 9."  # no such element on the page
+
+
 def test_command_end_and_cut(spm_tokenizer):
     assert command_end("Thought: go\nCommand: CLICK [3]") is None
     assert command_end("Thought: go\nCommand: CLICK [3]\n") is None
@@ -107,6 +119,18 @@ def test_command_end_and_cut(spm_tokenizer):
     c = cut_after_command(Completion(toks, [-0.5] * len(toks), text, "length"), spm_tokenizer)
     assert c.text == "Thought: go\nCommand: CLICK [3]" and c.finish_reason == "stop"
     assert spm_tokenizer.decode(c.tokens).startswith(c.text + "\n") and len(c.logprobs) == len(c.tokens) < len(toks)
+    # a command without free text ends at its closing bracket even where the line runs on
+    for tail, want in (("CLICK [7] [11]", "CLICK [7]"), ("CLICK [7].", "CLICK [7]"), ("GO_BACK now", "GO_BACK"),
+                       ("SCROLL [DOWN] x", "SCROLL [DOWN]"), ("CLICK [7]", None), ("TYPE [2] [a] [b]", None),
+                       ("GO_BACKWARD", None), ("STOP [] x", None)):
+        text = "Thought: go\nCommand: " + tail
+        cut = command_end(text)
+        assert (text[:cut] if cut is not None else None) == (None if want is None else "Thought: go\nCommand: " + want)
+    text = "Thought: go\nCommand: CLICK [7] [12 Unsalted11]"
+    toks = spm_tokenizer(text, add_special_tokens=False)["input_ids"]
+    c = cut_after_command(Completion(toks, [-0.5] * len(toks), text, "length"), spm_tokenizer)
+    assert c.text == "Thought: go\nCommand: CLICK [7]" and len(c.tokens) < len(toks)
+    assert spm_tokenizer.decode(c.tokens).startswith(c.text)
 
 
 # ---------------------------------------------------------------- the model policy

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 
 from rollout.core import PolicyOutput, PolicyRequest
-from rollout.policies.prompt import SYSTEM_PROMPT, build_messages, command_end
+from rollout.policies.prompt import SYSTEM_PROMPT, build_messages, command_end, kept_text
 
 
 class PolicyError(RuntimeError):
@@ -145,9 +145,9 @@ class OpenAIPolicy:
 
 
 def _cut_tokens(text: str, cut: int, tokens):
-    """-> (text cut before the newline at ``cut``, log-prob of the tokens up to that newline or None, their count
+    """-> (text cut at ``cut``, log-prob of the tokens up to there (the newline included) or None, their count
     or None) using the per-token bytes of the answer."""
-    want = text[: cut + 1].encode()
+    want = kept_text(text, cut).encode()
     if not tokens:
         return text[:cut], None, None
     got = b""

@@ -19,7 +19,7 @@ import time
 
 from rollout.core import PolicyOutput, PolicyRequest
 from rollout.policies.http import PolicyError
-from rollout.policies.prompt import SYSTEM_PROMPT, build_messages, command_end
+from rollout.policies.prompt import SYSTEM_PROMPT, build_messages, command_end, kept_text
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def cut_after_command(completion, tokenizer):
     cut = command_end(completion.text)
     if cut is None:
         return completion
-    want = completion.text[: cut + 1]
+    want = kept_text(completion.text, cut)
     for n in range(1, len(completion.tokens) + 1):
         if tokenizer.decode(completion.tokens[:n], skip_special_tokens=False).startswith(want):
             break

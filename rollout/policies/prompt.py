@@ -184,15 +184,30 @@ def prompt_ids(request: PolicyRequest, tokenizer, budget_tokens: int = 2048, **k
 
 
 # ---------------------------------------------------------------- the end of an output
-_COMMAND_LINE = re.compile(r"^[ \t]*(command|action)[ \t]*:[ \t]*\S.*$", re.I | re.M)
+_COMMAND_LINE = re.compile(r"^[ \t]*(command|action)[ \t]*:[ \t]*(?P<body>\S.*)$", re.I | re.M)
+# commands that take no free text: complete at their closing bracket, whatever the line goes on to say
+_CLOSED = re.compile(r"(?:CLICK|CLEAR|SCROLL)[ \t]*\[[^\[\]\n]*\]|GO_BACK(?![\w\[])")
 
 
 def command_end(text: str) -> int | None:
-    """Index of the newline that ends the first non-empty ``Command:`` line of ``text``, when more text follows
-    it (the output should end there); None otherwise."""
+    """Where the output should end, when more text follows its first complete command (like a stop string): the
+    newline ending the first non-empty ``Command:`` line, or, for a command without free text (CLICK, CLEAR,
+    SCROLL, GO_BACK), the end of the command where the same line goes on (``CLICK [7] [11]``: a small model's
+    copy runs on past the closing bracket; measured in cal11's episodes). None otherwise."""
     m = _COMMAND_LINE.search(text)
-    if m is None or m.end() >= len(text):
+    if m is None:
+        return None
+    closed = _CLOSED.match(text, m.start("body"))
+    if closed is not None and text[closed.end():m.end()].strip():
+        return closed.end()
+    if m.end() >= len(text):
         return None
     if not text[m.end():].strip():
         return None  # only whitespace follows: nothing worth cutting
     return m.end()
+
+
+def kept_text(text: str, cut: int) -> str:
+    """The prefix of ``text`` the kept tokens must cover at ``cut`` (``command_end``): through the newline that
+    ends the command line (the stop string is generated and counted), else up to the cut."""
+    return text[: cut + 1] if text[cut:cut + 1] == "\n" else text[:cut]

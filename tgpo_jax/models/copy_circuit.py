@@ -11,10 +11,15 @@ weights of a standard Llama-shaped model instead, so training only has to learn 
 - layer 0, head 0 (previous-token head): its query and key come from the constant dimension only and sit in the
   highest-frequency rotary pairs, with the key's phase advanced by one position, so the score peaks at relative
   offset 1 whatever the content; its value copies the embedding of token i-1 into a second subspace (``prev``);
+- layer 0, query head 2 / kv head 1 (second-previous-token head, the same construction at offset 2): writes the
+  embedding of token i-2 into a fourth subspace (``prev2``);
 - layer 1, head 0 (induction head): its query is the current token's embedding and its key the ``prev`` subspace,
   both in the lowest-frequency rotary pairs, where RoPE barely rotates over the model's context (so the match is
-  position-invariant); its value writes ``copy_gain`` x the embedding of the attended token into a third subspace
-  (``copy``);
+  position-invariant); with ``bigram`` > 0 the query adds ``bigram`` x R e(i-1) and the key ``bigram`` x R e(j-2)
+  (R a fixed random rotation, so the cross terms are noise), so a position whose two preceding tokens both match
+  wins over one where only the last does: a copy stays on its source span through repeated tokens instead of
+  hopping to another occurrence (measured: free-running copies of shop titles broke at such tokens); its value
+  writes ``copy_gain`` x the embedding of the attended token into a third subspace (``copy``);
 - the output projection reads the ``copy`` subspace (the unembedding equals the embedding there), so at
   initialisation the model predicts exactly what the induction head copies, with no bias toward any other token;
 - every other residual branch (all other attention outputs and every MLP's down projection) starts at zero, as in
@@ -43,6 +48,7 @@ class CircuitConfig:
     match_scale: float = 13.0  # induction head: query/key gain (score of a match = match_scale**2 / sqrt(Dh))
     copy_gain: float = 3.0  # weight of the copied embedding against the current token's own
     out_scale: float = 2.0  # logit scale of the output projection over the embedding subspace
+    bigram: float = 0.6  # weight of the second-previous-token match in the induction score (0: one-token match)
 
 
 def check_fits(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> None:
@@ -51,8 +57,10 @@ def check_fits(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> None:
     problems = []
     if cfg.num_layers < 2:
         problems.append(f"num_layers={cfg.num_layers} < 2 (previous-token head in layer 0, induction head in 1)")
-    if 4 * c.de + 1 > cfg.hidden_size:
-        problems.append(f"hidden_size={cfg.hidden_size} < 4*de+1={4 * c.de + 1} (embedding, constant, prev, copy)")
+    if 5 * c.de > cfg.hidden_size:
+        problems.append(f"hidden_size={cfg.hidden_size} < 5*de={5 * c.de} (embedding, constant, prev, copy, prev2)")
+    if c.bigram and cfg.num_kv_heads < 2:
+        problems.append(f"num_kv_heads={cfg.num_kv_heads}: the second-previous-token head needs a kv head of its own")
     if c.de > dh or c.de % 2:
         problems.append(f"de={c.de} must be even and <= head_dim={dh}")
     if c.prev_pairs + c.de // 2 > half:
@@ -80,11 +88,13 @@ def plant(flat: dict[str, np.ndarray], cfg: ModelConfig, seed: int = 0,
     p = {k: np.array(v, dtype=np.float32) for k, v in flat.items()}
     d, dh, v_size, de = cfg.hidden_size, cfg.head_dim, cfg.vocab_size, c.de
     half = dh // 2
-    # residual layout: [emb | const | free | prev | copy | free ...]
-    const, prev, copy = de, slice(2 * de, 3 * de), slice(3 * de, 4 * de)
+    # residual layout: [emb | const | free | prev | copy | prev2 | free ...]
+    const, prev, copy, prev2 = de, slice(2 * de, 3 * de), slice(3 * de, 4 * de), slice(4 * de, 5 * de)
+    g = cfg.num_heads // cfg.num_kv_heads  # query head g is the first that reads kv head 1
 
     emb = rng.standard_normal((v_size, de)).astype(np.float32)
     emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    rot, _ = np.linalg.qr(rng.standard_normal((de, de)))  # R: decorrelates the bigram term from the unigram one
     embed = np.zeros((v_size, d), np.float32)  # [V, D]
     embed[:, :de] = emb
     embed[:, const] = 1.0
@@ -96,27 +106,34 @@ def plant(flat: dict[str, np.ndarray], cfg: ModelConfig, seed: int = 0,
 
     # layer 0 sees [e | 1 | 0]: RMSNorm multiplies by 1 / rms = sqrt(D / 2)
     n0 = np.sqrt(d / 2.0)
-    for t in (q, k, v):
-        t[0, :, 0, :] = 0.0
-    for m in range(c.prev_pairs):  # score(i, j) = sum_m A^2 cos((i - j - 1) theta_m) / sqrt(Dh): peak at j = i - 1
-        q[0, const, 0, m] = c.prev_scale / n0
-        k[0, const, 0, m] = c.prev_scale * np.cos(inv_freq[m]) / n0
-        k[0, const, 0, m + half] = c.prev_scale * np.sin(inv_freq[m]) / n0
-    v[0, :de, 0, :de] = np.eye(de) / n0
-    o[0, 0, :de, prev] = np.eye(de)
+    heads = [(0, 0, 1, prev)] + ([(g, 1, 2, prev2)] if c.bigram else [])  # (query head, kv head, offset, writes)
+    for qh, kh, offset, out in heads:
+        q[0, :, qh, :] = 0.0
+        k[0, :, kh, :] = 0.0
+        v[0, :, kh, :] = 0.0
+        for m in range(c.prev_pairs):  # score(i, j) = sum_m A^2 cos((i - j - offset) theta_m) / sqrt(Dh)
+            q[0, const, qh, m] = c.prev_scale / n0
+            k[0, const, kh, m] = c.prev_scale * np.cos(offset * inv_freq[m]) / n0
+            k[0, const, kh, m + half] = c.prev_scale * np.sin(offset * inv_freq[m]) / n0
+        v[0, :de, kh, :de] = np.eye(de) / n0
+        o[0, qh, :de, out] = np.eye(de)
 
-    # layer 1 sees [e_i | 1 | 0 | e_(i-1) | 0]: 1 / rms = sqrt(D / 3)
-    n1 = np.sqrt(d / 3.0)
+    # layer 1 sees [e_i | 1 | 0 | e_(i-1) | 0 | e_(i-2)]: 1 / rms = sqrt(D / 4) (D / 3 without prev2)
+    n1 = np.sqrt(d / (4.0 if c.bigram else 3.0))
     low = list(range(half - de // 2, half)) + list(range(dh - de // 2, dh))  # the slowest rotary pairs
     for t in (q, k, v):
         t[1, :, 0, :] = 0.0
-    for j, dim in enumerate(low):
-        q[1, j, 0, dim] = c.match_scale / n1
-        k[1, prev.start + j, 0, dim] = c.match_scale / n1
+    s_match = c.match_scale / n1
+    for j, dim in enumerate(low):  # e_i . e_(j-1)
+        q[1, j, 0, dim] = s_match
+        k[1, prev.start + j, 0, dim] = s_match
+    if c.bigram:  # + bigram^2 (R e_(i-1)) . (R e_(j-2)): both preceding tokens match
+        q[1, prev, 0, low] = c.bigram * s_match * rot.T  # [de (source dim), de (head dim)]
+        k[1, prev2, 0, low] = c.bigram * s_match * rot.T
     v[1, :de, 0, :de] = np.eye(de) / n1
     o[1, 0, :de, copy] = c.copy_gain * np.eye(de)
 
-    n_out = np.sqrt(d / (3.0 + c.copy_gain ** 2))  # final state [e_i | 1 | 0 | e_(i-1) | g e_copy]
+    n_out = np.sqrt(d / ((4.0 if c.bigram else 3.0) + c.copy_gain ** 2))  # final [e_i | 1 | 0 | e_(i-1) | g e | ..]
     head = np.zeros((d, v_size), np.float32)  # [D, V]
     head[copy] = emb.T * c.out_scale / n_out
     p["lm_head"] = head
@@ -147,7 +164,8 @@ def frozen_mask(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> dict[st
     """
     check_fits(cfg, c)
     de = c.de
-    circuit = slice(0, 4 * de)  # emb | const | free | prev | copy: dims the circuit reads or writes
+    circuit = slice(0, 5 * de)  # emb | const | free | prev | copy | prev2: dims the circuit reads or writes
+    g = cfg.num_heads // cfg.num_kv_heads
     copy = slice(3 * de, 4 * de)
     m = {"embed": np.zeros((cfg.vocab_size, cfg.hidden_size), bool),
          "final_norm": np.zeros((cfg.hidden_size,), bool),
@@ -171,6 +189,11 @@ def frozen_mask(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> dict[st
         m["layers/o_proj"][layer, :, :, circuit] = True  # head 0 writes only there; no other head may
         m["layers/o_proj"][layer, 0] = True
         m["layers/down_proj"][layer, :, circuit] = True
+    if c.bigram:  # the second-previous-token head (layer 0, query head g, kv head 1)
+        m["layers/q_proj"][0, :, g] = True
+        m["layers/k_proj"][0, :, 1] = True
+        m["layers/v_proj"][0, :, 1] = True
+        m["layers/o_proj"][0, g] = True
     m["layers/o_proj"][:, :, :, copy] = True
     m["layers/down_proj"][:, :, copy] = True
     return m
