@@ -62,6 +62,30 @@ def parse_command(line: str) -> Command:
     return Command(name, element_id, arg)
 
 
+# commands whose bracket groups hold no free text (ids, UP/DOWN): name -> their number of groups
+_NO_FREE_TEXT = {**{n: i for n, (i, a) in _ARITY.items() if not a}, "SCROLL": 1}
+_VERB = re.compile(r"\s*([A-Za-z_]+)(?![\w\[])")  # a bare verb: GO_BACK, not GO_BACK2 or GO_BACK[3]
+_GROUP = re.compile(r"[ \t]*\[[^\[\]\n]*\]")
+
+
+def closed_length(body: str) -> int | None:
+    """Characters a complete command without free text takes at the start of ``body`` (``CLICK [7]`` of ``CLICK
+    [7] [11]``); None for a command with free text or one that ends before its last bracket group."""
+    m = re.match(r"\s*([A-Za-z_]+)", body)
+    if m is None or m.group(1) not in _NO_FREE_TEXT:
+        return None
+    groups = _NO_FREE_TEXT[m.group(1)]
+    if not groups:
+        return m.end() if _VERB.match(body) else None
+    end = m.end()
+    for _ in range(groups):
+        g = _GROUP.match(body, end)
+        if g is None:
+            return None
+        end = g.end()
+    return end
+
+
 def _example(name: str) -> str:
     return {"CLICK": "CLICK [12]", "CLEAR": "CLEAR [12]", "TYPE": "TYPE [12] [text]",
             "SELECT": "SELECT [12] [option]", "SCROLL": "SCROLL [DOWN]", "GOTO": "GOTO [http://127.0.0.1/]",

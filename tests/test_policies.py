@@ -122,7 +122,8 @@ def test_command_end_and_cut(spm_tokenizer):
     # a command without free text ends at its closing bracket even where the line runs on
     for tail, want in (("CLICK [7] [11]", "CLICK [7]"), ("CLICK [7].", "CLICK [7]"), ("GO_BACK now", "GO_BACK"),
                        ("SCROLL [DOWN] x", "SCROLL [DOWN]"), ("CLICK [7]", None), ("TYPE [2] [a] [b]", None),
-                       ("GO_BACKWARD", None), ("STOP [] x", None)):
+                       ("GO_BACKWARD", None), ("STOP [] x", None), ("CLEAR [3] y", "CLEAR [3]"),
+                       ("GO_BACK[3]", None), ("GO_BACK2 x", None), ("CLICK x", None)):
         text = "Thought: go\nCommand: " + tail
         cut = command_end(text)
         assert (text[:cut] if cut is not None else None) == (None if want is None else "Thought: go\nCommand: " + want)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
+from rollout.commands import closed_length
 from rollout.core import HistoryItem, Observation, PolicyRequest
 
 SYSTEM_PROMPT = """\
@@ -185,8 +186,6 @@ def prompt_ids(request: PolicyRequest, tokenizer, budget_tokens: int = 2048, **k
 
 # ---------------------------------------------------------------- the end of an output
 _COMMAND_LINE = re.compile(r"^[ \t]*(command|action)[ \t]*:[ \t]*(?P<body>\S.*)$", re.I | re.M)
-# commands that take no free text: complete at their closing bracket, whatever the line goes on to say
-_CLOSED = re.compile(r"(?:CLICK|CLEAR|SCROLL)[ \t]*\[[^\[\]\n]*\]|GO_BACK(?![\w\[])")
 
 
 def command_end(text: str) -> int | None:
@@ -197,9 +196,9 @@ def command_end(text: str) -> int | None:
     m = _COMMAND_LINE.search(text)
     if m is None:
         return None
-    closed = _CLOSED.match(text, m.start("body"))
-    if closed is not None and text[closed.end():m.end()].strip():
-        return closed.end()
+    n = closed_length(m.group("body"))  # the grammar says where a command without free text is complete
+    if n is not None and m.group("body")[n:].strip():
+        return m.start("body") + n
     if m.end() >= len(text):
         return None
     if not text[m.end():].strip():

@@ -90,7 +90,6 @@ def plant(flat: dict[str, np.ndarray], cfg: ModelConfig, seed: int = 0,
     half = dh // 2
     # residual layout: [emb | const | free | prev | copy | prev2 | free ...]
     const, prev, copy, prev2 = de, slice(2 * de, 3 * de), slice(3 * de, 4 * de), slice(4 * de, 5 * de)
-    g = cfg.num_heads // cfg.num_kv_heads  # query head g is the first that reads kv head 1
 
     emb = rng.standard_normal((v_size, de)).astype(np.float32)
     emb /= np.linalg.norm(emb, axis=1, keepdims=True)
@@ -106,7 +105,7 @@ def plant(flat: dict[str, np.ndarray], cfg: ModelConfig, seed: int = 0,
 
     # layer 0 sees [e | 1 | 0]: RMSNorm multiplies by 1 / rms = sqrt(D / 2)
     n0 = np.sqrt(d / 2.0)
-    heads = [(0, 0, 1, prev)] + ([(g, 1, 2, prev2)] if c.bigram else [])  # (query head, kv head, offset, writes)
+    heads = [(0, 0, 1, prev)] + ([(_second_head(cfg), 1, 2, prev2)] if c.bigram else [])  # (q head, kv, offset, out)
     for qh, kh, offset, out in heads:
         q[0, :, qh, :] = 0.0
         k[0, :, kh, :] = 0.0
@@ -119,7 +118,8 @@ def plant(flat: dict[str, np.ndarray], cfg: ModelConfig, seed: int = 0,
         o[0, qh, :de, out] = np.eye(de)
 
     # layer 1 sees [e_i | 1 | 0 | e_(i-1) | 0 | e_(i-2)]: 1 / rms = sqrt(D / 4) (D / 3 without prev2)
-    n1 = np.sqrt(d / (4.0 if c.bigram else 3.0))
+    units = 4.0 if c.bigram else 3.0  # unit-norm parts of the residual from layer 1 on
+    n1 = np.sqrt(d / units)
     low = list(range(half - de // 2, half)) + list(range(dh - de // 2, dh))  # the slowest rotary pairs
     for t in (q, k, v):
         t[1, :, 0, :] = 0.0
@@ -133,11 +133,16 @@ def plant(flat: dict[str, np.ndarray], cfg: ModelConfig, seed: int = 0,
     v[1, :de, 0, :de] = np.eye(de) / n1
     o[1, 0, :de, copy] = c.copy_gain * np.eye(de)
 
-    n_out = np.sqrt(d / ((4.0 if c.bigram else 3.0) + c.copy_gain ** 2))  # final [e_i | 1 | 0 | e_(i-1) | g e | ..]
+    n_out = np.sqrt(d / (units + c.copy_gain ** 2))  # final [e_i | 1 | 0 | e_(i-1) | g e_copy | e_(i-2)]
     head = np.zeros((d, v_size), np.float32)  # [D, V]
     head[copy] = emb.T * c.out_scale / n_out
     p["lm_head"] = head
     return p
+
+
+def _second_head(cfg: ModelConfig) -> int:
+    """The query head of the second-previous-token head: the first that reads kv head 1."""
+    return cfg.num_heads // cfg.num_kv_heads
 
 
 def init_planted(cfg: ModelConfig, seed: int = 0):
@@ -165,7 +170,6 @@ def frozen_mask(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> dict[st
     check_fits(cfg, c)
     de = c.de
     circuit = slice(0, 5 * de)  # emb | const | free | prev | copy | prev2: dims the circuit reads or writes
-    g = cfg.num_heads // cfg.num_kv_heads
     copy = slice(3 * de, 4 * de)
     m = {"embed": np.zeros((cfg.vocab_size, cfg.hidden_size), bool),
          "final_norm": np.zeros((cfg.hidden_size,), bool),
@@ -189,7 +193,8 @@ def frozen_mask(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> dict[st
         m["layers/o_proj"][layer, :, :, circuit] = True  # head 0 writes only there; no other head may
         m["layers/o_proj"][layer, 0] = True
         m["layers/down_proj"][layer, :, circuit] = True
-    if c.bigram:  # the second-previous-token head (layer 0, query head g, kv head 1)
+    if c.bigram:  # the second-previous-token head (layer 0, its query head, kv head 1)
+        g = _second_head(cfg)
         m["layers/q_proj"][0, :, g] = True
         m["layers/k_proj"][0, :, 1] = True
         m["layers/v_proj"][0, :, 1] = True
