@@ -105,9 +105,47 @@ def test_oracle_thought_repeats_the_page_line_and_the_task_option():
     obs = Observation(url="http://shop/item/3", title="t", text="", elements=(
         Element(id="6", role="combobox", name="color", value="black", options=("black", "red")),
         Element(id="7", role="button", name="Buy Now")))
-    assert _explain(Command("SELECT", "6", "red"), obs) == 'Choose color: red in combobox "color" [6].'
+    assert _explain(Command("SELECT", "6", "red"), obs) == 'Choose color [red] in combobox "color" [6].'
     assert _explain(Command("CLICK", "7"), obs) == 'Click button "Buy Now" [7].'
     assert _explain(Command("TYPE", "9", "x"), obs) == "Type [x] into element 9."  # no such element on the page
+
+
+def test_option_value_has_the_same_tokens_in_task_thought_and_command(tmp_path):
+    """The command's value can only be copied from the task or the thought when it is the same token sequence
+    there: `color: red` tokenised the value as ``▁red``, the command's `[red]` as ``red``."""
+    from rollout.core import Command, Element
+    from rollout.envs.shop.tasks import _opt_phrase
+    from rollout.policies.oracle import _explain
+    from tgpo_jax.models.tokenizer import load_tokenizer, train_sentencepiece
+
+    # a tokenizer whose merges make "\u2581red" a piece, as the one trained on collected episodes does
+    words = ["red", "blue", "green", "black", "white", "size", "color", "oz", "pack"]
+    corpus = [f"with color: {w}, and {w} [{w}] SELECT [6] [{w}]; the {w} one" for w in words] * 40
+    spm_tokenizer = load_tokenizer(train_sentencepiece(corpus, str(tmp_path), vocab_size=340))
+
+    class Catalog:
+        option_label = staticmethod(str)
+
+    obs = Observation(url="http://shop/item/3", title="t", text="", elements=(
+        Element(id="6", role="combobox", name="color", value="black", options=("black", "red")),))
+    task = "i am looking for [a mug] with " + _opt_phrase(Catalog, {"color": "red", "size": "12 oz"}, False)
+    thought = _explain(Command("SELECT", "6", "red"), obs)
+    command = Command("SELECT", "6", "red").render()
+
+    def value_pieces(text, value="red"):  # the pieces that cover the value's first occurrence in text
+        pieces = spm_tokenizer.convert_ids_to_tokens(spm_tokenizer(text, add_special_tokens=False)["input_ids"])
+        rebuilt = "".join(pieces).replace("\u2581", " ")
+        start = rebuilt.index(value, rebuilt.index(text[:text.index(value)].strip()[-6:]))
+        out, pos = [], 0
+        for p in pieces:
+            if pos + len(p) > start and pos < start + len(value):
+                out.append(p)
+            pos += len(p)
+        return out
+
+    assert task.endswith("with color [red], size [12 oz]")
+    assert value_pieces(task) == value_pieces(thought) == value_pieces(command)
+    assert value_pieces("i am looking for [a mug] with color: red") != value_pieces(command)  # the old phrasing
 
 
 def test_command_end_and_cut(spm_tokenizer):

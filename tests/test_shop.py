@@ -397,6 +397,12 @@ def test_task_splits(env):
         shown = [i for i in res if all(a.lower() in env.catalog[i].title.lower() for a in t.goal["attributes"])]
         assert shown[0] == t.goal["target"] and res.index(t.goal["target"]) < 3
         assert t.instruction.startswith(f'i am looking for [{t.goal["search"]}]')
+    # every wanted option is written as its SELECT writes it: "<label> [<value>]"
+    for t in [t for t in te if t.family != "procedure"][:60]:
+        opts = t.goal["goal_options"].items() if t.family == "webshop" else [
+            kv for it in t.goal["items"] for kv in it["options"].items()]
+        for slug, value in opts:
+            assert f"{env.catalog.option_label(slug)} [{value}]" in t.instruction, (t.instruction, slug, value)
     assert [t.to_json() for t in ShopEnv().tasks("test")] == [t.to_json() for t in te]
     assert all(t.optimal_steps >= 12 for t in tr if t.family == "multi_cart")
     assert all(t.optimal_steps == 6 for t in tr if t.family == "procedure")

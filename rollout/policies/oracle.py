@@ -107,10 +107,10 @@ def _explain(cmd: Command, obs: Observation | None) -> str:
     """A short, plan-style explanation of a command (Agent Q's thought). Names are quoted as the page quotes them
     and followed by the element's id (``link "Sort: Rating" [7]``: the command then repeats the thought), typed text is
     written as the task and the command write it (``[text]``), and a chosen option as the task names it
-    (``color: red``), so a thought repeats the page and the task token for token."""
+    (``color [red]``), so a thought repeats the page and the task token for token."""
     el = obs.by_id(cmd.id) if (obs is not None and cmd.id) else None
     what = f"{el.role} {_quote(el.name)} [{el.id}]" if el is not None else (f"element {cmd.id}" if cmd.id else "")
-    choose = f"{el.name}: {cmd.arg}" if el is not None and el.name else _quote(cmd.arg)
+    choose = f"{el.name} [{cmd.arg}]" if el is not None and el.name else f"[{cmd.arg}]"
     return {"CLICK": f"Click {what}.", "TYPE": f"Type [{cmd.arg}] into {what}.",
             "SELECT": f"Choose {choose} in {what}.", "CLEAR": f"Clear {what}.",
             "SCROLL": f"Scroll {str(cmd.arg).lower()} to see more.", "GOTO": f"Open {cmd.arg}.",

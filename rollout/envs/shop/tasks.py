@@ -75,9 +75,13 @@ def _price_bound(price: float, rng: random.Random) -> float:
 
 
 def _opt_phrase(catalog, options: dict, zh: bool) -> str:
-    sep = "，" if zh else ", "
-    colon = "：" if zh else ": "
-    return sep.join(f"{catalog.option_label(k)}{colon}{v}" for k, v in options.items())
+    """``color [red], size [12 oz]``: each value in the brackets of the ``SELECT [id] [value]`` that chooses it, so
+    the task, the oracle's thought and the command hold the value as the same tokens (``color: red`` made ``▁red``
+    there and ``red`` after the command's ``[``: nothing a copy could carry over). The label before the bracket
+    keeps the values of one item apart for a two-token match."""
+    if zh:
+        return "，".join(f"{catalog.option_label(k)}：{v}" for k, v in options.items())
+    return ", ".join(f"{catalog.option_label(k)} [{v}]" for k, v in options.items())
 
 
 def _title_attrs(product) -> list[str]:
