@@ -134,8 +134,7 @@ def test_option_value_has_the_same_tokens_in_task_thought_and_command(tmp_path):
 
     def value_pieces(text, value="red"):  # the pieces that cover the value's first occurrence in text
         pieces = spm_tokenizer.convert_ids_to_tokens(spm_tokenizer(text, add_special_tokens=False)["input_ids"])
-        rebuilt = "".join(pieces).replace("\u2581", " ")
-        start = rebuilt.index(value, rebuilt.index(text[:text.index(value)].strip()[-6:]))
+        start = "".join(pieces).replace("\u2581", " ").index(value)
         out, pos = [], 0
         for p in pieces:
             if pos + len(p) > start and pos < start + len(value):
