@@ -3,7 +3,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rollout.step_accuracy import StepCase, canonical, cases, score, table
+from rollout.step_accuracy import StepCase, canonical, cases, forced_output, measure, score, table, thought_prefix
 
 
 def _ep(outputs, mistakes=(), family="procedure"):
@@ -48,3 +48,52 @@ def test_score_counts_per_family_and_kind():
     assert "| webshop/SELECT | 0 | 1 | 0.0 % |" in table(r)
     with pytest.raises(ValueError, match="4 steps but 3 outputs"):
         score(steps, outputs[:3])
+
+
+def test_thought_prefix_ends_after_the_first_command_label():
+    out = "Thought: Choose color [red] in combobox \"color\" [6].\nCommand: SELECT [6] [red]"
+    assert thought_prefix(out) == "Thought: Choose color [red] in combobox \"color\" [6].\nCommand:"
+    assert thought_prefix("Command: GO_BACK") == "Command:"
+    assert thought_prefix("Thought: no command here") == "" and thought_prefix("") == ""
+    forced = forced_output("Thought: t\nCommand:", " SELECT [6] [red]\nThought: junk")
+    assert forced == "Thought: t\nCommand: SELECT [6] [red]"
+    assert forced_output("Thought: t\nCommand:", " CLICK [7] [11]") == "Thought: t\nCommand: CLICK [7]"
+
+
+class _CharTokenizer:  # one id per character; the chat template joins the contents
+    chat_template = "joined"
+
+    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False):
+        return "".join(m["content"] for m in messages) + "|"
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [ord(ch) for ch in text]}
+
+
+def test_forced_thought_gives_the_recorded_thought_and_scores_the_model_command(monkeypatch):
+    import rollout.recording
+    import rollout.tree.dataset
+
+    outputs = ["Thought: Type [red shoes] into textbox \"Search\" [2].\nCommand: TYPE [2] [red shoes]",
+               "Thought: Choose color [red] in combobox \"color\" [6].\nCommand: SELECT [6] [red]"]
+    ep = SimpleNamespace(steps=[{"output": o, "observation": f"page {i}", "policy_info": {}}
+                                for i, o in enumerate(outputs)], summary={"family": "webshop"})
+    monkeypatch.setattr(rollout.tree.dataset, "load_episodes", lambda d: ({"t1": [ep]}, []))
+    monkeypatch.setattr(rollout.tree.dataset, "history_of", lambda ep, t: [])
+    monkeypatch.setattr(rollout.recording, "read_tasks",
+                        lambda d: [SimpleNamespace(task_id="t1", family="webshop", instruction="buy")])
+    seen = []
+
+    class Sampler:  # writes the first command right and the second wrong, then runs on
+        def generate(self, prompts, params):
+            seen.extend(prompts)
+            return [SimpleNamespace(text=" TYPE [2] [red shoes]\nThought: more"),
+                    SimpleNamespace(text=" SELECT [6] [blue]")]
+
+    policy = SimpleNamespace(tokenizer=_CharTokenizer(), sampler=Sampler(), budget_tokens=10_000, thought_chars=0,
+                             system_prompt="sys", params=SimpleNamespace(max_tokens=16), name="fake")
+    r = measure(policy, "unused", progress=False, force_thought=True)
+    assert r["force_thought"] and r["accuracy"]["TYPE"][:2] == [1, 1] and r["accuracy"]["SELECT"][:2] == [0, 1]
+    prefix = "Thought: Choose color [red] in combobox \"color\" [6].\nCommand:"
+    assert "".join(map(chr, seen[1])).endswith("|" + prefix)  # the prompt, then the recorded thought
+    assert r["wrong"]["webshop/SELECT"][0]["output"] == prefix + " SELECT [6] [blue]"
