@@ -55,7 +55,8 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     c.prompt_style = "compact" if preset in ("default", "tiny", "large") else "full"
     # characters of each earlier step's thought kept in the history (0 = commands only: the command says it)
     c.history_thoughts = 0 if c.prompt_style == "compact" else 160
-    c.tokenizer = ml_collections.ConfigDict(dict(vocab_size=2000))  # from-scratch models: trained on round 1
+    # from-scratch models: trained on round 1; id_pieces > 0: element ids [0]..[n-1] as single pieces
+    c.tokenizer = ml_collections.ConfigDict(dict(vocab_size=2000, id_pieces=0))
     c.dataset = ml_collections.ConfigDict(dict(
         merge="either", phash_threshold=0, guard=True, alpha=3.0, q_aggregate="mean", gamma=0.9, l_min="env",
         include_invalid=True, num_shards=2,

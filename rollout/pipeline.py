@@ -411,7 +411,8 @@ class Pipeline:
         texts += [t.instruction for t in self.env.tasks("train")]
         tmp = self.tokenizer + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        train_sentencepiece(texts, tmp, vocab_size=self.cfg.tokenizer.vocab_size)
+        train_sentencepiece(texts, tmp, vocab_size=self.cfg.tokenizer.vocab_size,
+                            id_pieces=self.cfg.tokenizer.get("id_pieces", 0))
         shutil.rmtree(self.tokenizer, ignore_errors=True)
         os.replace(tmp, self.tokenizer)
         return {"texts": len(texts), "vocab_size": self.cfg.tokenizer.vocab_size}

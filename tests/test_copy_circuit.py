@@ -82,3 +82,40 @@ def test_planted_model_is_an_ordinary_checkpoint(tmp_path, spm_tokenizer):
 def test_models_that_cannot_hold_the_circuit_are_refused(over, match):
     with pytest.raises(ValueError, match=match):
         copy_circuit.check_fits(scratch_config("copy", VOCAB, **over))
+
+
+def test_recency_after_a_trigger_copies_from_the_nearest_match():
+    """``A B`` far back, ``A C`` a few tokens back, then ``T A``: after a trigger token T (a command's verb or id)
+    the circuit continues from the nearest A (C); after any other token matching stays position-invariant, so which
+    A wins is decided by noise (about half the time C)."""
+    cfg = scratch_config("copy", VOCAB)
+    rng = np.random.default_rng(0)
+    n, length, a_tok, b_tok, c_tok, trigger = 64, 400, 4, 5, 6, 7
+    toks = rng.integers(10, VOCAB, size=(n, length)).astype(np.int32)
+    far, near = rng.integers(20, 250, size=n), rng.integers(length - 30, length - 12, size=n)
+    for i in range(n):
+        toks[i, far[i]:far[i] + 2] = a_tok, b_tok
+        toks[i, near[i]:near[i] + 2] = a_tok, c_tok
+        toks[i, -1] = a_tok
+    init = {k: np.asarray(v) for k, v in flat_params(init_model(cfg, seed=1)).items()}
+
+    def nearest_rate(recency, before_last):
+        t = toks.copy()
+        t[:, -2] = before_last
+        flat = copy_circuit.plant(init, cfg, seed=1, c=copy_circuit.CircuitConfig(recency=recency),
+                                  recency_tokens=[trigger])
+        last = _logits(model_from_flat(cfg, flat), t)[:, -1]
+        assert (np.argmax(last, -1) == np.where(last[:, c_tok] > last[:, b_tok], c_tok, b_tok)).mean() > 0.9
+        return float((last[:, c_tok] > last[:, b_tok]).mean())
+
+    assert nearest_rate(20.0, trigger) >= 0.95
+    assert 0.2 <= nearest_rate(20.0, toks[:, -2]) <= 0.8  # no trigger: the term is off
+    assert 0.2 <= nearest_rate(0.0, trigger) <= 0.8  # no recency: the trigger alone does nothing
+    with pytest.raises(ValueError, match="recency_tokens"):
+        copy_circuit.plant(init, cfg, c=copy_circuit.CircuitConfig(recency=20.0))
+
+
+def test_recency_token_ids_are_the_id_pieces_and_verbs():
+    vocab = {"[6]": 10, "\u2581CLICK": 11, "\u2581[": 12, "CLICK": 13, "\u2581CLICKS": 14, "[6": 15, "12": 16}
+    tok = type("Tok", (), {"get_vocab": lambda self: vocab})()
+    assert copy_circuit.recency_token_ids(tok, r"\[\d+\]|CLICK") == [10, 11, 13]

@@ -41,3 +41,16 @@ def test_missing_tokenizer_is_a_clear_error(tmp_path):
         load_tokenizer(str(tmp_path))
     with pytest.raises(TokenizerNotFoundError, match="no tokenizer at"):
         load_tokenizer(str(tmp_path / "nowhere"))
+
+
+def test_id_pieces_make_element_ids_single_tokens_and_leave_free_text_brackets(tmp_path):
+    corpus = [f"[{i}] button \"Buy\"\nCommand: SELECT [{i}] [red]\nTYPE [2] [12 oz] then [1x]" for i in range(30)] * 5
+    tok = load_tokenizer(train_sentencepiece(corpus, str(tmp_path / "ids"), vocab_size=400, id_pieces=50))
+    pieces = tok.convert_ids_to_tokens(tok("SELECT [6] [red]\n[12] button", add_special_tokens=False)["input_ids"])
+    assert "[6]" in pieces and "[12]" in pieces  # one token per element id
+    assert not any(p.startswith(("[6", "▁[6", "[12", "▁[12")) and p not in ("[6]", "[12]") for p in pieces)
+    assert pieces[pieces.index("[6]") + 1] in ("▁[", "▁")  # the free text keeps its own opening bracket
+    text = "TYPE [2] [12 oz] then [1x] and [49] [50]"
+    assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text  # round trip
+    plain = load_tokenizer(train_sentencepiece(corpus, str(tmp_path / "plain"), vocab_size=340))
+    assert "[6]" not in plain.convert_ids_to_tokens(plain("SELECT [6] [red]", add_special_tokens=False)["input_ids"])

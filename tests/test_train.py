@@ -189,13 +189,17 @@ def test_batch_that_does_not_divide_the_mesh_is_an_error(work, tmp_path):
         loop.train(c)
 
 
-def test_freeze_leaves_the_planted_circuit_alone(work):
-    """model.freeze=copy_circuit: Adam steps (with weight decay) move every trainable entry but no frozen one."""
-    from tgpo_jax.models.copy_circuit import frozen_mask
+@pytest.mark.parametrize("recency", [0.0, 20.0])
+def test_freeze_leaves_the_planted_circuit_alone(work, recency):
+    """model.freeze=copy_circuit: Adam steps (with weight decay) move every trainable entry but no frozen one; with
+    model.circuit_recency the trigger pieces' flags are planted and frozen too."""
+    from tgpo_jax.models.copy_circuit import frozen_mask, recency_token_ids
     from tgpo_jax.models.loading import _flatten
 
     c = tiny_config(work, "sft", "/tmp/unused", **{"model.scratch": "copy", "model.init": "copy_circuit",
-                                                   "model.freeze": "copy_circuit", "optim.weight_decay": 0.1})
+                                                   "model.freeze": "copy_circuit", "optim.weight_decay": 0.1,
+                                                   "model.circuit_recency": recency,
+                                                   "model.circuit_recency_after": r"[a-z]"})
     tok = load_tokenizer(work["tok"])
     src = NodeExamples(work["train"], tok, loop.collate_config(c))
     mesh = shd.make_mesh((1, 1, 1))
@@ -211,8 +215,13 @@ def test_freeze_leaves_the_planted_circuit_alone(work):
         state, m = trainer.train_step(state, to_global_batch(
             {k: np.stack([src[8 * i + j][k] for j in range(8)]) for k in src[0]}, mesh, 1))
     after = flat(jax.device_get(state["params"]))
-    frozen = frozen_mask(model.cfg)
+    frozen = frozen_mask(model.cfg, loop.circuit_config(c.model))
     assert set(frozen) == set(before)
+    triggers = recency_token_ids(tok, r"[a-z]")
+    assert len(triggers) > 5
+    flags = before["embed"][triggers, 33]  # de + 1 with the default CircuitConfig.de = 32
+    assert np.all(flags == 0.5) if recency else np.all(flags == 0.0)
+    assert frozen["embed"][:, 33].all() == bool(recency)
     for path, mask in frozen.items():
         moved = after[path] != before[path]
         assert not moved[mask].any(), f"{path}: {int(moved[mask].sum())} frozen entries changed"

@@ -25,6 +25,15 @@ weights of a standard Llama-shaped model instead, so training only has to learn 
 - every other residual branch (all other attention outputs and every MLP's down projection) starts at zero, as in
   zero-initialised residual training, so the circuit is not drowned in noise; their other weights stay random.
 
+- optionally (``recency`` > 0) a recency term gated by the previous token: layer 0's previous-token head also
+  carries a flag of token i-1 (set in the embedding of ``recency_tokens``: the command's id pieces and verbs) into
+  its own residual dimension, and the induction head adds ``recency``^2 cos(d theta) / sqrt(Dh) (d = distance, one
+  unused rotary pair whose half turn spans the prompt) to its score wherever that flag is on. Where a command's
+  argument starts (after ``CLICK``, after the id in ``SELECT [6] [``) the nearest match then wins the one-token ties
+  among every ``[`` of the prompt, and the nearest is the thought just written; elsewhere (the thought copying from
+  the task) matching stays position-invariant. Measured with the planted weights alone and the thought given
+  (BUILD_NOTES.md): TYPE commands copy the thought's text in 120 of 120 held-out steps (0 recency: 27).
+
 After planting, ``...A B ... A`` predicts ``B`` (tests/test_copy_circuit.py measures it on random sequences). The
 result is an ordinary checkpoint: it trains, exports to Hugging Face format and loads in transformers like any other.
 Pure numpy over the flat parameter dict (``loading.flat_params`` paths); no I/O.
@@ -49,6 +58,9 @@ class CircuitConfig:
     copy_gain: float = 3.0  # weight of the copied embedding against the current token's own
     out_scale: float = 2.0  # logit scale of the output projection over the embedding subspace
     bigram: float = 0.6  # weight of the second-previous-token match in the induction score (0: one-token match)
+    recency: float = 0.0  # amplitude of the gated recency term (0: off); needs ``recency_tokens`` at planting
+    recency_pair: int = 9  # its rotary pair: theta = rope_theta^(-2 pair / Dh), a half turn over ~290 tokens at 1e7
+    flag: float = 0.5  # the flag's value in the trigger tokens' embeddings
 
 
 def check_fits(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> None:
@@ -76,14 +88,22 @@ def check_fits(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> None:
         problems.append(f"rope_theta={cfg.rope_theta:g} is too small: the induction head's rotary pairs turn "
                         f"{angle:.2f} rad over {cfg.max_position_embeddings} positions (max {MAX_LOW_ANGLE}); "
                         "raise rope_theta (e.g. 1e7) or lower max_position_embeddings")
+    if c.recency and not 0 <= c.recency_pair < half - c.de // 2:
+        problems.append(f"recency_pair={c.recency_pair} must be an unused rotary pair below {half - c.de // 2}")
+    if c.recency and c.de >= dh:
+        problems.append(f"recency needs a free value dimension in the previous-token head: de={c.de} >= {dh}")
     if problems:
         raise ValueError("cannot plant the copy circuit: " + "; ".join(problems))
 
 
 def plant(flat: dict[str, np.ndarray], cfg: ModelConfig, seed: int = 0,
-          c: CircuitConfig = CircuitConfig()) -> dict[str, np.ndarray]:
-    """A copy of ``flat`` (path -> array, our layout) with the circuit written in; see the module docstring."""
+          c: CircuitConfig = CircuitConfig(), recency_tokens=()) -> dict[str, np.ndarray]:
+    """A copy of ``flat`` (path -> array, our layout) with the circuit written in; see the module docstring.
+    ``recency_tokens``: token ids after which the recency term is on (needed when ``c.recency`` > 0)."""
     check_fits(cfg, c)
+    if c.recency and not len(recency_tokens):
+        raise ValueError("CircuitConfig.recency > 0 needs recency_tokens (the ids after which a copy takes the "
+                         "nearest match)")
     rng = np.random.default_rng(seed)
     p = {k: np.array(v, dtype=np.float32) for k, v in flat.items()}
     d, dh, v_size, de = cfg.hidden_size, cfg.head_dim, cfg.vocab_size, c.de
@@ -133,6 +153,14 @@ def plant(flat: dict[str, np.ndarray], cfg: ModelConfig, seed: int = 0,
     v[1, :de, 0, :de] = np.eye(de) / n1
     o[1, 0, :de, copy] = c.copy_gain * np.eye(de)
 
+    if c.recency:  # flag(i) in the embedding -> flag(i-1) by the previous-token head -> query on the slow pair
+        flag, flag_prev = de + 1, de + 2  # two of the free dims between const and prev
+        embed[np.asarray(recency_tokens, int), flag] = c.flag
+        v[0, flag, 0, de] = 1.0 / n0  # head 0's value dims 0..de-1 carry e(i-1); dim de is free
+        o[0, 0, de, flag_prev] = 1.0 / c.flag
+        q[1, flag_prev, 0, c.recency_pair] = c.recency / n1
+        k[1, const, 0, c.recency_pair] = c.recency / n1
+
     n_out = np.sqrt(d / (units + c.copy_gain ** 2))  # final [e_i | 1 | 0 | e_(i-1) | g e_copy | e_(i-2)]
     head = np.zeros((d, v_size), np.float32)  # [D, V]
     head[copy] = emb.T * c.out_scale / n_out
@@ -145,14 +173,23 @@ def _second_head(cfg: ModelConfig) -> int:
     return cfg.num_heads // cfg.num_kv_heads
 
 
-def init_planted(cfg: ModelConfig, seed: int = 0):
+def recency_token_ids(tokenizer, pattern: str) -> list[int]:
+    """Ids of the pieces that ``pattern`` matches in full (leading ``▁`` ignored): where the recency term is on."""
+    import re
+
+    rx = re.compile(pattern)
+    return sorted(i for piece, i in tokenizer.get_vocab().items() if rx.fullmatch(piece.lstrip("\u2581")))
+
+
+def init_planted(cfg: ModelConfig, seed: int = 0, c: CircuitConfig = CircuitConfig(), recency_tokens=()):
     """A randomly initialised ``Transformer`` with the copy circuit planted (same seed, same model)."""
     import jax.numpy as jnp
 
     from tgpo_jax.models.loading import flat_params, model_from_flat
     from tgpo_jax.models.transformer import init_model
 
-    flat = plant({k: np.asarray(v) for k, v in flat_params(init_model(cfg, seed=seed)).items()}, cfg, seed=seed)
+    flat = plant({k: np.asarray(v) for k, v in flat_params(init_model(cfg, seed=seed)).items()}, cfg, seed=seed,
+                 c=c, recency_tokens=recency_tokens)
     return model_from_flat(cfg, {k: jnp.asarray(v, cfg.param_dtype) for k, v in flat.items()})
 
 
@@ -183,7 +220,7 @@ def frozen_mask(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> dict[st
               "down_proj": (cfg.intermediate_size, cfg.hidden_size)}
     for name, shape in shapes.items():
         m[f"layers/{name}"] = np.zeros((cfg.num_layers, *shape), bool)
-    m["embed"][:, :de + 1] = True
+    m["embed"][:, :de + (3 if c.recency else 1)] = True  # with recency: the flag dims too
     m["final_norm"][copy] = True
     m["lm_head"][copy] = True
     for layer in (0, 1):

@@ -52,18 +52,21 @@ def chat_ids(tokenizer, messages: Sequence[dict], add_generation_prompt: bool = 
 
 
 def train_sentencepiece(texts: Iterable[str], out_dir: str, vocab_size: int = 1024,
-                        model_type: str = "bpe") -> str:
+                        model_type: str = "bpe", id_pieces: int = 0) -> str:
     """Train a SentencePiece model on ``texts`` and write it as a HF tokenizer directory.
 
     Identity normalisation and kept whitespace, so text (observations, newlines in chat turns)
     round-trips exactly; byte fallback, so no input is ever unknown. Ids: 0 pad, 1 bos, 2 eos, 3 unk.
+    ``id_pieces`` > 0 makes ``[0]`` .. ``[id_pieces - 1]`` single pieces (element ids), so ``[`` followed by text
+    opens only free text (what the planted copy circuit matches on; BUILD_NOTES.md).
     """
     import sentencepiece as spm
     from transformers import LlamaTokenizer
 
     texts = list(texts)
     # byte fallback reserves 256 pieces; every distinct character and the special symbols need one more
-    needed = 256 + len(set("".join(texts))) + 4 + len(CHAT_SPECIAL)
+    special = CHAT_SPECIAL + [f"[{i}]" for i in range(id_pieces)]
+    needed = 256 + len(set("".join(texts))) + 4 + len(special)
     if vocab_size < needed:
         raise ValueError(f"vocab_size={vocab_size} is too small for this corpus: byte fallback and its "
                          f"{len(set(''.join(texts)))} distinct characters need at least {needed}")
@@ -71,7 +74,7 @@ def train_sentencepiece(texts: Iterable[str], out_dir: str, vocab_size: int = 10
     buf = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(texts), model_writer=buf, vocab_size=vocab_size, model_type=model_type,
-        pad_id=0, bos_id=1, eos_id=2, unk_id=3, user_defined_symbols=CHAT_SPECIAL,
+        pad_id=0, bos_id=1, eos_id=2, unk_id=3, user_defined_symbols=special,
         byte_fallback=True, character_coverage=1.0, normalization_rule_name="identity",
         remove_extra_whitespaces=False, split_digits=True, allow_whitespace_only_pieces=True, minloglevel=2)
     spm_path = os.path.join(out_dir, "tokenizer.model")

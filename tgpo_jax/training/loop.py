@@ -73,7 +73,21 @@ def build_model(cfg, mesh, tokenizer):
     init = m.init
     if init not in INITS:
         raise ValueError(f"model.init={init!r}: expected one of {sorted(INITS)}")
-    return shard_model(INITS[init](mc, seed=m.init_seed), mesh)
+    if init == "copy_circuit" and m.circuit_recency:
+        from tgpo_jax.models.copy_circuit import recency_token_ids
+
+        model = init_planted(mc, seed=m.init_seed, c=circuit_config(m),
+                             recency_tokens=recency_token_ids(tokenizer, m.circuit_recency_after))
+    else:
+        model = INITS[init](mc, seed=m.init_seed)
+    return shard_model(model, mesh)
+
+
+def circuit_config(m):
+    """The planted circuit's settings from ``cfg.model`` (model.circuit_recency)."""
+    from tgpo_jax.models.copy_circuit import CircuitConfig
+
+    return CircuitConfig(recency=float(m.get("circuit_recency", 0.0)))
 
 
 def update_mask(cfg, model):
@@ -89,7 +103,7 @@ def update_mask(cfg, model):
 
     from tgpo_jax.models.loading import model_from_flat
 
-    keep = {k: ~v for k, v in FREEZES[cfg.model.freeze](model.cfg).items()}
+    keep = {k: ~v for k, v in FREEZES[cfg.model.freeze](model.cfg, circuit_config(cfg.model)).items()}
     return nnx.split(model_from_flat(model.cfg, keep), nnx.Param, ...)[1]
 
 
