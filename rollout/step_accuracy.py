@@ -20,8 +20,6 @@ import dataclasses
 from collections import defaultdict
 from typing import Callable, Sequence
 
-import re
-
 from rollout.commands import parse_output
 from rollout.core import ActionError
 
@@ -63,10 +61,12 @@ def cases(by_task: dict, tasks: dict, prompt_of: Callable) -> list[StepCase]:
 
 
 def thought_prefix(output: str) -> str:
-    """The recorded output through its first ``Command:`` (the thought a forced decode continues from); the whole
-    output's thought when it has no command line, and '' for an empty output."""
-    m = re.search(r"^[ \t]*command[ \t]*:", output, re.I | re.M)
-    return output[:m.end()] if m else ""
+    """The recorded output through its first command label (``Command:``, the policy's own pattern): the thought a
+    forced decode continues from; '' when the output has no command line."""
+    from rollout.policies.prompt import _COMMAND_LINE
+
+    m = _COMMAND_LINE.search(output)
+    return output[:m.start("body")].rstrip(" \t") if m else ""  # the command's leading space is the model's
 
 
 def forced_output(prefix: str, completion: str) -> str:

@@ -32,7 +32,8 @@ weights of a standard Llama-shaped model instead, so training only has to learn 
   argument starts (after ``CLICK``, after the id in ``SELECT [6] [``) the nearest match then wins the one-token ties
   among every ``[`` of the prompt, and the nearest is the thought just written; elsewhere (the thought copying from
   the task) matching stays position-invariant. Measured with the planted weights alone and the thought given
-  (BUILD_NOTES.md): TYPE commands copy the thought's text in 120 of 120 held-out steps (0 recency: 27).
+  (BUILD_NOTES.md): TYPE commands copy the thought's text in 120 of 120 held-out steps at recency 12 (0 recency:
+  27), CLICK commands the thought's id in 310 of 310 at recency 20 (12: 206).
 
 After planting, ``...A B ... A`` predicts ``B`` (tests/test_copy_circuit.py measures it on random sequences). The
 result is an ordinary checkpoint: it trains, exports to Hugging Face format and loads in transformers like any other.

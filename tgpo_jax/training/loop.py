@@ -20,7 +20,7 @@ from tgpo_jax.data.pipeline import NodeExamples, make_dataset, steps_per_epoch
 from tgpo_jax.models.config import SCRATCH_PRESETS, scratch_config
 from tgpo_jax.models.loading import load_model
 from tgpo_jax.models.tokenizer import load_tokenizer
-from tgpo_jax.models.copy_circuit import frozen_mask, init_planted
+from tgpo_jax.models.copy_circuit import CircuitConfig, frozen_mask, init_planted, recency_token_ids
 from tgpo_jax.models.transformer import init_model
 from tgpo_jax.training import reference as ref_lib
 from tgpo_jax.training.checkpoint import Checkpointer
@@ -29,7 +29,15 @@ from tgpo_jax.training.objective import LossConfig
 from tgpo_jax.training.step import OptimConfig, Trainer, to_global_batch
 
 log = logging.getLogger(__name__)
-INITS = {"normal": init_model, "copy_circuit": init_planted}  # from-scratch initialisers (model.init)
+def _planted(mc, m, tokenizer):
+    """model.init=copy_circuit: the circuit, with the recency term's trigger pieces read from the tokenizer."""
+    c = circuit_config(m)
+    tokens = recency_token_ids(tokenizer, m.circuit_recency_after) if c.recency else ()
+    return init_planted(mc, seed=m.init_seed, c=c, recency_tokens=tokens)
+
+
+# from-scratch initialisers (model.init): (model config, cfg.model, tokenizer) -> Transformer
+INITS = {"normal": lambda mc, m, tokenizer: init_model(mc, seed=m.init_seed), "copy_circuit": _planted}
 FREEZES = {"copy_circuit": frozen_mask}  # entries fine-tuning leaves alone (model.freeze)
 
 
@@ -73,20 +81,11 @@ def build_model(cfg, mesh, tokenizer):
     init = m.init
     if init not in INITS:
         raise ValueError(f"model.init={init!r}: expected one of {sorted(INITS)}")
-    if init == "copy_circuit" and m.circuit_recency:
-        from tgpo_jax.models.copy_circuit import recency_token_ids
-
-        model = init_planted(mc, seed=m.init_seed, c=circuit_config(m),
-                             recency_tokens=recency_token_ids(tokenizer, m.circuit_recency_after))
-    else:
-        model = INITS[init](mc, seed=m.init_seed)
-    return shard_model(model, mesh)
+    return shard_model(INITS[init](mc, m, tokenizer), mesh)
 
 
 def circuit_config(m):
     """The planted circuit's settings from ``cfg.model`` (model.circuit_recency)."""
-    from tgpo_jax.models.copy_circuit import CircuitConfig
-
     return CircuitConfig(recency=float(m.get("circuit_recency", 0.0)))
 
 
