@@ -119,3 +119,14 @@ def test_recency_token_ids_are_the_id_pieces_and_verbs():
     vocab = {"[6]": 10, "\u2581CLICK": 11, "\u2581[": 12, "CLICK": 13, "\u2581CLICKS": 14, "[6": 15, "12": 16}
     tok = type("Tok", (), {"get_vocab": lambda self: vocab})()
     assert copy_circuit.recency_token_ids(tok, r"\[\d+\]|CLICK") == [10, 11, 13]
+
+
+def test_model_config_sets_the_circuit():
+    """model.circuit_bigram / model.circuit_recency reach the planted circuit; absent keys keep its defaults."""
+    import ml_collections
+
+    from tgpo_jax.training.loop import circuit_config
+
+    got = circuit_config(ml_collections.ConfigDict({"circuit_bigram": 0.7, "circuit_recency": 3.0}))
+    assert (got.bigram, got.recency) == (0.7, 3.0)
+    assert circuit_config(ml_collections.ConfigDict({})) == copy_circuit.CircuitConfig()

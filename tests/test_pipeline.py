@@ -61,6 +61,7 @@ def test_episodes_and_datasets_reload(run):
 
 
 def test_runs_reload_and_round_two_starts_from_round_one(run):
+    from rollout.policies.prompt import saved_prompt
     from tgpo_jax.training.restore import load_run_config, restore_checkpoint
 
     out, _ = run
@@ -72,6 +73,8 @@ def test_runs_reload_and_round_two_starts_from_round_one(run):
         assert cfg.loss.reference == ("none" if name == "sft" else "live")
         restored = restore_checkpoint(run_dir)
         assert restored.step == (150 if name == "sft" else 3)
+        # a checkpoint of the run is prompted as its model is (launch.step_accuracy --model=<run dir> --step=N)
+        assert saved_prompt(run_dir) == saved_prompt(os.path.join(out, "models", name)) != {}
 
 
 def test_exports_load_in_transformers_and_match(run):

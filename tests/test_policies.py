@@ -110,6 +110,27 @@ def test_oracle_thought_repeats_the_page_line_and_the_task_option():
     assert _explain(Command("TYPE", "9", "x"), obs) == "Type [x] into element 9."  # no such element on the page
 
 
+def test_oracle_thought_leads_typed_text_with_the_words_the_task_puts_before_it():
+    """The two tokens before a typed string's ``[`` are the task's, so a copy by induction starts at the right
+    bracket (``Type item 2 [`` matches only the second item's)."""
+    from rollout.core import Command, Element
+    from rollout.envs.shop.env import ShopEnv
+    from rollout.policies.oracle import _explain, task_context
+
+    box = Observation(url="http://shop/", title="t", text="", elements=(
+        Element(id="2", role="textbox", name="Search"),))
+    task = next(t for t in ShopEnv(n_train=20, n_test=2).tasks("train") if t.family == "multi_cart")
+    second, name = task.goal["items"][1]["title"], task.goal["name"]
+    assert _explain(Command("TYPE", "2", second), box, task.instruction) == \
+        f'Type item 2 [{second}] into textbox "Search" [2].'
+    assert task_context(task.instruction, name) == "name"
+    assert task_context("i am looking for [a mug] with color [red]", "a mug") == "for"
+    assert task_context("i am looking for [a mug]", "a cup") == ""  # not in the task: no lead
+    assert task_context("[a mug] first", "a mug") == ""
+    assert _explain(Command("TYPE", "2", "a cup"), box, "Search for [a mug]") == \
+        'Type [a cup] into textbox "Search" [2].'
+
+
 def test_option_value_has_the_same_tokens_in_task_thought_and_command(tmp_path):
     """The command's value can only be copied from the task or the thought when it is the same token sequence
     there: `color: red` tokenised the value as ``▁red``, the command's `[red]` as ``red``."""

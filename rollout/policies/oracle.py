@@ -73,11 +73,13 @@ class OraclePolicy:
         if draws[3] < n.wrong_choice:
             cmd = self.env.mistake(request.task, obs, st["memory"], rng)
             if cmd is not None:
-                return self._out(cmd, obs, None, mistake="wrong_choice")
-        return self._out(self.env.oracle(request.task, obs, st["memory"]), obs, None)
+                return self._out(cmd, obs, None, mistake="wrong_choice", task=request.task)
+        return self._out(self.env.oracle(request.task, obs, st["memory"]), obs, None, task=request.task)
 
-    def _out(self, cmd: Command, obs: Observation, thought: str | None, mistake: str | None = None) -> PolicyOutput:
-        return PolicyOutput(format_output(thought or _explain(cmd, obs), cmd),
+    def _out(self, cmd: Command, obs: Observation, thought: str | None, mistake: str | None = None,
+             task=None) -> PolicyOutput:
+        instruction = task.instruction if task is not None else ""
+        return PolicyOutput(format_output(thought or _explain(cmd, obs, instruction), cmd),
                             info={"mistake": mistake} if mistake else {})
 
     @staticmethod
@@ -103,15 +105,32 @@ class OraclePolicy:
         self._episodes.pop(episode_key, None)
 
 
-def _explain(cmd: Command, obs: Observation | None) -> str:
+def _explain(cmd: Command, obs: Observation | None, instruction: str = "") -> str:
     """A short, plan-style explanation of a command (Agent Q's thought). Names are quoted as the page quotes them
     and followed by the element's id (``link "Sort: Rating" [7]``: the command then repeats the thought), typed text is
-    written as the task and the command write it (``[text]``), and a chosen option as the task names it
-    (``color [red]``), so a thought repeats the page and the task token for token."""
+    written as the task and the command write it (``[text]``), led by the word(s) the task puts before it
+    (``Type item 2 [text]``, see ``task_context``), and a chosen option as the task names it (``color [red]``), so a
+    thought repeats the page and the task token for token."""
     el = obs.by_id(cmd.id) if (obs is not None and cmd.id) else None
     what = f"{el.role} {_quote(el.name)} [{el.id}]" if el is not None else (f"element {cmd.id}" if cmd.id else "")
     choose = f"{el.name} [{cmd.arg}]" if el is not None and el.name else f"[{cmd.arg}]"
-    return {"CLICK": f"Click {what}.", "TYPE": f"Type [{cmd.arg}] into {what}.",
+    lead = task_context(instruction, str(cmd.arg)) if cmd.name == "TYPE" else ""
+    return {"CLICK": f"Click {what}.", "TYPE": f"Type {lead + ' ' if lead else ''}[{cmd.arg}] into {what}.",
             "SELECT": f"Choose {choose} in {what}.", "CLEAR": f"Clear {what}.",
             "SCROLL": f"Scroll {str(cmd.arg).lower()} to see more.", "GOTO": f"Open {cmd.arg}.",
             "GO_BACK": "Go back to the previous page.", "STOP": "The task is complete."}[cmd.name]
+
+
+def task_context(instruction: str, text: str) -> str:
+    """The word the task writes just before ``[text]`` (two when it is an item number: ``item 2``), or "".
+
+    Why: the planted copy circuit (``tgpo_jax.models.copy_circuit``) starts a copy by matching the two tokens before
+    the text. ``Type [`` matches every ``[`` of the task alike, so the copy of a multi-item task's
+    second title started at a random bracket; ``Type item 2 [`` matches only the second item's (measured with the
+    planted weights alone on held-out steps, BUILD_NOTES.md: 4 -> 64 of 80 multi_cart titles, 4 -> 13 of 20 webshop
+    queries)."""
+    i = instruction.find(f"[{text}]")
+    words = instruction[:i].split() if i > 0 else []
+    if not words:
+        return ""
+    return " ".join(words[-2:]) if words[-1].isdigit() and len(words) > 1 else words[-1]

@@ -85,8 +85,9 @@ def build_model(cfg, mesh, tokenizer):
 
 
 def circuit_config(m):
-    """The planted circuit's settings from ``cfg.model`` (model.circuit_recency)."""
-    return CircuitConfig(recency=float(m.get("circuit_recency", 0.0)))
+    """The planted circuit's settings from ``cfg.model`` (model.circuit_recency, model.circuit_bigram)."""
+    return CircuitConfig(recency=float(m.get("circuit_recency", 0.0)),
+                         bigram=float(m.get("circuit_bigram", CircuitConfig.bigram)))
 
 
 def update_mask(cfg, model):

@@ -239,7 +239,7 @@ class TaskMaker:
                 text = (f"请在一个订单中购买以下商品：{'；'.join(parts)}。将它们加入购物车后结算，"
                         f"姓名填写“{name}”，地址填写“{addr}”，然后提交订单。")
             else:
-                parts = [f"({j + 1}) {typed(it['title'])}"
+                parts = [f"item {j + 1} {typed(it['title'])}"
                          + (f" with {_opt_phrase(self.catalog, it['options'], False)}" if it["options"] else "")
                          for j, it in enumerate(items)]
                 text = (f"Buy these items in one order: {'; '.join(parts)}. Add them to the cart, then check out "
