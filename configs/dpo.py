@@ -1,4 +1,4 @@
-"""dpo from the base config (METHOD §5). Usage: --config=configs/dpo.py[:preset]."""
+"""dpo from the base config (docs/method.md §7). Usage: --config=configs/dpo.py[:preset]."""
 from configs import base
 
 

@@ -1,4 +1,4 @@
-"""kto from the base config (METHOD §5). Usage: --config=configs/kto.py[:preset]."""
+"""kto from the base config (docs/method.md §7). Usage: --config=configs/kto.py[:preset]."""
 from configs import base
 
 

@@ -1,4 +1,4 @@
-"""kto_tree from the base config (METHOD §5). Usage: --config=configs/kto_tree.py[:preset]."""
+"""kto_tree from the base config (docs/method.md §7). Usage: --config=configs/kto_tree.py[:preset]."""
 from configs import base
 
 

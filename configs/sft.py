@@ -1,4 +1,4 @@
-"""sft from the base config (METHOD §5). Usage: --config=configs/sft.py[:preset]."""
+"""sft from the base config (docs/method.md §7). Usage: --config=configs/sft.py[:preset]."""
 from configs import base
 
 

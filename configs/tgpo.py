@@ -1,4 +1,4 @@
-"""tgpo from the base config (METHOD §5). Usage: --config=configs/tgpo.py[:preset]."""
+"""tgpo from the base config (docs/method.md §7). Usage: --config=configs/tgpo.py[:preset]."""
 from configs import base
 
 

@@ -3,7 +3,7 @@
   python -m launch.build_dataset --episodes=data/episodes/train --out=data/nodes/train
   python -m launch.build_dataset --episodes=… --out=… --alpha=5 --q_aggregate=sum --merge=strict \
       --pairs_jsonl=data/pairs.jsonl          # also export TRL-format preference pairs with weights
-Every choice METHOD leaves open is a flag here and lands in the manifest's ``config``.
+Every choice the method leaves open (docs/method.md §2–§4) is a flag here and lands in the manifest's ``config``.
 """
 from __future__ import annotations
 

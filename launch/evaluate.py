@@ -1,4 +1,4 @@
-"""Evaluate a policy in the browser on held-out tasks (METHOD §6): success rate, average steps per episode and
+"""Evaluate a policy in the browser on held-out tasks (docs/method.md §8): success rate, average steps per episode and
 redundant steps per episode (R_red = -1), per seed and mean ± 95% CI across seeds.
 
   python -m launch.evaluate --model=runs/tgpo --env=shop --split=test --seeds=0,1,2 --out=eval/tgpo

@@ -1,4 +1,4 @@
-"""The command grammar of METHOD §1 and the agent output format (thought + command), parsed strictly.
+"""The command grammar of docs/method.md §1 and the agent output format (thought + command), parsed strictly.
 
     Thought: <free text, may span lines>
     Command: CLICK [12]

@@ -1,4 +1,4 @@
-"""Shared types of the rollout side (METHOD §1): tasks, observations, commands, checks, policy I/O.
+"""Shared types of the rollout side (docs/method.md §1): tasks, observations, commands, checks, policy I/O.
 
 Every other rollout module speaks in these types; they hold plain, JSON-able values so that a step
 can be recorded as it is and read back by the tree builder.
@@ -156,7 +156,7 @@ class Task:
 
 @dataclasses.dataclass(frozen=True)
 class CheckResult:
-    """The environment's task check on the current state (METHOD §2's merge guard reads ``progress``)."""
+    """The environment's task check on the current state (the merge guard of docs/method.md §2 reads ``progress``)."""
     success: bool
     score: float  # task reward in [0, 1] (WebShop's score formula, MiniWoB's own reward mapped to [0, 1], ...)
     progress: str = ""  # canonical partial-progress key: two states with different keys are never merged
@@ -183,7 +183,7 @@ class PolicyRequest:
 
 @dataclasses.dataclass(frozen=True)
 class PolicyOutput:
-    text: str  # the whole output: thought + command (METHOD §1)
+    text: str  # the whole output: thought + command (docs/method.md §1)
     logprob: float | None = None  # behaviour log-prob of the text (summed over its tokens), when known
     num_tokens: int | None = None
     info: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -243,6 +243,6 @@ class Environment(abc.ABC):
         return {}
 
     def essential_query_params(self) -> Mapping[str, Sequence[str]] | None:
-        """Per-path query parameters that identify a page, for URL normalisation (METHOD §2); None = keep all
+        """Per-path query parameters that identify a page, for URL normalisation (docs/method.md §2); None = keep all
         but tracking / session parameters."""
         return None

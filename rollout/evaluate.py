@@ -1,4 +1,4 @@
-"""Evaluation in the browser (METHOD §6, TGPO Table 1): success rate, average steps per episode and redundant
+"""Evaluation in the browser (docs/method.md §8, TGPO Table 1): success rate, average steps per episode and redundant
 steps per episode (steps with ``R_red = -1``) of one policy on held-out tasks, over several seeds.
 
 One collection per seed goes to ``<out_dir>/seed<k>`` (``rollout.collect``: re-running resumes, finished
@@ -8,8 +8,8 @@ episodes are never run again); the metrics are computed from the recordings and 
 Definitions:
 - success rate: finished episodes whose task check succeeded / finished episodes;
 - average steps: recorded steps per finished episode (malformed outputs and STOP included);
-- redundant steps: per episode, the steps with ``R_red = -1`` (METHOD §3: the next state revisits a state of the
-  same trajectory, or the action changed nothing) in the graph of that episode *alone*
+- redundant steps: per episode, the steps with ``R_red = -1`` (docs/method.md §3: the next state revisits a state
+  of the same trajectory, or the action changed nothing) in the graph of that episode *alone*
   (``build_task_graph([ep], task, TreeConfig(merge=...))``): inside a K-run training tree states merge across
   runs; for evaluation each trajectory is judged on its own. Which states are "the same" (``redundancy``):
   * ``"either"`` (default): the training tree's rule, URL and (action sequence or pHash), so evaluation and

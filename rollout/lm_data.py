@@ -2,8 +2,8 @@
 prompt as the policy sees it, then its output), cut into windows of ``window`` tokens, as node records whose single
 branch is the window. SFT on them is next-token prediction over all of that text.
 
-Why: SFT trains on the actions alone (METHOD §5). A from-scratch model trained only on them learns the format and
-the order of the commands but not to copy from its prompt (the search query from the task, an id from the page),
+Why: SFT trains on the actions alone (docs/method.md §7). A from-scratch model trained only on them learns the format
+and the order of the commands but not to copy from its prompt (the search query from the task, an id from the page),
 because a few hundred actions show too few copies. The page text repeats the query and the ids many times (the
 history, the search box, the results header), so a short pass of plain language modelling over it is the "base
 model" pretraining that a from-scratch model otherwise lacks. Only training episodes are read.

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 DASH = "—"
 
-# TGPO paper, Table 1 (C-WebShop, Qwen2.5-VL-72B backbone): success %, avg steps, redundant steps; see METHOD.md §6.
+# TGPO paper, Table 1 (C-WebShop, Qwen2.5-VL-72B backbone): success %, avg steps, redundant steps;
+# see docs/method.md §8.
 PAPER_TABLE1 = {
     "base": (36.7, 14.28, 4.95),
     "SFT": (70.3, None, None),

@@ -1,4 +1,4 @@
-"""URL normalisation for state identity (METHOD §2 rule 1).
+"""URL normalisation for state identity (docs/method.md §2, rule 1).
 
 Lower-case scheme and host, no fragment, default ports dropped, tracking and session parameters
 dropped, remaining query parameters sorted. Which parameters identify a page is a per-site setting:

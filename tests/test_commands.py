@@ -1,4 +1,4 @@
-"""The command grammar and output format (METHOD §1), URL normalisation, recording files — no browser."""
+"""The command grammar and output format (docs/method.md §1), URL normalisation, recording files — no browser."""
 import json
 import os
 

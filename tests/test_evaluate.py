@@ -1,6 +1,6 @@
-"""Evaluation in the browser (METHOD §6) with real Chromium on the embedded shop: the clean oracle's exact numbers,
-a noisy oracle's seed-to-seed spread, per-episode redundancy against a hand count, a tiny random model end to
-end, and the CLI (eval.json, resume, a bad --model)."""
+"""Evaluation in the browser (docs/method.md §8) with real Chromium on the embedded shop: the clean oracle's exact
+numbers, a noisy oracle's seed-to-seed spread, per-episode redundancy against a hand count, a tiny random model end
+to end, and the CLI (eval.json, resume, a bad --model)."""
 import asyncio
 import json
 import os

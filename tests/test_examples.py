@@ -1,4 +1,4 @@
-"""Pairs and labels from one node (METHOD §4), against numbers worked out by hand."""
+"""Pairs and labels from one node (docs/method.md §5–§6), against numbers worked out by hand."""
 import dataclasses
 import math
 

@@ -1,4 +1,4 @@
-"""Tree merging, process rewards, branch values and labels on hand-worked graphs (METHOD §2–§4)."""
+"""Tree merging, process rewards, branch values and labels on hand-worked graphs (docs/method.md §2–§6)."""
 import dataclasses
 import json
 import math

@@ -1,4 +1,4 @@
-"""Trees from real oracle episodes on the shop, with mistakes switched on (METHOD §2–§4 end to end)."""
+"""Trees from real oracle episodes on the shop, with mistakes switched on (docs/method.md §2–§6 end to end)."""
 import json
 import os
 import subprocess

@@ -1,4 +1,4 @@
-"""Preference and likelihood losses (METHOD §5): DPO and its TRL variants, TGPO, KTO, SFT.
+"""Preference and likelihood losses (docs/method.md §7): DPO and its TRL variants, TGPO, KTO, SFT.
 
 Every loss takes *summed completion log-probs* per sequence (float32), reference log-probs precomputed or live.
 Padded entries are marked False in a boolean ``valid`` mask; means run over valid entries only, with a
@@ -63,7 +63,7 @@ def dpo_loss(
         )
     elif loss_type == "hinge":
         losses = jax.nn.relu(1 - beta * delta)
-    else:  # ipo; TRL length-normalises here, METHOD §5 keeps summed log-probs throughout
+    else:  # ipo; TRL length-normalises here, docs/method.md §7 keeps summed log-probs throughout
         losses = (delta - 1 / (2 * beta)) ** 2  # [P]
 
     if weights is not None:
@@ -102,12 +102,12 @@ def tgpo_loss(
     policy_rejected: Array,  # [P]
     ref_chosen: Array,  # [P]
     ref_rejected: Array,  # [P]
-    weights: Array,  # [P] w = |Q_w − Q_l| / σ(Q at s), METHOD §4
+    weights: Array,  # [P] w = |Q_w − Q_l| / σ(Q at s), docs/method.md §5
     valid: Array,  # [P] bool
     *,
     beta: float = 0.1,
 ) -> tuple[Array, Metrics]:
-    """TGPO (METHOD §5): weighted DPO, ``−w·logσ(βΔ)`` averaged over valid pairs."""
+    """TGPO (docs/method.md §7): weighted DPO, ``−w·logσ(βΔ)`` averaged over valid pairs."""
     return dpo_loss(
         policy_chosen, policy_rejected, ref_chosen, ref_rejected, valid, weights, beta=beta, loss_type="sigmoid"
     )

@@ -1,4 +1,4 @@
-"""Command execution in the browser (METHOD §1) with the expected-change check of METHOD §3 (R_acc).
+"""Command execution in the browser (docs/method.md §1) with the expected-change check of docs/method.md §3 (R_acc).
 
 Waits end on events with hard caps, never on fixed sleeps:
 - after an action, the page helper's ``settle`` waits until the DOM was quiet for one animation frame and no
@@ -39,7 +39,7 @@ class Effect:
     url_changed: bool
     dom_changed: bool
     navigated: bool
-    expected_change: bool  # METHOD §3's R_acc check for this command
+    expected_change: bool  # the R_acc check of docs/method.md §3 for this command
     detail: str
 
 

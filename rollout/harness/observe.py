@@ -1,5 +1,5 @@
-"""Browser-side observation (METHOD §1): element ids injected into every frame, accessibility-tree text, screenshot
-and its perceptual hash.
+"""Browser-side observation (docs/method.md §1): element ids injected into every frame, accessibility-tree text,
+screenshot and its perceptual hash.
 
 One ``evaluate`` per frame does all the DOM work (``page_script.js``'s ``__tgpo.snapshot``): it walks the DOM in
 document order, gives every interactive element (and images / iframes) a ``data-tgpo-id`` attribute, and returns a

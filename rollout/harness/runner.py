@@ -1,7 +1,7 @@
 """One episode: reset → (observe → policy → parse → execute → check)* → summary, with watchdogs.
 
 Every step is recorded as it ends. A parse or execution error is not an episode failure: it is the
-action's typed error, shown in the next observation (METHOD §1). Anything else that goes wrong — the
+action's typed error, shown in the next observation (docs/method.md §1). Anything else that goes wrong — the
 browser or page crashed, a watchdog fired, the policy raised — ends the episode as ``errored`` with
 the steps so far kept and the error named in the summary; the collection goes on.
 """

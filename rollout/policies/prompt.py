@@ -1,4 +1,4 @@
-"""The policy prompt (METHOD §1): Agent Q's compact history, truncated to a token budget.
+"""The policy prompt (docs/method.md §1): Agent Q's compact history, truncated to a token budget.
 
     [system] SYSTEM_PROMPT: the command grammar and the output format
     [user]   Task: <instruction>

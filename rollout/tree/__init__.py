@@ -1,1 +1,1 @@
-"""Trees, process rewards and the dataset builder (METHOD §2–§4)."""
+"""Trees, process rewards and the dataset builder (docs/method.md §2–§6)."""

@@ -1,8 +1,8 @@
-"""Merge a task's K episodes into a graph (METHOD §2), score every step (§3) and value every branch (§4).
+"""Merge a task's K episodes into a graph (docs/method.md §2), score every step (§3) and value every branch (§4).
 
 Pure functions over recorded episodes (``rollout.recording.EpisodeRecord``): no browser, no I/O.
 
-Choices METHOD leaves open (all ``TreeConfig`` fields, recorded in the dataset manifest):
+Choices the method leaves open (docs/method.md §2–§4; all ``TreeConfig`` fields, recorded in the dataset manifest):
 - A state's *effective action sequence* is the list of canonical commands since the last URL change that changed
   something (URL, DOM, or — for SCROLL — the scroll position); canonical = command name + the target's role and
   accessible name + argument, so volatile element ids never matter.
@@ -96,7 +96,7 @@ def episode_states(ep) -> list[dict]:
 
 
 def action_sequences(ep, states: Sequence[dict]) -> list[tuple[str, ...]]:
-    """For each state, the effective action sequence since the last URL change (METHOD §2 rule 2a)."""
+    """For each state, the effective action sequence since the last URL change (docs/method.md §2, rule 2a)."""
     seqs, seq = [()], []
     for t in range(1, len(states)):
         step = ep.steps[t - 1]
@@ -312,7 +312,7 @@ def _l_min(graph: TaskGraph, dist, task: Task | None, cfg: TreeConfig) -> float 
 
 def step_rewards(episodes, graph: TaskGraph, next_node, dist, l_min, cfg: TreeConfig,
                  verifier: Verifier) -> dict[StateRef, dict[str, float]]:
-    """METHOD §3 for every step of every episode."""
+    """docs/method.md §3 for every step of every episode."""
     out = {}
     for e, ep in enumerate(episodes):
         states = episode_states(ep)

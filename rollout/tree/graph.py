@@ -1,4 +1,4 @@
-"""The merged graph of one task's episodes (METHOD §2): nodes are merged page states, edges the commands taken.
+"""The merged graph of one task's episodes (docs/method.md §2): nodes are merged page states, edges the commands taken.
 
 A state is addressed by ``StateRef(episode, step)``: ``step`` t in ``0..T`` is s_t of that episode (t == T is the
 final state, from the episode summary). ``STOP`` leads to an END node of its own (one per node it was given at):
@@ -44,7 +44,7 @@ class Edge:
 
 @dataclasses.dataclass
 class BranchValue:
-    """A branch (node, canonical command) with its value and statistics (METHOD §4)."""
+    """A branch (node, canonical command) with its value and statistics (docs/method.md §4)."""
     node: str
     command: str
     q: float

@@ -1,4 +1,4 @@
-"""Pluggable R_acc verifiers (METHOD §3): the built-in checks, or a judge model over before/after screenshots.
+"""Pluggable R_acc verifiers (docs/method.md §3): the built-in checks, or a judge model over before/after screenshots.
 
 A verifier is ``verifier(step, before, after, episode_path) -> bool``: did the step's command produce its
 expected interface change? ``before`` / ``after`` are the recorded states s_t / s_{t+1}.

@@ -1,4 +1,5 @@
-"""Training examples derived from one ``NodeRecord`` (METHOD §4): preference pairs, SFT, KTO and KTO-Tree labels.
+"""Training examples derived from one ``NodeRecord`` (docs/method.md §5–§6): preference pairs, SFT, KTO and
+KTO-Tree labels.
 
 Pure functions, no I/O and no JAX: the collator calls them per node, so every objective and every ablation
 (margin, weight clip, repeats) reads the same stored dataset. Items refer to branches by index into

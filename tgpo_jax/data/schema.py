@@ -1,7 +1,7 @@
 """The record schema: one tree node per record — the contract between ``rollout/`` and training.
 
-A node is a merged page state (METHOD §2) with the chat prompt for it (METHOD §1) and its action
-branches (METHOD §4), each carrying its value Q, reward components and trajectory counts. Pairs and
+A node is a merged page state (docs/method.md §2) with the chat prompt for it (§1) and its action
+branches (§4), each carrying its value Q, reward components and trajectory counts. Pairs and
 labels are *not* stored: ``tgpo_jax.data.examples`` derives them from the node at collation time, so one
 dataset serves SFT, DPO, KTO, KTO-Tree and TGPO and every ablation of margin or weighting.
 
@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 SCHEMA_VERSION = 1
 ROLES = ("system", "user", "assistant")
-REWARD_KEYS = ("r_acc", "r_format", "r_red", "r_subgoal", "r")  # METHOD §3, per-step means over the branch
+REWARD_KEYS = ("r_acc", "r_format", "r_red", "r_subgoal", "r")  # docs/method.md §3, per-step means over the branch
 
 
 class SchemaError(ValueError):
@@ -26,8 +26,8 @@ class SchemaError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class Branch:
     action: str  # the policy's whole output for the step (thought + command): the trained completion
-    command: str  # canonical command (METHOD §1), element ids replaced by stable descriptors
-    q: float  # branch value Q(s, a) (METHOD §4)
+    command: str  # canonical command (docs/method.md §2), element ids replaced by stable descriptors
+    q: float  # branch value Q(s, a) (docs/method.md §4)
     rewards: Mapping[str, float]  # mean reward components of the steps merged into this branch
     n_total: int  # trajectories taking this branch
     n_success: int

@@ -1,4 +1,4 @@
-"""The training objective of each method, from slot log-probs of a collated batch (METHOD §5)."""
+"""The training objective of each method, from slot log-probs of a collated batch (docs/method.md §7)."""
 from __future__ import annotations
 
 import dataclasses
