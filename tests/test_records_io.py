@@ -263,3 +263,13 @@ def test_grain_source_matches_reader(dataset):
         raw = source[i]
         assert raw == reader.read_bytes(i)
         assert decode_record(raw, f"grain {i}") == reader[i]
+
+
+@pytest.mark.parametrize("steps", [(1, None), (0, 0)])
+def test_step_occurrences_below_trajectory_counts_are_refused(steps):
+    """Each trajectory that takes a branch is at least one step occurrence; both counts or neither."""
+    rec = make_records(1)[0]
+    b = dataclasses.replace(rec.branches[0], n_total=2, n_success=1, n_failed=1)
+    with pytest.raises(SchemaError, match="step occurrences"):
+        dataclasses.replace(b, steps_success=steps[0], steps_failed=steps[1]).validate("b")
+    dataclasses.replace(b, steps_success=3, steps_failed=1).validate("b")

@@ -100,9 +100,33 @@ def test_paper_example_merges_rewards_values_pairs_and_labels():
     assert (pair.chosen, pair.rejected) == (0, 1) and pair.weight == pytest.approx(3.0 / 1.5)  # sigma{5, 2} = 1.5
     assert kto_tree_items(fork) == [(0, True), (1, False)]
     assert kto_tree_items(recs[g.root]) == [(0, True)]  # single branch: a successful end is reachable
-    assert sorted(kto_items(recs[g.root])) == [(0, False), (0, True)]  # plain KTO: one label per trajectory
+    assert sorted(kto_items(recs[g.root])) == [(0, False), (0, True)]  # plain KTO: each took it once
     assert sft_items(fork) == [0] and label_conflict(recs[g.root]) == (2, 2)
     assert fork.branches[0].behaviour_logprob == -3.0  # recorded under exactly this prompt
+
+
+def test_plain_kto_labels_every_step_occurrence():
+    """A trajectory that takes a branch twice (there and back, then again) labels it twice with its outcome;
+    trajectory counts stay one per trajectory, and the record round-trips both."""
+    from tgpo_jax.data.schema import NodeRecord
+
+    cart = state("/cart", "g0")
+    loop = episode(0, [(HOME, "CLICK [2]", "link", "Cart", {"url_changed": True}),
+                       (cart, "GO_BACK", None, None, {"url_changed": True}),
+                       (HOME, "CLICK [2]", "link", "Cart", {"url_changed": True}),
+                       (cart, "STOP []", None, None, {})], True)
+    once = episode(1, [(HOME, "CLICK [2]", "link", "Cart", {"url_changed": True}),
+                       (cart, "STOP []", None, None, {})], False)
+    g = build_task_graph([loop, once], TASK, TreeConfig())
+    b = g.branches[(g.root, 'CLICK link "Cart"')]
+    assert (b.n_success, b.n_failed, b.steps_success, b.steps_failed) == (1, 1, 2, 1)
+    (root,) = [r for r in node_records(g, [loop, once], TASK, BuildConfig()) if r.node_id == g.root]
+    root = NodeRecord.from_bytes(root.to_bytes())
+    assert sorted(kto_items(root)) == [(0, False), (0, True), (0, True)]
+    assert label_conflict(root) == (3, 3) and label_conflict_rate(g)[0] >= 3
+    old = dataclasses.replace(root, branches=[dataclasses.replace(root.branches[0], steps_success=None,
+                                                                  steps_failed=None)])
+    assert sorted(kto_items(old)) == [(0, False), (0, True)]  # a record without them: trajectory counts
 
 
 def test_loop_is_a_cycle_with_redundancy_and_no_change_is_redundant():

@@ -365,11 +365,13 @@ def branch_values(episodes, graph: TaskGraph, rewards, dist, cfg: TreeConfig) ->
             n = len(episodes[e].steps)
             values.append(_aggregate([rewards[StateRef(e, k)]["r"] for k in range(t, n)], cfg))
         succ = [e for e in first if episodes[e].summary["success"]]
+        steps_success = sum(1 for r in refs if episodes[r.episode].summary["success"])
         means = {k: sum(rewards[r][k] for r in refs) / len(refs) for k in REWARD_KEYS}
         out[key] = BranchValue(node=key[0], command=key[1], q=sum(values) / len(values), rewards=means,
                                n_total=len(first), n_success=len(succ), n_failed=len(first) - len(succ),
                                on_success_path=bool(succ), reaches_success=any(dist[d] < math.inf for d in dsts[key]),
-                               occurrences=refs)
+                               occurrences=refs, steps_success=steps_success,
+                               steps_failed=len(refs) - steps_success)
     return out
 
 

@@ -229,7 +229,8 @@ def node_records(graph: TaskGraph, episodes: list[EpisodeRecord], task: Task | N
             out.append(Branch(action=action, command=b.command, q=float(b.q),
                               rewards={k: float(v) for k, v in b.rewards.items()}, n_total=b.n_total,
                               n_success=b.n_success, n_failed=b.n_failed, on_success_path=b.on_success_path,
-                              reaches_success=b.reaches_success, behaviour_logprob=logprob))
+                              reaches_success=b.reaches_success, behaviour_logprob=logprob,
+                              steps_success=b.steps_success, steps_failed=b.steps_failed))
         if not out:
             continue
         first = episodes[rep.episode].summary

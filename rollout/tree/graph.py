@@ -55,6 +55,8 @@ class BranchValue:
     on_success_path: bool
     reaches_success: bool
     occurrences: list[StateRef]
+    steps_success: int = 0  # step occurrences in successful trajectories (plain KTO's labels, docs/method.md §6)
+    steps_failed: int = 0
 
 
 @dataclasses.dataclass

@@ -94,8 +94,17 @@ def sft_items(node: NodeRecord, cfg: PairConfig = PairConfig()) -> list[int]:
     return items
 
 
+def step_counts(b) -> tuple[int, int]:
+    """(step occurrences in successful, in failed trajectories) of a branch. Records written before these were
+    stored hold only trajectory counts, which is then what is returned (a loop's repeat counts once)."""
+    if b.steps_success is None:
+        return b.n_success, b.n_failed
+    return b.steps_success, b.steps_failed
+
+
 def kto_items(node: NodeRecord, cfg: PairConfig = PairConfig()) -> list[tuple[int, bool]]:
-    """Plain KTO: each step occurrence labelled with its own trajectory's outcome (conflicts kept)."""
+    """Plain KTO: each step occurrence labelled with its own trajectory's outcome (conflicts kept): a trajectory
+    that takes a branch twice gives it two labels (docs/method.md §6)."""
     cap = cfg.kto_repeat_cap
 
     def capped(n: int) -> int:
@@ -103,8 +112,9 @@ def kto_items(node: NodeRecord, cfg: PairConfig = PairConfig()) -> list[tuple[in
 
     items: list[tuple[int, bool]] = []
     for i, b in enumerate(node.branches):
-        items.extend([(i, True)] * capped(b.n_success))
-        items.extend([(i, False)] * capped(b.n_failed))
+        good, bad = step_counts(b)
+        items.extend([(i, True)] * capped(good))
+        items.extend([(i, False)] * capped(bad))
     return items
 
 
@@ -127,7 +137,7 @@ def label_conflict(node: NodeRecord) -> tuple[int, int]:
     """(step occurrences on branches taken by >= 1 successful and >= 1 failed trajectory, all occurrences)."""
     conflicted = total = 0
     for b in node.branches:
-        occ = b.n_success + b.n_failed
+        occ = sum(step_counts(b))
         total += occ
         if b.n_success > 0 and b.n_failed > 0:
             conflicted += occ

@@ -35,6 +35,10 @@ class Branch:
     on_success_path: bool  # lies on at least one successful trajectory
     reaches_success: bool  # a successful end is reachable from this branch in the merged graph
     behaviour_logprob: float | None = None  # summed log-prob of ``action`` under the collecting policy
+    # step occurrences by their trajectory's outcome (a trajectory may take a branch more than once): plain KTO's
+    # labels (docs/method.md §6); None in records written before they were stored
+    steps_success: int | None = None
+    steps_failed: int | None = None
 
     def validate(self, where: str) -> None:
         if not isinstance(self.action, str) or not self.action:
@@ -49,6 +53,12 @@ class Branch:
         if min(self.n_total, self.n_success, self.n_failed) < 0 or self.n_success + self.n_failed > self.n_total:
             raise SchemaError(f"{where}: counts total={self.n_total} success={self.n_success} "
                               f"failed={self.n_failed} are inconsistent")
+        if (self.steps_success is None) != (self.steps_failed is None) or (
+                self.steps_success is not None and (self.steps_success < self.n_success
+                                                    or self.steps_failed < self.n_failed)):
+            raise SchemaError(f"{where}: step occurrences success={self.steps_success} failed={self.steps_failed} "
+                              f"must both be given and at least the trajectory counts ({self.n_success}, "
+                              f"{self.n_failed})")
         if self.behaviour_logprob is not None and not (_finite(self.behaviour_logprob) and self.behaviour_logprob <= 0):
             raise SchemaError(f"{where}: behaviour_logprob={self.behaviour_logprob!r} must be a finite value <= 0")
 
