@@ -285,12 +285,11 @@ def to_html(blocks: list, title: str) -> str:
 
 
 def _file_mode() -> int:
+    """Ordinary permissions for a report file (mkstemp makes 0600 ones): 0666 less the process's umask, read when a
+    file is written (Python can only read the umask by setting it, so it is set back at once)."""
     umask = os.umask(0)
     os.umask(umask)
     return 0o666 & ~umask
-
-
-_FILE_MODE = _file_mode()  # mkstemp makes 0600 files; give the report ordinary permissions
 
 
 def _atomic_write_text(path: str, text: str) -> None:
@@ -299,7 +298,7 @@ def _atomic_write_text(path: str, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.chmod(tmp, _FILE_MODE)
+        os.chmod(tmp, _file_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -313,7 +312,7 @@ def _save_fig(fig, path: str) -> None:
     os.close(fd)
     try:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-        os.chmod(tmp, _FILE_MODE)
+        os.chmod(tmp, _file_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import types
 
@@ -231,13 +232,21 @@ def test_show_tree_cli(tmp_path, monkeypatch):
 
 def test_show_tree_on_synthetic_collection(tmp_path):
     """End to end with the real builder on a synthetic collection (no browser)."""
-    pytest.importorskip("rollout.tree.build")
     from launch import show_tree
     from rollout.tree.synthetic import write_synthetic_collection
 
     coll = str(tmp_path / "coll")
     write_synthetic_collection(coll, num_tasks=2, runs=4, seed=3)
     written = show_tree.write_trees(coll, all_tasks=True, max_tasks=2, out=str(tmp_path / "trees"), thumb_width=96)
+    # the command line: same pages, printed as JSON; a missing --task_id is a usage error naming the flag
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cli = [sys.executable, "-m", "launch.show_tree", f"--episodes={coll}", "--thumb_width=96"]
+    proc = subprocess.run(cli + ["--all", "--max_tasks=2", f"--out={tmp_path / 'cli'}"], cwd=repo,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [(w["nodes"], w["edges"]) for w in json.loads(proc.stdout)] == [(w["nodes"], w["edges"]) for w in written]
+    proc = subprocess.run(cli, cwd=repo, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "--task_id is required" in proc.stderr
     assert len(written) == 2 and os.path.exists(tmp_path / "trees" / "index.html")
     for w in written:
         text = open(w["path"], encoding="utf-8").read()
