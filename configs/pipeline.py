@@ -17,8 +17,7 @@ import importlib
 
 import ml_collections
 
-METHODS = ("sft", "dpo", "kto", "kto_tree", "tgpo")
-PREFERENCE = ("dpo", "kto", "kto_tree", "tgpo")
+from tgpo_jax.data.collate import METHODS, PREFERENCE
 
 
 def _training(preset: str) -> dict:

@@ -26,10 +26,9 @@ import shutil
 import sys
 
 from rollout.stages import Stage, StageRunner
+from tgpo_jax.data.collate import METHODS, PREFERENCE
 
 log = logging.getLogger(__name__)
-METHODS = ("sft", "kto", "kto_tree", "dpo", "tgpo")  # Table 1's order (the paper's)
-PREFERENCE = METHODS[1:]
 DISPLAY = {"base": "base", "sft": "SFT", "kto": "KTO", "kto_tree": "KTO-Tree", "dpo": "DPO", "tgpo": "TGPO"}
 NOT_IN_SPEC = {("train", "progress"), ("train", "output_dir"), ("train", "kill_after"), ("data", "train_dir"),
                ("data", "eval_dir"), ("model", "path"), ("model", "tokenizer")}

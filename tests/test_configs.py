@@ -4,10 +4,8 @@ import importlib
 import pytest
 
 from configs import models
-from tgpo_jax.data.collate import CollateConfig
+from tgpo_jax.data.collate import METHODS, CollateConfig
 from tgpo_jax.training.objective import LossConfig
-
-METHODS = ["sft", "dpo", "kto", "kto_tree", "tgpo"]
 
 
 @pytest.mark.parametrize("method", METHODS)

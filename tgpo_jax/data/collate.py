@@ -22,7 +22,8 @@ import numpy as np
 from tgpo_jax.data import examples as ex
 from tgpo_jax.data.schema import NodeRecord
 
-METHODS = ("sft", "dpo", "tgpo", "kto", "kto_tree")
+METHODS = ("sft", "kto", "kto_tree", "dpo", "tgpo")  # the training methods, in TGPO Table 1's order
+PREFERENCE = METHODS[1:]  # the ones that start from the SFT model
 LAYOUTS = ("packed", "plain")
 
 
