@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Sequence
 from absl import app, flags
 
 from launch.entry import prepare
+from tgpo_jax.files import atomic_path, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -188,12 +189,11 @@ def write_summary(out_dir: str, rows: Sequence[dict], *, common: dict[str, Any] 
                 *(fmt(r.get(c)) for c in ("steps", *METRICS, *extra))]
 
     csv_path = os.path.join(out_dir, "summary.csv")
-    with open(csv_path + ".tmp", "w", newline="") as f:
+    with atomic_path(csv_path) as tmp, open(tmp, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(header)
         for r in rows:
             w.writerow(cells(r, _csv_cell))
-    os.replace(csv_path + ".tmp", csv_path)
 
     md_path = os.path.join(out_dir, "summary.md")
     lines = [f"# Ablation: {os.path.abspath(out_dir)}", ""]
@@ -201,9 +201,7 @@ def write_summary(out_dir: str, rows: Sequence[dict], *, common: dict[str, Any] 
         lines += ["Every run: " + ", ".join(f"`{k}={_text(v)}`" for k, v in common.items()), ""]
     lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(cells(r, _md_cell, _md_text)) + " |" for r in rows]  # overrides as given
-    with open(md_path + ".tmp", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(md_path + ".tmp", md_path)
+    write_text_atomic(md_path, "\n".join(lines) + "\n")
     return md_path, csv_path
 
 

@@ -15,6 +15,7 @@ import os
 from absl import app, flags
 
 from launch.entry import prepare
+from tgpo_jax.files import write_text_atomic
 
 F = flags.FLAGS
 flags.DEFINE_string("episodes", None, "collection directory (launch.collect --out)")
@@ -94,10 +95,7 @@ def _write_index(out: str, written: list[dict], tasks: dict) -> str:
             "text-align:left}</style></head><body><h1>task trees</h1><table><tr><th>task</th><th>instruction</th>"
             f"<th>successful</th><th>nodes</th><th>edges</th></tr>{rows}</table></body></html>\n")
     path = os.path.join(out, "index.html")
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(page)
-    os.replace(tmp, path)
+    write_text_atomic(path, page)
     return path
 
 

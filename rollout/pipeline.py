@@ -27,6 +27,7 @@ import sys
 
 from rollout.stages import Stage, StageRunner
 from tgpo_jax.data.collate import METHODS, PREFERENCE
+from tgpo_jax.files import write_text_atomic
 
 log = logging.getLogger(__name__)
 DISPLAY = {"base": "base", "sft": "SFT", "kto": "KTO", "kto_tree": "KTO-Tree", "dpo": "DPO", "tgpo": "TGPO"}
@@ -314,8 +315,7 @@ class Pipeline:
 
     def run(self, redo=(), until: str | None = None) -> dict:
         os.makedirs(self.out, exist_ok=True)
-        with open(self.path("pipeline_config.json"), "w") as f:
-            f.write(self.cfg.to_json_best_effort(indent=1))
+        write_text_atomic(self.path("pipeline_config.json"), self.cfg.to_json_best_effort(indent=1))
         try:
             return self.runner(redo).run(until)
         finally:
@@ -336,9 +336,9 @@ class Pipeline:
         """``policy.json`` next to a model: launch.evaluate / collect then prompt it as it was trained."""
         from rollout.policies.prompt import POLICY_FILE
 
-        with open(os.path.join(model_dir, POLICY_FILE), "w") as f:
-            json.dump({"prompt_style": self.cfg.prompt_style, "budget_tokens": self.cfg.prompt_tokens,
-                       "thought_chars": self.cfg.history_thoughts}, f)
+        write_text_atomic(os.path.join(model_dir, POLICY_FILE), json.dumps({
+            "prompt_style": self.cfg.prompt_style, "budget_tokens": self.cfg.prompt_tokens,
+            "thought_chars": self.cfg.history_thoughts}))
 
     @staticmethod
     def _with_policy(policy, coro):
@@ -656,7 +656,7 @@ class Pipeline:
         best = self.best()
         out_dir, line = export_run(self.path("runs", best), self.path("export"), dtype=self.cfg.export.dtype or None)
         self.save_prompt(out_dir)
-        with open(os.path.join(out_dir, "tgpo_pipeline.json"), "w") as f:
-            json.dump({"model": best, "method": parse_name(best)[0], "eval": self.eval_results()[best]["mean"],
-                       "run_dir": self.path("runs", best)}, f, indent=1)
+        write_text_atomic(os.path.join(out_dir, "tgpo_pipeline.json"), json.dumps(
+            {"model": best, "method": parse_name(best)[0], "eval": self.eval_results()[best]["mean"],
+             "run_dir": self.path("runs", best)}, indent=1))
         return {"best": best, "dir": out_dir, "summary": line}

@@ -18,9 +18,10 @@ import dataclasses
 import json
 import os
 import shutil
-from typing import Any, Iterator
+from typing import Iterator
 
 from rollout.core import Task
+from tgpo_jax.files import write_json_atomic, write_text_atomic  # noqa: F401 (write_json_atomic: re-exported)
 
 FINISHED = ("success", "failure")
 STATUSES = FINISHED + ("errored",)
@@ -36,15 +37,6 @@ def task_dir_name(task_id: str) -> str:
 
 def episode_dir(out_dir: str, task_id: str, run: int) -> str:
     return os.path.join(out_dir, "episodes", task_dir_name(task_id), f"{run:03d}")
-
-
-def write_json_atomic(path: str, obj: Any) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, ensure_ascii=False, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class EpisodeWriter:
@@ -133,11 +125,8 @@ def iter_episodes(out_dir: str, include_errored: bool = False) -> Iterator[Episo
 
 
 def write_tasks(out_dir: str, tasks: list[Task]) -> None:
-    tmp = os.path.join(out_dir, f"tasks.jsonl.tmp.{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for t in tasks:
-            f.write(json.dumps(t.to_json(), ensure_ascii=False, sort_keys=True) + "\n")
-    os.replace(tmp, os.path.join(out_dir, "tasks.jsonl"))
+    write_text_atomic(os.path.join(out_dir, "tasks.jsonl"),
+                      "".join(json.dumps(t.to_json(), ensure_ascii=False, sort_keys=True) + "\n" for t in tasks))
 
 
 def read_tasks(out_dir: str) -> list[Task]:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import html
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
+
+from tgpo_jax.files import atomic_path, write_text_atomic
 
 DASH = "—"
 
@@ -284,40 +285,9 @@ def to_html(blocks: list, title: str) -> str:
 # Files
 
 
-def _file_mode() -> int:
-    """Ordinary permissions for a report file (mkstemp makes 0600 ones): 0666 less the process's umask, read when a
-    file is written (Python can only read the umask by setting it, so it is set back at once)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-def _atomic_write_text(path: str, text: str) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, _file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _save_fig(fig, path: str) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-        os.chmod(tmp, _file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _figure(width: float = 7.0, height: float = 4.0):
@@ -596,6 +566,6 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
         blocks.append(Para(notes.strip(), pre=True))
 
     md_path, html_path = os.path.join(out_dir, "report.md"), os.path.join(out_dir, "report.html")
-    _atomic_write_text(md_path, to_markdown(blocks))
-    _atomic_write_text(html_path, to_html(blocks, title))
+    write_text_atomic(md_path, to_markdown(blocks))
+    write_text_atomic(html_path, to_html(blocks, title))
     return {"markdown": md_path, "html": html_path, "plots": plots}

@@ -105,12 +105,9 @@ class StageRunner:
                              f"--redo={name}") from None
 
     def _write(self, name: str, record: dict) -> None:
-        os.makedirs(self.marker_dir, exist_ok=True)
-        path = self.marker_path(name)
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(record, f, indent=1, default=str)
-        os.replace(tmp, path)
+        from tgpo_jax.files import write_text_atomic
+
+        write_text_atomic(self.marker_path(name), json.dumps(record, indent=1, default=str))
 
     def status(self) -> list[dict]:
         """Per stage: name, state (done / running / stale / todo / redo) and the recorded seconds."""

@@ -273,3 +273,25 @@ def test_step_occurrences_below_trajectory_counts_are_refused(steps):
     with pytest.raises(SchemaError, match="step occurrences"):
         dataclasses.replace(b, steps_success=steps[0], steps_failed=steps[1]).validate("b")
     dataclasses.replace(b, steps_success=3, steps_failed=1).validate("b")
+
+
+def test_exported_pairs_are_the_datasets_pairs(dataset, tmp_path):
+    """rollout/tree/export_pairs.py: one JSONL row per preference pair of every node, in TRL's conversational
+    format, with the reward-gap weight and both Qs; normalised weights average 1."""
+    import json
+
+    from rollout.tree.export_pairs import export_pairs
+    from tgpo_jax.data.examples import preference_pairs
+
+    _, out, _ = dataset
+    want = [(r.task_id, r.node_id, r.branches[p.chosen].action, r.branches[p.rejected].action, p.weight)
+            for r in DatasetReader(out) for p in preference_pairs(r)]
+    path = str(tmp_path / "pairs.jsonl")
+    assert export_pairs(out, path) == len(want) > 0
+    rows = [json.loads(line) for line in open(path, encoding="utf-8")]
+    assert [(r["task_id"], r["node_id"], r["chosen"][0]["content"], r["rejected"][0]["content"], r["weight"])
+            for r in rows] == want
+    assert all(r["q_chosen"] > r["q_rejected"] and r["prompt"][0]["role"] == "system" for r in rows)
+    export_pairs(out, path, normalise=True)
+    weights = [json.loads(line)["weight"] for line in open(path, encoding="utf-8")]
+    assert sum(weights) / len(weights) == pytest.approx(1.0)

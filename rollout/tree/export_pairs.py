@@ -10,10 +10,10 @@
 from __future__ import annotations
 
 import json
-import os
 
 from tgpo_jax.data.examples import PairConfig, normalise_weights, preference_pairs
 from tgpo_jax.data.io import DatasetReader
+from tgpo_jax.files import write_text_atomic
 
 
 def export_pairs(data_dir: str, out_path: str, cfg: PairConfig = PairConfig(), normalise: bool = False) -> int:
@@ -30,10 +30,5 @@ def export_pairs(data_dir: str, out_path: str, cfg: PairConfig = PairConfig(), n
     if normalise and rows:
         for row, w in zip(rows, normalise_weights([r["weight"] for r in rows])):
             row["weight"] = w
-    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    tmp = f"{out_path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, out_path)
+    write_text_atomic(out_path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     return len(rows)

@@ -16,10 +16,10 @@ import io
 import logging
 import math
 import os
-import tempfile
 import urllib.parse
 
 from rollout.tree.graph import BranchValue, Edge, Node, TaskGraph
+from tgpo_jax.files import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -594,17 +594,5 @@ def render_html(graph: TaskGraph, *, title: str | None = None, thumb_width: int 
 
 def write_html(graph: TaskGraph, path: str, **kw) -> str:
     """Render ``graph`` and write it to ``path`` atomically (temp file + rename); returns ``path``."""
-    text = render_html(graph, **kw)
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tree.", suffix=".html.tmp", dir=d)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_text_atomic(path, render_html(graph, **kw))
     return path

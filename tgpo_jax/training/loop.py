@@ -16,6 +16,7 @@ import jax
 from tgpo_jax import sharding as shd
 from tgpo_jax.data import examples as ex
 from tgpo_jax.data.collate import CollateConfig
+from tgpo_jax.files import write_text_atomic
 from tgpo_jax.data.pipeline import NodeExamples, make_dataset, steps_per_epoch
 from tgpo_jax.models.config import SCRATCH_PRESETS, scratch_config
 from tgpo_jax.models.loading import load_model
@@ -139,8 +140,7 @@ def train(cfg) -> dict:
         if value and os.path.exists(value):  # the saved config must work from any working directory
             cfg[section][key] = os.path.abspath(value)
     if jax.process_index() == 0:
-        with open(os.path.join(out_dir, "config.json"), "w") as f:
-            f.write(cfg.to_json_best_effort(indent=2))
+        write_text_atomic(os.path.join(out_dir, "config.json"), cfg.to_json_best_effort(indent=2))
 
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
     model = build_model(cfg, mesh, tokenizer)
@@ -230,8 +230,7 @@ def train(cfg) -> dict:
     summary["final"] = last
     summary["final_step"] = step
     if jax.process_index() == 0:
-        with open(os.path.join(out_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2, default=float)
+        write_text_atomic(os.path.join(out_dir, "summary.json"), json.dumps(summary, indent=2, default=float))
     ckpt.close()
     writer.close()
     summary["state"] = state
@@ -245,8 +244,7 @@ def _truncate_metrics(path: str, step: int) -> None:
         return
     with open(path) as f:
         rows = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
-    with open(path, "w") as f:
-        f.writelines(rows)
+    write_text_atomic(path, "".join(rows))
 
 
 def _progress(cfg, total: int, start: int):

@@ -17,6 +17,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from tgpo_jax.data.pipeline import NodeExamples, make_dataset
+from tgpo_jax.files import atomic_path
 from tgpo_jax.training.step import to_global_batch
 
 
@@ -65,10 +66,8 @@ def reference_table(trainer, source: NodeExamples, cache_dir: str, *, batch_size
         out, idx = multihost_utils.process_allgather((out, idx), tiled=True)
         table[np.asarray(idx).reshape(-1)] = np.asarray(out).reshape(-1, s)
     if jax.process_index() == 0:
-        os.makedirs(cache_dir, exist_ok=True)
-        tmp = path + ".tmp.npy"
-        np.save(tmp, table)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            np.save(f, table)
     return table
 
 
