@@ -70,15 +70,18 @@ def preference_pairs(node: NodeRecord, cfg: PairConfig = PairConfig()) -> list[P
     return pairs
 
 
-def normalise_weights(weights: Sequence[float]) -> list[float]:
-    """Divide by the mean so the dataset's average weight is 1 (keeps the loss scale of plain DPO)."""
+def weight_scale(weights: Sequence[float]) -> float:
+    """1 / the mean weight, so the dataset's average weight becomes 1 (keeps the loss scale of plain DPO); 1 when
+    there is nothing to rescale (no weights, or all zero)."""
     ws = [float(w) for w in weights]
-    if not ws:
-        return []
-    mean = math.fsum(ws) / len(ws)
-    if mean <= 0:  # all-zero weights: nothing to rescale
-        return ws
-    return [w / mean for w in ws]
+    mean = math.fsum(ws) / len(ws) if ws else 0.0
+    return 1.0 / mean if mean > 0 else 1.0
+
+
+def normalise_weights(weights: Sequence[float]) -> list[float]:
+    """``weights`` times ``weight_scale(weights)``: their mean becomes 1."""
+    scale = weight_scale(weights)
+    return [float(w) * scale for w in weights]
 
 
 INVALID_PREFIX = "INVALID "  # the canonical command the tree builder gives an output that did not parse

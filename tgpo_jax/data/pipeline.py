@@ -65,7 +65,7 @@ class NodeExamples:
         if not self.indices:
             raise ValueError(f"dataset {data_dir} has no node usable for method {cfg.method!r}")
         mean_w = float(np.mean(weights)) if weights else 1.0
-        self.weight_scale = 1.0 / mean_w if weight_norm == "dataset_mean" and mean_w > 0 else 1.0
+        self.weight_scale = ex.weight_scale(weights) if weight_norm == "dataset_mean" else 1.0
         self.class_weights = kto_class_weights(n_d, n_u)
         self.stats = DatasetStats(len(self.reader), len(self.indices), len(weights), n_d, n_u, mean_w)
         self.ref_table = ref_table
