@@ -6,11 +6,9 @@ expected interface change? ``before`` / ``after`` are the recorded states s_t / 
 from __future__ import annotations
 
 import base64
-import json
 import os
-import time
-import urllib.error
-import urllib.request
+
+from rollout.endpoint import ChatEndpoint, EndpointError
 
 JUDGE_PROMPT = ("You check a web agent's action. The first image is the page before the action, the second the "
                 "page after it. The action was: {command}\nDid the action execute and produce the change it was "
@@ -31,10 +29,8 @@ class JudgeVerifier:
 
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 60,
                  retries: int = 2):
-        base = base_url.rstrip("/")
-        self.url = base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
-        self.model, self.timeout_s, self.retries = model, timeout_s, retries
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self.endpoint = ChatEndpoint(base_url, api_key=api_key, timeout_s=timeout_s, retries=retries)
+        self.url, self.model = self.endpoint.url, model
         self.cache: dict[tuple, bool] = {}
         self.calls = 0
 
@@ -58,24 +54,11 @@ class JudgeVerifier:
             with open(p, "rb") as f:
                 data = base64.b64encode(f.read()).decode()
             content.append({"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}})
-        body = json.dumps({"model": self.model, "temperature": 0, "max_tokens": 4,
-                           "messages": [{"role": "user", "content": content}]}).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        last = None
-        for attempt in range(self.retries + 1):
-            try:
-                req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                    answer = json.loads(r.read())["choices"][0]["message"]["content"]
-                self.calls += 1
-                return answer.strip().lower().startswith("yes")
-            except urllib.error.HTTPError as e:
-                if e.code < 500 and e.code != 429:
-                    raise RuntimeError(f"judge {self.url} refused the request: {e.code} {e.read()[:300]!r}") from e
-                last = e
-            except (urllib.error.URLError, TimeoutError, OSError) as e:
-                last = e
-            time.sleep(0.5 * 2 ** attempt)
-        raise RuntimeError(f"judge {self.url}: no answer after {self.retries + 1} attempts: {last}")
+        resp = self.endpoint.post({"model": self.model, "temperature": 0, "max_tokens": 4,
+                                   "messages": [{"role": "user", "content": content}]})
+        try:
+            answer = resp["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError) as e:
+            raise EndpointError(f"judge {self.url} answered without a message: {str(resp)[:300]}") from e
+        self.calls += 1
+        return str(answer).strip().lower().startswith("yes")

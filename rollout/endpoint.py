@@ -1,0 +1,101 @@
+"""One client for OpenAI-compatible chat endpoints (``rollout.serve``, vLLM, an API): the HTTP policy and the judge
+verifier both post through it. Stdlib HTTP only.
+
+Connection errors, timeouts, 5xx and 429 are retried with exponential backoff, then raised as ``EndpointError``
+naming the URL and the cause; other 4xx answers raise at once with the server's own message.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+
+
+class EndpointError(RuntimeError):
+    """A model behind an endpoint could not answer (unreachable, refused the request, invalid answer)."""
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False):
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+
+
+def chat_url(base_url: str) -> str:
+    """``http://host:port`` or ``.../v1`` -> the chat completions URL."""
+    base = base_url.rstrip("/")
+    return base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
+
+
+def _error_message(body: bytes) -> str:
+    try:
+        d = json.loads(body)
+        err = d.get("error", d)
+        if isinstance(err, dict):
+            return str(err.get("message") or err)
+        return str(err)
+    except (ValueError, AttributeError):
+        return body.decode("utf-8", "replace")[:500]
+
+
+class ChatEndpoint:
+    def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 120, retries: int = 3,
+                 backoff_s: float = 0.5):
+        self.url = chat_url(base_url)
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
+
+    def post_once(self, body: dict) -> dict:
+        """One POST; -> the decoded JSON answer."""
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        req = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
+                raw = r.read()
+        except urllib.error.HTTPError as e:
+            msg = _error_message(e.read())
+            retryable = e.code >= 500 or e.code == 429
+            raise EndpointError(f"{self.url} answered {e.code}: {msg}", status=e.code, retryable=retryable) from e
+        except (urllib.error.URLError, OSError) as e:  # refused, unreachable, timed out
+            cause = getattr(e, "reason", e)
+            raise EndpointError(f"{self.url} unreachable: {cause}", retryable=True) from e
+        try:
+            return json.loads(raw)
+        except ValueError as e:
+            raise EndpointError(f"{self.url} answered with invalid JSON: {raw[:200]!r}") from e
+
+    def _give_up(self, e: EndpointError, attempt: int) -> bool:
+        if e.retryable and attempt == self.retries:
+            raise EndpointError(f"{self.url}: no answer after {self.retries + 1} attempts: {e}",
+                                status=e.status) from e
+        return not e.retryable
+
+    def post(self, body: dict) -> dict:
+        """POST with retries (blocking)."""
+        delay = self.backoff_s
+        for attempt in range(self.retries + 1):
+            try:
+                return self.post_once(body)
+            except EndpointError as e:
+                if self._give_up(e, attempt):
+                    raise
+            time.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def apost(self, body: dict, post_once=None) -> dict:
+        """POST with retries, the request in a worker thread so the event loop goes on."""
+        delay = self.backoff_s
+        for attempt in range(self.retries + 1):
+            try:
+                return await asyncio.to_thread(post_once or self.post_once, body)
+            except EndpointError as e:
+                if self._give_up(e, attempt):
+                    raise
+            await asyncio.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")  # pragma: no cover
