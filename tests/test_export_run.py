@@ -64,8 +64,7 @@ def _initial_logits(cfg, tokenizer, tokens):
 
 @pytest.mark.parametrize("name", ["full", "lora"])
 def test_exported_run_has_the_trained_weights(name, runs, tmp_path):
-    from tgpo_jax.training.restore import export_run
-    from tgpo_jax.training.restore import restore_run
+    from tgpo_jax.training.restore import export_run, restore_checkpoint
 
     # a tiny shard limit: the export is split over several safetensors files with an index
     out, line = export_run(runs[name], str(tmp_path / "hf"), max_shard_gb=2e-4)
@@ -75,7 +74,8 @@ def test_exported_run_has_the_trained_weights(name, runs, tmp_path):
     with open(os.path.join(out, "config.json")) as f:
         assert json.load(f)["dtype"] == "float32"
 
-    model, tokenizer, cfg = restore_run(runs[name])
+    model, tokenizer, cfg, step = restore_checkpoint(runs[name])
+    assert step == 2
     assert bool(model.cfg.lora_rank) == (name == "lora")  # the restored model keeps its adapters
     tokens = _tokens(model.cfg.vocab_size)
     ours = np.asarray(model(tokens)[0])
@@ -85,28 +85,28 @@ def test_exported_run_has_the_trained_weights(name, runs, tmp_path):
     assert np.abs(_initial_logits(cfg, tokenizer, tokens) - ref).max() > 1e-3
 
     # an earlier checkpoint is a different model
-    earlier, _, _ = restore_run(runs[name], step=1)
+    earlier, _, _, _ = restore_checkpoint(runs[name], step=1)
     assert np.abs(np.asarray(earlier(tokens)[0]) - ours).max() > 1e-4
 
 
 def test_restore_errors(runs, tmp_path):
-    from tgpo_jax.training.restore import checkpoint_steps, restore_run
+    from tgpo_jax.training.restore import checkpoint_steps, restore_checkpoint
 
     assert checkpoint_steps(runs["full"]) == [1, 2]
     with pytest.raises(ValueError, match=r"step 5.*available steps: \[1, 2\]"):
-        restore_run(runs["full"], step=5)
+        restore_checkpoint(runs["full"], step=5)
     with pytest.raises(FileNotFoundError, match="no config.json"):
-        restore_run(str(tmp_path))
+        restore_checkpoint(str(tmp_path))
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        restore_run(str(tmp_path / "missing"))
+        restore_checkpoint(str(tmp_path / "missing"))
     no_ckpt = tmp_path / "no_ckpt"
     no_ckpt.mkdir()
     shutil.copy(os.path.join(runs["full"], "config.json"), no_ckpt / "config.json")
     with pytest.raises(FileNotFoundError, match="no checkpoints in .*no_ckpt"):
-        restore_run(str(no_ckpt))
+        restore_checkpoint(str(no_ckpt))
     (no_ckpt / "checkpoints").mkdir()
     with pytest.raises(FileNotFoundError, match="no checkpoints in .*no_ckpt"):
-        restore_run(str(no_ckpt))
+        restore_checkpoint(str(no_ckpt))
 
 
 def test_cli_flags():

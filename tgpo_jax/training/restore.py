@@ -1,6 +1,6 @@
 """Rebuild a trained model from a run directory: ``config.json`` + the Orbax checkpoints of ``train``.
 
-``restore_run(run_dir)`` builds the model exactly as the run did (``loop.build_model``: the same base
+``restore_checkpoint(run_dir)`` builds the model exactly as the run did (``loop.build_model``: the same base
 checkpoint or from-scratch preset, dtypes and LoRA rank), then reads only the trainable parameters of
 one checkpoint (all ``nnx.Param`` for full fine-tuning, the ``nnx.LoRAParam`` adapters with LoRA) into
 it; the optimizer state in the checkpoint is never read. The returned model still carries its LoRA
@@ -73,19 +73,13 @@ class RestoredRun(NamedTuple):
     step: int
 
 
-def restore_run(run_dir: str, step: int | None = None, *, mesh=None):
-    """-> (model, tokenizer, cfg) of ``run_dir`` at checkpoint ``step`` (default: the latest).
+def restore_checkpoint(run_dir: str, step: int | None = None, *, mesh=None) -> RestoredRun:
+    """-> (model, tokenizer, cfg, step) of ``run_dir`` at checkpoint ``step`` (default: the latest).
 
     ``mesh`` places the parameters (default: the run's mesh shape, or all local devices if that does
     not fit this machine). Raises FileNotFoundError for a directory that is not a run or holds no
     checkpoint, ValueError (listing the available steps) for a step that was not saved.
     """
-    model, tokenizer, cfg, _ = restore_checkpoint(run_dir, step, mesh=mesh)
-    return model, tokenizer, cfg
-
-
-def restore_checkpoint(run_dir: str, step: int | None = None, *, mesh=None) -> RestoredRun:
-    """``restore_run`` that also says which step it restored (the latest when ``step`` is None)."""
     from tgpo_jax.models.tokenizer import load_tokenizer
     from tgpo_jax.training.loop import build_model
 
