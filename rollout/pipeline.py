@@ -463,8 +463,7 @@ class Pipeline:
         t.data.max_len = max(t.data.max_len, t.data.max_prompt_len + t.data.max_completion_len)
         t.train.output_dir = self.path("runs", name)
         t.train.progress = t.train.progress and self.progress
-        os.makedirs(t.train.output_dir, exist_ok=True)
-        self.save_prompt(t.train.output_dir)
+        self.save_prompt(t.train.output_dir)  # creates the run directory
         summary = train(t)
         export_run(self.path("runs", name), self.path("models", name))
         self.save_prompt(self.path("models", name))
@@ -518,8 +517,7 @@ class Pipeline:
         from tgpo_jax.training.loop import train
 
         t = self.train_config(name, method, init, r, seed)
-        os.makedirs(t.train.output_dir, exist_ok=True)
-        self.save_prompt(t.train.output_dir)  # its checkpoints are then prompted as trained (launch.* --step)
+        self.save_prompt(t.train.output_dir)  # creates the run directory; its checkpoints are then prompted as trained (launch.* --step)
         summary = train(t)
         summary = {k: v for k, v in summary.items() if k not in ("state", "trainer")}
         _, line = export_run(self.path("runs", name), self.model_dir(name))

@@ -22,6 +22,8 @@ import sys
 import time
 from typing import Callable, Sequence
 
+from tgpo_jax.files import write_text_atomic
+
 
 class StaleStage(RuntimeError):
     """A finished (or started) stage was run with a different configuration than the current one."""
@@ -105,8 +107,6 @@ class StageRunner:
                              f"--redo={name}") from None
 
     def _write(self, name: str, record: dict) -> None:
-        from tgpo_jax.files import write_text_atomic
-
         write_text_atomic(self.marker_path(name), json.dumps(record, indent=1, default=str))
 
     def status(self) -> list[dict]:

@@ -127,8 +127,8 @@ def task_context(instruction: str, text: str) -> str:
     Why: the planted copy circuit (``tgpo_jax.models.copy_circuit``) starts a copy by matching the two tokens before
     the text. ``Type [`` matches every ``[`` of the task alike, so the copy of a multi-item task's
     second title started at a random bracket; ``Type item 2 [`` matches only the second item's (measured with the
-    planted weights alone on held-out steps, BUILD_NOTES.md: 4 -> 64 of 80 multi_cart titles, 4 -> 13 of 20 webshop
-    queries)."""
+    planted weights alone on held-out steps, BUILD_NOTES.md: 4 -> 76 of 80 multi_cart titles, 4 -> 20 of 20 webshop
+    queries with ``model.circuit_bigram`` 0.7)."""
     i = instruction.find(f"[{text}]")
     words = instruction[:i].split() if i > 0 else []
     if not words:
