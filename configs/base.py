@@ -35,6 +35,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         margin=0.0, weight_eps=1e-6, weight_clip=0.0,  # 0 = no clip
         weight_norm="none",  # none | dataset_mean
         kto_repeat_cap=0, sft_repeat=False,  # 0 = no cap
+        sft_shortest=False,  # SFT imitates only the successful branches nearest a goal (drops undone detours)
         copy_swap=0.0,  # probability of swapping each copied string per draw (tgpo_jax/data/augment.py; 0 = off)
         shuffle_seed=0,
     ))
@@ -44,6 +45,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         reference_cache="",  # sidecar directory for precomputed reference log-probs ('' = <output>/reference)
         kto_weights="auto",  # auto (from the class ratio) | fixed (desirable_weight / undesirable_weight)
         desirable_weight=1.0, undesirable_weight=1.0,
+        focal_gamma=0.0,  # SFT only: -(1-p)^gamma log p per token (0 = plain NLL; tgpo_jax/losses.py sft_loss)
     ))
     c.optim = ml_collections.ConfigDict(dict(
         optimizer="adamw",  # adamw | sgd

@@ -55,19 +55,24 @@ flags.DEFINE_integer("recycle_after", 100, "episodes per browser before a fresh 
 
 
 def make_policy(env):
-    if F.policy == "oracle":
-        from rollout.policies.oracle import OracleNoise, OraclePolicy
-        noise = OracleNoise(F.wrong_choice, F.loop, F.malformed, F.premature_stop)
-        return OraclePolicy(env, noise, seed=F.seed), {"noise": dataclasses.asdict(noise)}
+    """The policy the flags name, through the one loader (``rollout.evaluate.load_policy``): a model trained by the
+    pipeline is prompted as it was trained (its ``policy.json``)."""
+    from rollout.evaluate import load_policy
     from tgpo_jax.models.sampler import SamplingParams
+
+    if F.policy == "http":
+        from rollout.policies.http import OpenAIPolicy
+        return OpenAIPolicy(F.http_url, F.http_model, temperature=F.temperature, max_tokens=F.max_tokens,
+                            budget_tokens=F.budget_tokens * 2), {"http_url": F.http_url, "http_model": F.http_model}
+    spec = (f"oracle:{F.wrong_choice},{F.loop},{F.malformed},{F.premature_stop}" if F.policy == "oracle"
+            else F.model)
     params = SamplingParams(temperature=F.temperature, max_tokens=F.max_tokens, seed=F.seed)
-    if F.policy == "model":
-        from rollout.policies.model import ModelPolicy
-        return ModelPolicy.from_path(F.model, params=params, budget_tokens=F.budget_tokens * 2,
-                                     max_batch=F.max_batch), {"model": F.model}
-    from rollout.policies.http import OpenAIPolicy
-    return OpenAIPolicy(F.http_url, F.http_model, temperature=F.temperature, max_tokens=F.max_tokens,
-                        budget_tokens=F.budget_tokens * 2), {"http_url": F.http_url, "http_model": F.http_model}
+    policy = load_policy(spec, params=params, budget_tokens=F.budget_tokens * 2, max_batch=F.max_batch, env=env,
+                         seed=F.seed)
+    if F.policy == "oracle":
+        policy.name = "oracle"  # the rates are in the metadata; a collection made before keeps resuming
+        return policy, {"noise": dataclasses.asdict(policy.noise)}
+    return policy, {"model": F.model}
 
 
 def main(argv):

@@ -27,6 +27,7 @@ flags.DEFINE_integer("batch", 16, "prompts per sampler call")
 flags.DEFINE_integer("max_tokens", 64, "tokens per step")
 flags.DEFINE_bool("force_thought", False, "give the recorded thought and score only the command the model writes "
                                          "after it (does it carry out a right decision?)")
+flags.DEFINE_integer("examples", 3, "wrong steps kept per family and command kind in the result")
 flags.DEFINE_string("out", "", "also write the result here (JSON)")
 flags.mark_flags_as_required(["model", "episodes"])
 
@@ -48,7 +49,7 @@ def main(argv):
                              thought_chars=F.thought_chars)
         if not hasattr(policy, "sampler"):
             raise ValueError(f"--model={F.model!r} is not a model policy")
-        result = measure(policy, F.episodes, batch=F.batch, force_thought=F.force_thought)
+        result = measure(policy, F.episodes, batch=F.batch, force_thought=F.force_thought, examples=F.examples)
     except (FileNotFoundError, ValueError) as e:
         raise app.UsageError(str(e)) from None
     import sys

@@ -24,7 +24,6 @@ def main(argv):
     from tgpo_jax.training.loop import train
 
     summary = train(_CONFIG.value)
-    summary = {k: v for k, v in summary.items() if k not in ("state", "trainer")}
     print(json.dumps(summary, indent=2, default=float))
 
 

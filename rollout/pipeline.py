@@ -184,7 +184,10 @@ class Pipeline:
         if self._env is None:
             from rollout.envs import make_env
 
-            kw = {"locale": self.cfg.env.locale, "seed": self.cfg.env.seed} if self.cfg.env.name == "shop" else {}
+            if self.cfg.env.name == "shop":
+                kw = {"locale": self.cfg.env.locale, "seed": self.cfg.env.seed}
+            else:  # MiniWoB: a seed per task, enough for num_train / num_test tasks of one task family each
+                kw = {"train_seeds": self.cfg.tasks.num_train, "test_seeds": self.cfg.tasks.num_test}
             self._env = make_env(self.cfg.env.name, **kw)
             self._env.start()
         return self._env
@@ -519,7 +522,6 @@ class Pipeline:
         t = self.train_config(name, method, init, r, seed)
         self.save_prompt(t.train.output_dir)  # creates the run directory; its checkpoints are then prompted as trained (launch.* --step)
         summary = train(t)
-        summary = {k: v for k, v in summary.items() if k not in ("state", "trainer")}
         _, line = export_run(self.path("runs", name), self.model_dir(name))
         self.save_prompt(self.model_dir(name))
         log.info(line)

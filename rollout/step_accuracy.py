@@ -106,9 +106,11 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def measure(policy, episodes_dir: str, *, batch: int = 16, progress: bool = True, force_thought: bool = False) -> dict:
+def measure(policy, episodes_dir: str, *, batch: int = 16, progress: bool = True, force_thought: bool = False,
+            examples: int = 3) -> dict:
     """Score a ``ModelPolicy`` (``rollout.evaluate.load_policy``) on the collection at ``episodes_dir``; with
-    ``force_thought`` the recorded thought is given and only the command is the model's."""
+    ``force_thought`` the recorded thought is given and only the command is the model's; ``examples`` wrong steps
+    are kept per family and command kind."""
     from tqdm import tqdm
 
     from rollout.policies.model import cut_after_command
@@ -143,7 +145,7 @@ def measure(policy, episodes_dir: str, *, batch: int = 16, progress: bool = True
             outputs += [forced_output(p, c.text) for p, c in zip(prefixes, completions)]
         else:
             outputs += [cut_after_command(c, policy.tokenizer).text for c in completions]
-    result = score(steps, outputs)
+    result = score(steps, outputs, examples)
     result.update(episodes=episodes_dir, model=policy.name, broken_episodes=len(broken),
                   force_thought=force_thought)
     return result

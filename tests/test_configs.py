@@ -30,4 +30,25 @@ def test_unknown_preset_and_bad_values():
         LossConfig(method="kto", reference="behaviour")
     with pytest.raises(ValueError, match="dpo_loss_type"):
         LossConfig(method="dpo", dpo_loss_type="square")
+    with pytest.raises(ValueError, match="focal_gamma=2.0: .* SFT setting"):
+        LossConfig(method="dpo", focal_gamma=2.0)
+    with pytest.raises(ValueError, match="focal_gamma=-1"):
+        LossConfig(method="sft", reference="none", focal_gamma=-1.0)
 
+
+
+def test_pipeline_gives_miniwob_a_seed_per_task():
+    """MiniWoB tasks are (task, seed) pairs: the pipeline asks for as many seeds as it selects tasks, so
+    num_train tasks of one task family are num_train distinct problems, disjoint from the held-out seeds."""
+    from configs.pipeline import get_config
+    from rollout.pipeline import Pipeline
+
+    c = get_config("tiny")
+    c.env.name = "miniwob"
+    c.tasks.update(families=("click-button",), num_train=70, num_test=30)
+    p = Pipeline(c, progress=False)
+    train, test = p.tasks("train"), p.tasks("test")
+    assert len(train) == 70 and len(test) == 30
+    assert not {t.goal["seed"] for t in train} & {t.goal["seed"] for t in test}
+    assert p._env is not None and p._env.name == "miniwob"
+    p.close()

@@ -75,6 +75,17 @@ def test_sft_items():
     assert sft_items(THREE, PairConfig()) == [0, 2]
     assert sft_items(THREE, PairConfig(sft_repeat=True)) == [0, 0, 2]
     assert sft_items(node((1.0, 0, 4))) == []
+
+
+def test_sft_shortest_keeps_the_successful_branches_nearest_a_goal():
+    three = dataclasses.replace(THREE, branches=[dataclasses.replace(b, goal_distance=d)
+                                                 for b, d in zip(THREE.branches, (3, 1, 5))])
+    assert sft_items(three, PairConfig(sft_shortest=True)) == [0]  # branch 1 is nearer but never succeeded
+    tie = dataclasses.replace(three, branches=[dataclasses.replace(b, goal_distance=3) for b in three.branches])
+    assert sft_items(tie, PairConfig(sft_shortest=True, sft_repeat=True)) == [0, 0, 2]
+    assert sft_items(THREE, PairConfig(sft_shortest=True)) == [0, 2]  # records without distances: all successes
+    with pytest.raises(ValueError, match="goal_distance"):
+        dataclasses.replace(THREE.branches[0], goal_distance=-1).validate("b")
     # a malformed output inside a successful trajectory is not an SFT target
     bad = node((1.0, 1, 0), (0.5, 1, 0))
     bad = dataclasses.replace(bad, branches=[bad.branches[0], dataclasses.replace(

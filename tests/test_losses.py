@@ -351,6 +351,26 @@ def test_sft_matches_numpy():
     np.testing.assert_allclose(g, -mask.astype(np.float64) / mask.sum(), rtol=1e-6)
 
 
+def test_sft_focal_matches_numpy_value_and_gradient():
+    rng = np.random.default_rng(5)
+    logps = -rng.exponential(1.0, (3, 7))
+    mask = rng.random((3, 7)) < 0.7
+    for gamma in (1.0, 2.0):
+        loss, m = sft_loss(logps.astype(np.float32), mask, focal_gamma=gamma)
+        p = np.exp(logps)
+        want = -(((1 - p) ** gamma) * logps * mask).sum() / mask.sum()
+        np.testing.assert_allclose(float(loss), want, rtol=1e-5)
+        np.testing.assert_allclose(float(m["nll"]), -(logps * mask).sum() / mask.sum(), rtol=1e-5)
+        # d/dx of -(1 - e^x)^g x = g (1 - e^x)^(g-1) e^x x - (1 - e^x)^g, per token, over the token count
+        g = np.asarray(jax.grad(lambda x: sft_loss(x, mask, focal_gamma=gamma)[0])(jnp.asarray(logps, jnp.float32)))
+        want_g = (gamma * (1 - p) ** (gamma - 1) * p * logps - (1 - p) ** gamma) * mask / mask.sum()
+        np.testing.assert_allclose(g, want_g, rtol=1e-4, atol=1e-7)
+    # a token the model is sure of carries (almost) nothing; a hard one keeps most of its NLL
+    sure, hard = sft_loss(np.array([[-1e-4, -2.0]], np.float32), np.array([[True, False]]), focal_gamma=2.0)[0], \
+        sft_loss(np.array([[-1e-4, -2.0]], np.float32), np.array([[False, True]]), focal_gamma=2.0)[0]
+    assert float(sure) < 1e-11 and float(hard) == pytest.approx(2.0 * (1 - np.exp(-2.0)) ** 2, rel=1e-5)
+
+
 def test_sft_empty_mask():
     loss, m = sft_loss(np.full((2, 3), -5.0, np.float32), np.zeros((2, 3), bool))
     assert float(loss) == 0.0 and float(m["tokens"]) == 0.0 and float(m["ppl"]) == 1.0

@@ -95,6 +95,25 @@ def test_exports_load_in_transformers_and_match(run):
     np.testing.assert_allclose(ours, want, atol=2e-4, rtol=2e-4)
 
 
+def test_collect_cli_prompts_a_pipeline_model_as_it_was_trained(run, tmp_path):
+    """launch.collect loads policies through the same loader as evaluation: a pipeline model's policy.json
+    (the compact system text, its history setting) is honoured, not the full grammar."""
+    from rollout.policies.prompt import COMPACT_SYSTEM_PROMPT
+    from rollout.recording import iter_episodes
+
+    out, _ = run
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    got = str(tmp_path / "c")
+    proc = subprocess.run([sys.executable, "-m", "launch.collect", "--families=procedure", "--num_tasks=1", "--runs=1",
+                           "--contexts=1", "--max_steps=1", "--max_tokens=16", "--policy=model",
+                           f"--model={os.path.join(out, 'models', 'sft')}", f"--out={got}", "--noscreenshots"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (ep,) = list(iter_episodes(got))
+    messages = ep.steps[0]["policy_info"]["messages"]
+    assert messages[0] == {"role": "system", "content": COMPACT_SYSTEM_PROMPT}
+
+
 def test_eval_and_report_have_every_row(run):
     out, _ = run
     for name in ("base", "sft", "kto", "kto_tree", "dpo", "tgpo", "tgpo-r2"):

@@ -131,6 +131,24 @@ def test_oracle_thought_leads_typed_text_with_the_words_the_task_puts_before_it(
         'Type [a cup] into textbox "Search" [2].'
 
 
+def test_oracle_sort_thought_leads_with_the_tasks_words_for_the_sort():
+    from rollout.core import Command, Element
+    from rollout.envs.shop.env import ShopEnv
+    from rollout.policies.oracle import _explain, sort_context
+
+    page = Observation(url="http://shop/search", title="t", text="", elements=(
+        Element(id="6", role="link", name="Sort: Price low to high"), Element(id="7", role="link", name="Sort: Rating"),
+        Element(id="9", role="link", name="Mug")))
+    tasks = [t for t in ShopEnv(n_train=30, n_test=2).tasks("train") if t.family == "procedure"]
+    task = next(t for t in tasks if t.goal["sort"] == "price_asc")
+    assert sort_context(task.instruction) == "price from low to high"
+    assert _explain(Command("CLICK", "6"), page, task.instruction) == \
+        'To sort by price from low to high, click link "Sort: Price low to high" [6].'
+    assert sort_context("Search for [x], sort by rating, and add the first item to the cart.") == "rating"
+    assert _explain(Command("CLICK", "9"), page, task.instruction) == 'Click link "Mug" [9].'  # not a sort link
+    assert _explain(Command("CLICK", "7"), page, "Buy [a mug].") == 'Click link "Sort: Rating" [7].'  # no sort asked
+
+
 def test_option_value_has_the_same_tokens_in_task_thought_and_command(tmp_path):
     """The command's value can only be copied from the task or the thought when it is the same token sequence
     there: `color: red` tokenised the value as ``▁red``, the command's `[red]` as ``red``."""

@@ -133,8 +133,8 @@ def test_behaviour_reference(work, tmp_path):
 def test_lora_trains_only_adapters(work, tmp_path):
     c = tiny_config(work, "dpo", tmp_path / "lora", **{"train.max_steps": 5})
     c.model.lora_rank = 4
-    s = loop.train(c)
-    trainer, state = s["trainer"], s["state"]
+    s = loop.fit(c)
+    trainer, state = s.trainer, s.state
     names = {"/".join(map(str, k)) for k, _ in jax.tree_util.tree_flatten_with_path(state["params"])[0]}
     assert names and all("lora" in n for n in names)
     b = [np.abs(np.asarray(v)).max() for k, v in jax.tree_util.tree_flatten_with_path(state["params"])[0]

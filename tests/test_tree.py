@@ -11,7 +11,8 @@ from rollout.recording import EpisodeRecord
 from rollout.tree.graph import StateRef as S
 from rollout.tree.build import TreeConfig, build_task_graph, canonical, label_conflict_rate, redundant_steps
 from rollout.tree.dataset import BuildConfig, build_dataset, node_records, remap_output
-from tgpo_jax.data.examples import kto_items, kto_tree_items, label_conflict, preference_pairs, sft_items
+from tgpo_jax.data.examples import (PairConfig, kto_items, kto_tree_items, label_conflict, preference_pairs,
+                                    sft_items)
 
 O = "http://127.0.0.1:9"
 TASK = Task("cola", "shop", "procedure", "Search cola, sort by price, add the first item to the cart.", "/", 6,
@@ -144,6 +145,34 @@ def test_loop_is_a_cycle_with_redundancy_and_no_change_is_redundant():
     assert g.rewards[S(0, 2)]["r_acc"] == 0.0 and g.rewards[S(0, 0)]["r_acc"] == 1.0
     assert all(v["r_subgoal"] == 0.0 for v in g.rewards.values())  # no success anywhere: goal unreachable
     assert redundant_steps(g, [loop]) == [2]
+
+
+def test_successful_detour_gets_goal_distances_and_shortest_sft_drops_it():
+    """A successful run that opens the cart, comes back and then does the task. Goal distances by hand: the root is
+    5 steps from the goal (type, search, item, add, STOP), so the detour's destination (the cart) is 6 and the typed
+    page 4; from the cart, going back is that page's shortest way on, so shortest-path SFT keeps it and drops only
+    the detour."""
+    cart = state("/cart", "g0")
+    run = episode(0, [(HOME, "CLICK [2]", "link", "Cart", {"url_changed": True}),
+                      (cart, "GO_BACK", None, None, {"url_changed": True}),
+                      (HOME, "TYPE [3] [cola]", "textbox", "Search", {}),
+                      (TYPED, "CLICK [4]", "button", "Search", {"url_changed": True}),
+                      (RESULTS, "CLICK [31]", "link", "Cola 7", {"url_changed": True}),
+                      (ITEM7, "CLICK [8]", "button", "Add to cart", {"url_changed": True}),
+                      (ADDED7, "STOP []", None, None, {})], True)
+    g = build_task_graph([run], TASK, TreeConfig())
+    dist = {b.command: b.goal_distance for (n, _), b in g.branches.items() if n == g.root}
+    assert dist == {'CLICK link "Cart"': 6, 'TYPE textbox "Search" [cola]': 4}
+    records = {r.node_id: r for r in node_records(g, [run], TASK, BuildConfig())}
+    root = records[g.root]
+    assert [b.goal_distance for b in root.branches] == [6, 4]
+    assert sft_items(root) == [0, 1]  # the paper's SFT: every branch of the successful run
+    assert sft_items(root, PairConfig(sft_shortest=True)) == [1]
+    cart_node = records[g.state_node[S(0, 1)]]
+    assert [b.command for b in cart_node.branches] == ["GO_BACK"] and cart_node.branches[0].goal_distance == 5
+    assert sft_items(cart_node, PairConfig(sft_shortest=True)) == [0]
+    stop = [b for r in records.values() for b in r.branches if b.command.startswith("STOP")]
+    assert [b.goal_distance for b in stop] == [0]
 
 
 def test_phash_merges_when_sequences_differ_and_strict_does_not():

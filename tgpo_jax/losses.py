@@ -177,10 +177,22 @@ def kto_class_weights(n_desirable: int, n_undesirable: int) -> tuple[float, floa
 def sft_loss(
     token_logps: Array,  # [N, T] log πθ of each target token
     loss_mask: Array,  # [N, T] bool/0-1, True on action tokens only (prompt tokens never carry loss)
+    focal_gamma: float = 0.0,
 ) -> tuple[Array, Metrics]:
-    """Token-mean negative log-likelihood over the masked (action) tokens."""
+    """Token-mean negative log-likelihood over the masked (action) tokens.
+
+    ``focal_gamma`` > 0: the focal form -(1 - p)^γ log p (Lin et al. 2017). Why: most action tokens are copies the
+    model gets right early (p → 1), and their mean hides the few decision tokens it still gets wrong; the focal
+    weight leaves those the gradient (docs/method.md §7). The metrics' ``nll`` and ``ppl`` are the plain mean."""
     mask = jnp.asarray(loss_mask).astype(bool)
     n_tokens = jnp.sum(mask).astype(jnp.float32)
-    loss = -jnp.sum(_clean(token_logps, mask)) / jnp.maximum(n_tokens, 1.0)
-    metrics: Metrics = {"loss": loss, "tokens": n_tokens, "ppl": jnp.exp(jax.lax.stop_gradient(loss))}
+    lp = _clean(token_logps, mask)  # [N, T], 0 off the mask
+    nll = -jnp.sum(lp) / jnp.maximum(n_tokens, 1.0)
+    if focal_gamma:
+        weight = (-jnp.expm1(lp)) ** focal_gamma  # (1 - p)^γ, exactly 0 off the mask where lp = 0
+        loss = -jnp.sum(weight * lp) / jnp.maximum(n_tokens, 1.0)
+    else:
+        loss = nll
+    metrics: Metrics = {"loss": loss, "tokens": n_tokens, "nll": jax.lax.stop_gradient(nll),
+                        "ppl": jnp.exp(jax.lax.stop_gradient(nll))}
     return loss, metrics

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import random
+import re
 
 from rollout.commands import format_output
 from rollout.core import Command, Environment, Observation, PolicyOutput, PolicyRequest
@@ -109,13 +110,16 @@ def _explain(cmd: Command, obs: Observation | None, instruction: str = "") -> st
     """A short, plan-style explanation of a command (Agent Q's thought). Names are quoted as the page quotes them
     and followed by the element's id (``link "Sort: Rating" [7]``: the command then repeats the thought), typed text is
     written as the task and the command write it (``[text]``), led by the word(s) the task puts before it
-    (``Type item 2 [text]``, see ``task_context``), and a chosen option as the task names it (``color [red]``), so a
-    thought repeats the page and the task token for token."""
+    (``Type item 2 [text]``, see ``task_context``), a chosen option as the task names it (``color [red]``) and a sort
+    link after the task's own words for it (``To sort by price from high to low, click link "Sort: Price high to
+    low" [7].``, see ``sort_context``), so a thought repeats the page and the task token for token."""
     el = obs.by_id(cmd.id) if (obs is not None and cmd.id) else None
     what = f"{el.role} {_quote(el.name)} [{el.id}]" if el is not None else (f"element {cmd.id}" if cmd.id else "")
     choose = f"{el.name} [{cmd.arg}]" if el is not None and el.name else f"[{cmd.arg}]"
     lead = task_context(instruction, str(cmd.arg)) if cmd.name == "TYPE" else ""
-    return {"CLICK": f"Click {what}.", "TYPE": f"Type {lead + ' ' if lead else ''}[{cmd.arg}] into {what}.",
+    goal = sort_context(instruction) if cmd.name == "CLICK" and el is not None and el.name.startswith("Sort:") else ""
+    return {"CLICK": f"To sort by {goal}, click {what}." if goal else f"Click {what}.",
+            "TYPE": f"Type {lead + ' ' if lead else ''}[{cmd.arg}] into {what}.",
             "SELECT": f"Choose {choose} in {what}.", "CLEAR": f"Clear {what}.",
             "SCROLL": f"Scroll {str(cmd.arg).lower()} to see more.", "GOTO": f"Open {cmd.arg}.",
             "GO_BACK": "Go back to the previous page.", "STOP": "The task is complete."}[cmd.name]
@@ -134,3 +138,14 @@ def task_context(instruction: str, text: str) -> str:
     if not words:
         return ""
     return " ".join(words[-2:]) if words[-1].isdigit() and len(words) > 1 else words[-1]
+
+
+def sort_context(instruction: str) -> str:
+    """The task's words after ``sort by`` up to the next comma or full stop (``price from high to low``), or "".
+
+    Why: the thought then copies the sort the task asks for (``sort by`` is the task's own two tokens, so the copy
+    circuit starts there) right before it names the link, and choosing the link is a match with words a few tokens
+    back instead of with the task's (measured: BUILD_NOTES.md, issue 16: cal15 clicked "Price low to high" for every
+    sort)."""
+    m = re.search(r"\bsort by ([^,.;]+)", instruction)
+    return m.group(1).strip() if m else ""

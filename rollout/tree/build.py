@@ -371,7 +371,8 @@ def branch_values(episodes, graph: TaskGraph, rewards, dist, cfg: TreeConfig) ->
                                n_total=len(first), n_success=len(succ), n_failed=len(first) - len(succ),
                                on_success_path=bool(succ), reaches_success=any(dist[d] < math.inf for d in dsts[key]),
                                occurrences=refs, steps_success=steps_success,
-                               steps_failed=len(refs) - steps_success)
+                               steps_failed=len(refs) - steps_success,
+                               goal_distance=min(dist[d] for d in dsts[key]))
     return out
 
 

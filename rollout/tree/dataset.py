@@ -230,7 +230,8 @@ def node_records(graph: TaskGraph, episodes: list[EpisodeRecord], task: Task | N
                               rewards={k: float(v) for k, v in b.rewards.items()}, n_total=b.n_total,
                               n_success=b.n_success, n_failed=b.n_failed, on_success_path=b.on_success_path,
                               reaches_success=b.reaches_success, behaviour_logprob=logprob,
-                              steps_success=b.steps_success, steps_failed=b.steps_failed))
+                              steps_success=b.steps_success, steps_failed=b.steps_failed,
+                              goal_distance=None if b.goal_distance == math.inf else int(b.goal_distance)))
         if not out:
             continue
         first = episodes[rep.episode].summary

@@ -7,6 +7,7 @@ the step is not a revisit, and the distance to a goal counts the STOP, as the en
 from __future__ import annotations
 
 import dataclasses
+import math
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -57,6 +58,7 @@ class BranchValue:
     occurrences: list[StateRef]
     steps_success: int = 0  # step occurrences in successful trajectories (plain KTO's labels, docs/method.md §6)
     steps_failed: int = 0
+    goal_distance: float = math.inf  # fewest steps from the branch's destination to a goal
 
 
 @dataclasses.dataclass

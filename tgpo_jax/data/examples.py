@@ -23,6 +23,7 @@ class PairConfig:
     weight_clip: float | None = None  # upper clip of w, applied per pair before any normalisation
     kto_repeat_cap: int | None = None  # plain KTO: at most this many copies per (branch, label)
     sft_repeat: bool = False  # SFT: repeat a branch once per successful trajectory taking it
+    sft_shortest: bool = False  # SFT: of a node's successful branches, only those nearest a goal (no detours)
 
     def __post_init__(self) -> None:
         # A negative margin would turn ties (and reversed pairs) into preferences; refuse it.
@@ -89,11 +90,21 @@ INVALID_PREFIX = "INVALID "  # the canonical command the tree builder gives an o
 
 def sft_items(node: NodeRecord, cfg: PairConfig = PairConfig()) -> list[int]:
     """SFT/RFT: branches taken by at least one successful trajectory (optionally once per success). An output that
-    did not parse is never imitated, even inside a successful trajectory: it stays a rejected action for pairs."""
+    did not parse is never imitated, even inside a successful trajectory: it stays a rejected action for pairs.
+
+    ``cfg.sft_shortest``: only the successful branches whose destination is fewest steps from a goal in the merged
+    graph, so a detour that a successful run took and undid (click away, go back) is not imitated; the step back
+    from the detour page is (it is that page's shortest way on). Records without ``goal_distance`` keep every
+    successful branch (docs/method.md §6)."""
+    ok = [i for i, b in enumerate(node.branches) if b.n_success > 0 and not b.command.startswith(INVALID_PREFIX)]
+    if cfg.sft_shortest:
+        known = [node.branches[i].goal_distance for i in ok if node.branches[i].goal_distance is not None]
+        if known:
+            best = min(known)
+            ok = [i for i in ok if node.branches[i].goal_distance in (best, None)]
     items: list[int] = []
-    for i, b in enumerate(node.branches):
-        if b.n_success > 0 and not b.command.startswith(INVALID_PREFIX):
-            items.extend([i] * (b.n_success if cfg.sft_repeat else 1))
+    for i in ok:
+        items.extend([i] * (node.branches[i].n_success if cfg.sft_repeat else 1))
     return items
 
 

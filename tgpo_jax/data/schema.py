@@ -39,6 +39,9 @@ class Branch:
     # labels (docs/method.md §6); None in records written before they were stored
     steps_success: int | None = None
     steps_failed: int | None = None
+    # fewest steps from the branch's destination to a goal in the merged graph (docs/method.md §4); None when no goal
+    # is reachable or in records written before it was stored
+    goal_distance: int | None = None
 
     def validate(self, where: str) -> None:
         if not isinstance(self.action, str) or not self.action:
@@ -59,6 +62,8 @@ class Branch:
             raise SchemaError(f"{where}: step occurrences success={self.steps_success} failed={self.steps_failed} "
                               f"must both be given and at least the trajectory counts ({self.n_success}, "
                               f"{self.n_failed})")
+        if self.goal_distance is not None and not (isinstance(self.goal_distance, int) and self.goal_distance >= 0):
+            raise SchemaError(f"{where}: goal_distance={self.goal_distance!r} must be an integer >= 0 or None")
         if self.behaviour_logprob is not None and not (_finite(self.behaviour_logprob) and self.behaviour_logprob <= 0):
             raise SchemaError(f"{where}: behaviour_logprob={self.behaviour_logprob!r} must be a finite value <= 0")
 

@@ -61,7 +61,8 @@ def maybe_initialize_distributed(cfg) -> None:
 def collate_config(cfg) -> CollateConfig:
     d = cfg.data
     pairs = ex.PairConfig(margin=d.margin, weight_eps=d.weight_eps, weight_clip=d.weight_clip or None,
-                          kto_repeat_cap=d.kto_repeat_cap or None, sft_repeat=d.sft_repeat)
+                          kto_repeat_cap=d.kto_repeat_cap or None, sft_repeat=d.sft_repeat,
+                          sft_shortest=d.sft_shortest)
     return CollateConfig(method=cfg.method, layout=d.layout, max_len=d.max_len, max_prompt_len=d.max_prompt_len,
                          max_completion_len=d.max_completion_len, max_branches=d.max_branches,
                          max_pairs=d.max_pairs, max_items=d.max_items, kl_slot=d.kl_slot, pairs=pairs)
@@ -124,8 +125,20 @@ def _eval(trainer, state, source, cfg, mesh) -> dict:
     return {k: v / max(n, 1) for k, v in sums.items()}
 
 
+@dataclasses.dataclass
+class TrainResult:
+    summary: dict  # JSON-safe: the final and eval metrics, as written to <output_dir>/summary.json
+    state: dict  # the final train state (params, optimiser state, step)
+    trainer: Trainer  # its jitted steps, for callers that keep evaluating the state
+
+
 def train(cfg) -> dict:
-    """Run (or resume) one training job; returns a summary with the final and eval metrics."""
+    """Run (or resume) one training job; returns its summary (JSON-safe: the final and eval metrics)."""
+    return fit(cfg).summary
+
+
+def fit(cfg) -> TrainResult:
+    """``train``, also returning the live final state and its trainer."""
     maybe_initialize_distributed(cfg)
     out_dir = os.path.abspath(cfg.train.output_dir)
     os.makedirs(out_dir, exist_ok=True)
@@ -161,7 +174,7 @@ def train(cfg) -> dict:
                 else (cfg.loss.desirable_weight, cfg.loss.undesirable_weight))
     loss_cfg = LossConfig(method=cfg.method, beta=cfg.loss.beta, dpo_loss_type=cfg.loss.dpo_loss_type,
                           label_smoothing=cfg.loss.label_smoothing, desirable_weight=w_d, undesirable_weight=w_u,
-                          reference=cfg.loss.reference)
+                          reference=cfg.loss.reference, focal_gamma=cfg.loss.focal_gamma)
     per_epoch = steps_per_epoch(train_src, cfg.train.batch_size)
     total = cfg.train.max_steps or per_epoch * cfg.train.num_epochs
     o = cfg.optim
@@ -233,9 +246,7 @@ def train(cfg) -> dict:
         write_text_atomic(os.path.join(out_dir, "summary.json"), json.dumps(summary, indent=2, default=float))
     ckpt.close()
     writer.close()
-    summary["state"] = state
-    summary["trainer"] = trainer
-    return summary
+    return TrainResult(summary=summary, state=state, trainer=trainer)
 
 
 def _truncate_metrics(path: str, step: int) -> None:

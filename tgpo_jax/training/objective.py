@@ -19,10 +19,14 @@ class LossConfig:
     desirable_weight: float = 1.0  # KTO; set from the class ratio by the trainer
     undesirable_weight: float = 1.0
     reference: str = "live"  # live | precomputed | behaviour | none (SFT)
+    focal_gamma: float = 0.0  # SFT: focal exponent on each token's NLL (0 = plain NLL; tgpo_jax.losses.sft_loss)
 
     def __post_init__(self):
         if self.reference not in REFERENCE_MODES:
             raise ValueError(f"reference {self.reference!r}: expected one of {REFERENCE_MODES}")
+        if not self.focal_gamma >= 0 or (self.focal_gamma and self.method != "sft"):
+            raise ValueError(f"focal_gamma={self.focal_gamma}: must be >= 0, and is an SFT setting (method "
+                             f"{self.method})")
         if self.method != "sft" and self.reference == "none":
             raise ValueError(f"method {self.method} needs a reference (live, precomputed or behaviour)")
         if self.method in ("kto", "kto_tree") and self.reference == "behaviour":
@@ -50,7 +54,7 @@ def reference_slots(batch: dict, cfg: LossConfig):
 def objective(policy_slots, ref_slots, token_lp, token_on, batch: dict, cfg: LossConfig):
     """policy_slots/ref_slots [B*S]; token_lp/token_on [B*R, L] -> (loss, metrics)."""
     if cfg.method == "sft":
-        return losses.sft_loss(token_lp, token_on)
+        return losses.sft_loss(token_lp, token_on, focal_gamma=cfg.focal_gamma)
     s = batch["slot_valid"].shape[1]
     if cfg.method in ("dpo", "tgpo"):
         c, r = _global(batch["pair_chosen"], s), _global(batch["pair_rejected"], s)
