@@ -8,6 +8,8 @@
   large    the learning-result configuration (400 training tasks, trees on 100, every method, three training
            seeds, 100 held-out tasks; not yet run end to end: see BUILD_NOTES.md)
   smollm2  the bundled SmolLM2-135M-Instruct as the base (for a GPU host)
+  miniwob  learning in minutes: SFT of the 'copy' model on three MiniWoB++ tasks (focus-text, click-button,
+           click-link), evaluated on held-out seeds (the slow learning test, tests/test_learning.py)
 
 Every field can be overridden: ``--config.collect.runs=8 --config.tgpo.loss.beta=0.2 --config.rounds.count=2``.
 The five training sections (sft, dpo, kto, kto_tree, tgpo) are whole launch.train configs (configs/<method>.py);
@@ -51,9 +53,11 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     # the policy prompt's budget in the model's tokens (dataset prompts are rebuilt to it)
     c.prompt_tokens = 320
     # system text: 'full' (the grammar, rollout/policies/prompt.py) or 'compact' (one line: from-scratch models)
-    c.prompt_style = "compact" if preset in ("default", "tiny", "large") else "full"
+    c.prompt_style = "compact" if preset in ("default", "tiny", "large", "miniwob") else "full"
     # characters of each earlier step's thought kept in the history (0 = commands only: the command says it)
     c.history_thoughts = 0 if c.prompt_style == "compact" else 160
+    # where page lines put element ids: "before" (as rendered) or "after" the name (rollout/policies/prompt.py)
+    c.page_ids = "before"
     # from-scratch models: trained on round 1; id_pieces > 0: element ids [0]..[n-1] as single pieces
     c.tokenizer = ml_collections.ConfigDict(dict(vocab_size=2000, id_pieces=0))
     c.dataset = ml_collections.ConfigDict(dict(
@@ -79,9 +83,9 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     c.export = ml_collections.ConfigDict(dict(dtype="", select="success_rate"))  # '' = the run's dtype
 
     model_preset = {"default": "scratch-copy", "tiny": "tiny", "large": "scratch-copy",
-                    "smollm2": "smollm2-135m"}.get(preset)
+                    "smollm2": "smollm2-135m", "miniwob": "scratch-copy"}.get(preset)
     if model_preset is None:
-        raise ValueError(f"unknown pipeline preset {preset!r}; choose from default, tiny, large, smollm2")
+        raise ValueError(f"unknown pipeline preset {preset!r}; choose from default, tiny, large, smollm2, miniwob")
     c.update(_training(model_preset))
     # from-scratch models: language-model pretraining on the round-1 page text before SFT (rollout/lm_data.py);
     # pretrain_window = tokens per window, 0 = none (the base is the initialisation)
@@ -142,6 +146,21 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c.sft.train.max_steps = 150
         c.sft.optim.learning_rate = 3e-3
         c.collect.temperature = 0.5
+    if preset == "miniwob":  # measured in BUILD_NOTES.md, "The slow learning test"
+        c.title = "tgpo-jax: SFT on MiniWoB++"
+        c.env.name = "miniwob"
+        c.tasks.update(families=("focus-text", "click-button", "click-link"), num_train=90, num_test=30)
+        c.collect.update(runs=1, max_steps=8, step_slack=4)
+        c.methods, c.eval.models = ("sft",), ("sft",)
+        c.prompt_tokens, c.history_thoughts = 256, 60
+        c.tokenizer.update(vocab_size=1200, id_pieces=200)
+        c.eval.update(max_steps=8, step_slack=2)
+        t = c.sft
+        t.data.update(max_len=320, max_prompt_len=256, max_completion_len=64)
+        t.train.update(batch_size=8, max_steps=150)
+        t.optim.update(learning_rate=2e-3, warmup_fraction=0.05, schedule="cosine")
+        t.model.update(circuit_recency=20, circuit_bigram=0.7)
+        c.trees = 1
     if preset == "smollm2":
         c.prompt_tokens = 1536
         c.collect.update(max_tokens=128)

@@ -29,6 +29,7 @@ flags.DEFINE_integer("prompt_budget_tokens", 2048, "prompt budget for rebuilt pr
 flags.DEFINE_string("tokenizer", "", "count the prompt budget with this tokenizer (the policy's); '' = 4 chars/token")
 flags.DEFINE_enum("prompt_style", "full", ["full", "compact"], "system text of rebuilt prompts (the policy's)")
 flags.DEFINE_integer("thought_chars", 160, "characters of each earlier thought kept in rebuilt histories (the policy's)")
+flags.DEFINE_enum("page_ids", "before", ["before", "after"], "where page lines put element ids (the policy's)")
 flags.DEFINE_bool("include_invalid", True, "keep branches whose output did not parse")
 flags.DEFINE_bool("overwrite", False, "replace an existing dataset")
 flags.DEFINE_enum("verifier", "builtin", ["builtin", "judge"], "R_acc: built-in checks or a judge model")
@@ -49,7 +50,7 @@ def main(argv):
 
     cfg = BuildConfig(tree=tree, splits=tuple(F.splits), num_shards=F.num_shards,
                       prompt_budget_tokens=F.prompt_budget_tokens, tokenizer=F.tokenizer,
-                      system_prompt=SYSTEM_PROMPTS[F.prompt_style], thought_chars=F.thought_chars,
+                      system_prompt=SYSTEM_PROMPTS[F.prompt_style], thought_chars=F.thought_chars, page_ids=F.page_ids,
                       include_invalid=F.include_invalid,
                       overwrite=F.overwrite, verifier=F.verifier, judge_url=F.judge_url,
                       judge_model=F.judge_model)

@@ -68,7 +68,7 @@ def is_run_dir(path: str) -> bool:
 
 def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int = 8, step: int | None = None,
                 env: Environment | None = None, seed: int = 0, prompt_style: str | None = None,
-                thought_chars: int | None = None) -> Policy:
+                thought_chars: int | None = None, page_ids: str | None = None) -> Policy:
     """The policy named by ``model``:
 
     - ``oracle`` / ``oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>``: the (noisy) oracle of ``env``;
@@ -79,7 +79,8 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
     ``params`` (``SamplingParams``) sets decoding for model policies. The policy's ``name`` describes it.
     The system text is ``prompt_style`` (``prompt.SYSTEM_PROMPTS``) when given, else the one saved next to the
     model (``policy.json``, written by the pipeline for the models it trains), else the full grammar; likewise
-    ``thought_chars``, the characters of each earlier step's thought kept in the history (default 160).
+    ``thought_chars``, the characters of each earlier step's thought kept in the history (default 160), and
+    ``page_ids``, where page lines put element ids (default "before").
     """
     from tgpo_jax.models.loading import BUNDLED_ALIASES
 
@@ -92,15 +93,18 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
         return OraclePolicy(env, noise, seed=seed, name=model)
     from rollout.policies.model import ModelPolicy
 
-    from rollout.policies.prompt import DEFAULT_THOUGHT_CHARS, SYSTEM_PROMPTS, saved_prompt
+    from rollout.policies.prompt import DEFAULT_THOUGHT_CHARS, PAGE_IDS, SYSTEM_PROMPTS, saved_prompt
 
     saved = saved_prompt(model)
     style = prompt_style or saved.get("prompt_style", "full")
     if style not in SYSTEM_PROMPTS:
         raise ValueError(f"prompt_style {style!r}: expected one of {sorted(SYSTEM_PROMPTS)}")
     thoughts = thought_chars if thought_chars is not None else int(saved.get("thought_chars", DEFAULT_THOUGHT_CHARS))
+    ids = page_ids or saved.get("page_ids", "before")
+    if ids not in PAGE_IDS:
+        raise ValueError(f"page_ids {ids!r}: expected one of {PAGE_IDS}")
     kw = dict(params=params, budget_tokens=budget_tokens, max_batch=max_batch, system_prompt=SYSTEM_PROMPTS[style],
-              thought_chars=thoughts)
+              thought_chars=thoughts, page_ids=ids)
     if os.path.isdir(model) and is_run_dir(model):
         from tgpo_jax.models.loading import merged_model, with_tokenizer_eos
         from tgpo_jax.models.sampler import Sampler

@@ -131,6 +131,8 @@ def validate(cfg) -> None:
         raise ValueError("sft.model.path is empty and sft.model.scratch names no from-scratch preset")
     if cfg.prompt_style not in ("full", "compact"):
         raise ValueError(f"prompt_style={cfg.prompt_style!r}: expected 'full' or 'compact'")
+    if cfg.page_ids not in ("before", "after"):
+        raise ValueError(f"page_ids={cfg.page_ids!r}: expected 'before' or 'after'")
     if cfg.export.select not in ("success_rate", "avg_steps", "redundant_steps"):
         raise ValueError(f"export.select={cfg.export.select!r}: expected success_rate, avg_steps or redundant_steps")
 
@@ -230,6 +232,8 @@ class Pipeline:
         collect_spec = {k: v for k, v in _plain(c.collect).items() if k not in ("contexts", "max_batch")}
         prompt_spec = {"prompt_tokens": c.prompt_tokens, "prompt_style": c.prompt_style,
                        "history_thoughts": c.history_thoughts}
+        if c.page_ids != "before":  # only when set: runs made before the option keep their stage specs
+            prompt_spec["page_ids"] = c.page_ids
         data_spec = {"dataset": _plain(c.dataset), **prompt_spec}
         out: list[Stage] = []
         tok_deps: tuple[str, ...] = ()
@@ -250,7 +254,8 @@ class Pipeline:
                                                   f"policy {policy}"))
             if r == 1:
                 if self.scratch:
-                    out.append(Stage("tokenizer", self.train_tokenizer, _plain(c.tokenizer), ("collect-r1",),
+                    tok_spec = {**_plain(c.tokenizer), **({"page_ids": c.page_ids} if c.page_ids != "before" else {})}
+                    out.append(Stage("tokenizer", self.train_tokenizer, tok_spec, ("collect-r1",),
                                      (self.tokenizer,), f"SentencePiece, {c.tokenizer.vocab_size} pieces"))
                     lm = c.pretrain_window > 0
                     bases = [self.base_name(sd) for sd in self.seeds]
@@ -333,7 +338,7 @@ class Pipeline:
         params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
         return load_policy(spec, params=params, budget_tokens=self.cfg.prompt_tokens, max_batch=max_batch,
                            env=self.env, seed=seed, step=step, prompt_style=self.cfg.prompt_style,
-                           thought_chars=self.cfg.history_thoughts)
+                           thought_chars=self.cfg.history_thoughts, page_ids=self.cfg.page_ids)
 
     def save_prompt(self, model_dir: str) -> None:
         """``policy.json`` next to a model: launch.evaluate / collect then prompt it as it was trained."""
@@ -341,7 +346,7 @@ class Pipeline:
 
         write_text_atomic(os.path.join(model_dir, POLICY_FILE), json.dumps({
             "prompt_style": self.cfg.prompt_style, "budget_tokens": self.cfg.prompt_tokens,
-            "thought_chars": self.cfg.history_thoughts}))
+            "thought_chars": self.cfg.history_thoughts, "page_ids": self.cfg.page_ids}))
 
     @staticmethod
     def _with_policy(policy, coro):
@@ -403,7 +408,8 @@ class Pipeline:
         # every prompt as the policy will see it (system text included, once per step: its real frequency)
         system = SYSTEM_PROMPTS[self.cfg.prompt_style]
         texts, cfg = [SYSTEM_PROMPT], BuildConfig(prompt_budget_tokens=1 << 20, system_prompt=system,
-                                                  thought_chars=self.cfg.history_thoughts)
+                                                  thought_chars=self.cfg.history_thoughts,
+                                                  page_ids=self.cfg.page_ids)
         for ep in iter_episodes(self.episodes(1)):
             for t, step in enumerate(ep.steps):
                 texts += [m["content"] for m in step_prompt(tasks.get(ep.task_id), ep, t, cfg)]
@@ -488,7 +494,8 @@ class Pipeline:
         bcfg = BuildConfig(tree=self.tree_config(), splits=("train",), num_shards=d.num_shards,
                            prompt_budget_tokens=self.cfg.prompt_tokens, tokenizer=self.tokenizer,
                            system_prompt=SYSTEM_PROMPTS[self.cfg.prompt_style],
-                           thought_chars=self.cfg.history_thoughts, include_invalid=d.include_invalid, overwrite=True)
+                           thought_chars=self.cfg.history_thoughts, page_ids=self.cfg.page_ids,
+                           include_invalid=d.include_invalid, overwrite=True)
         rounds = range(1, r + 1) if self.cfg.rounds.accumulate else (r,)
         pools: dict[str, set] = {}  # every training task's typed strings: what copy-swap augmentation draws from
         for task in self.env.tasks("train"):

@@ -52,3 +52,16 @@ def test_pipeline_gives_miniwob_a_seed_per_task():
     assert not {t.goal["seed"] for t in train} & {t.goal["seed"] for t in test}
     assert p._env is not None and p._env.name == "miniwob"
     p.close()
+
+
+@pytest.mark.parametrize("preset", ["default", "tiny", "large", "smollm2", "miniwob"])
+def test_every_pipeline_preset_is_valid(preset):
+    from configs.pipeline import get_config
+    from rollout.pipeline import validate
+
+    c = get_config(preset)
+    validate(c)
+    assert c.page_ids == "before"
+    c.page_ids = "middle"
+    with pytest.raises(ValueError, match="page_ids"):
+        validate(c)

@@ -97,21 +97,32 @@ def test_exports_load_in_transformers_and_match(run):
 
 def test_collect_cli_prompts_a_pipeline_model_as_it_was_trained(run, tmp_path):
     """launch.collect loads policies through the same loader as evaluation: a pipeline model's policy.json
-    (the compact system text, its history setting) is honoured, not the full grammar."""
-    from rollout.policies.prompt import COMPACT_SYSTEM_PROMPT
+    (the compact system text, its history setting, where page lines put ids) is honoured, not the full grammar."""
+    import shutil
+
+    from rollout.policies.prompt import COMPACT_SYSTEM_PROMPT, POLICY_FILE
     from rollout.recording import iter_episodes
 
     out, _ = run
+    model = str(tmp_path / "sft")
+    shutil.copytree(os.path.join(out, "models", "sft"), model)
+    with open(os.path.join(model, POLICY_FILE)) as f:
+        saved = json.load(f)
+    assert saved["page_ids"] == "before"
+    with open(os.path.join(model, POLICY_FILE), "w") as f:
+        json.dump({**saved, "page_ids": "after"}, f)
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     got = str(tmp_path / "c")
     proc = subprocess.run([sys.executable, "-m", "launch.collect", "--families=procedure", "--num_tasks=1", "--runs=1",
                            "--contexts=1", "--max_steps=1", "--max_tokens=16", "--policy=model",
-                           f"--model={os.path.join(out, 'models', 'sft')}", f"--out={got}", "--noscreenshots"],
+                           f"--model={model}", f"--out={got}", "--noscreenshots"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (ep,) = list(iter_episodes(got))
     messages = ep.steps[0]["policy_info"]["messages"]
     assert messages[0] == {"role": "system", "content": COMPACT_SYSTEM_PROMPT}
+    assert '[2] textbox "Search"' in ep.steps[0]["observation"]  # recorded as rendered, prompted as saved
+    assert 'textbox "Search" [2]' in messages[1]["content"] and "[2] textbox" not in messages[1]["content"]
 
 
 def test_eval_and_report_have_every_row(run):

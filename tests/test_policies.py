@@ -12,7 +12,7 @@ from rollout.core import ErrorInfo, HistoryItem, Observation, PolicyRequest, Tas
 from rollout.policies.http import OpenAIPolicy, PolicyError
 from rollout.policies.model import ModelPolicy, cut_after_command
 from rollout.policies.prompt import (ANSWER_CUE, KEEP_RECENT, SYSTEM_PROMPT, build_messages, command_end,
-                                     observation_text, prompt_ids)
+                                     messages_for, observation_text, prompt_ids)
 from rollout.serve import ModelServer
 from tgpo_jax.models.config import tiny_config
 from tgpo_jax.models.loading import flat_params, model_from_flat
@@ -98,6 +98,25 @@ def test_prompt_cuts_the_page_from_its_end_after_the_old_history(spm_tokenizer):
     assert sum(len(m["content"]) for m in est) <= 4 * budget
 
 
+def test_page_ids_after_the_name():
+    """page_ids='after' moves each element's id behind its role and quoted name (escaped quotes included) and
+    leaves every other line alone; the prompt carries the moved page, and an unknown form is an error."""
+    from rollout.policies.prompt import page_form
+
+    page = ('URL: http://x/\ntext "Click on the \\"okay\\" button."\n[1] button "okay"\n'
+            '  [6] combobox "color" value="black" options=["a","b"]\n[12] link "a \\"q\\" b"\nheading "[3] x"')
+    assert page_form(page) == page
+    assert page_form(page, "after").splitlines() == [
+        "URL: http://x/", 'text "Click on the \\"okay\\" button."', 'button "okay" [1]',
+        '  combobox "color" [6] value="black" options=["a","b"]', 'link "a \\"q\\" b" [12]', 'heading "[3] x"']
+    with pytest.raises(ValueError, match="page_ids"):
+        page_form(page, "middle")
+    req = make_request(n_history=0, page_lines=2)
+    user = build_messages(req, budget_tokens=10**6, page_ids="after")[1]["content"]
+    assert "link 'Item 1" in user  # single-quoted names are no element line of the renderer: unchanged
+    assert messages_for("t", (), page, page_ids="after")[1]["content"].count('button "okay" [1]') == 1
+
+
 def test_oracle_thought_repeats_the_page_line_and_the_task_option():
     from rollout.core import Command, Element
     from rollout.policies.oracle import _explain
@@ -147,6 +166,22 @@ def test_oracle_sort_thought_leads_with_the_tasks_words_for_the_sort():
     assert sort_context("Search for [x], sort by rating, and add the first item to the cart.") == "rating"
     assert _explain(Command("CLICK", "9"), page, task.instruction) == 'Click link "Mug" [9].'  # not a sort link
     assert _explain(Command("CLICK", "7"), page, "Buy [a mug].") == 'Click link "Sort: Rating" [7].'  # no sort asked
+
+
+def test_oracle_result_thought_leads_with_the_tasks_rank_and_names_the_id():
+    from rollout.core import Command, Element
+    from rollout.envs.shop.env import ShopEnv
+    from rollout.policies.oracle import _explain, item_context
+
+    page = Observation(url="http://shop/search", title="t", text="", elements=(
+        Element(id="7", role="link", name="Sort: Rating", href="http://shop/search?q=x&sort=rating"),
+        Element(id="11", role="link", name="Mug", href="http://shop/item/42?q=x")))
+    task = next(t for t in ShopEnv(n_train=30, n_test=2).tasks("train") if t.family == "procedure")
+    rank = ("first", "second", "third")[int(task.goal["position"]) - 1]
+    assert item_context(task.instruction) == f"the {rank} item"
+    assert _explain(Command("CLICK", "11"), page, task.instruction) == f"To add the {rank} item, click result [11]."
+    assert _explain(Command("CLICK", "11"), page, "Buy [a mug].") == 'Click link "Mug" [11].'  # no rank asked
+    assert item_context("i am looking for [a mug]") == ""
 
 
 def test_option_value_has_the_same_tokens_in_task_thought_and_command(tmp_path):

@@ -61,7 +61,7 @@ class _Pending:
 class ModelPolicy:
     def __init__(self, sampler, tokenizer, *, params, budget_tokens: int = 2048, max_batch: int = 8,
                  name: str = "model", stop_after_command: bool = True, thought_chars: int = 160,
-                 system_prompt: str = SYSTEM_PROMPT):
+                 system_prompt: str = SYSTEM_PROMPT, page_ids: str = "before"):
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.sampler = sampler
@@ -73,6 +73,7 @@ class ModelPolicy:
         self.stop_after_command = stop_after_command
         self.thought_chars = thought_chars
         self.system_prompt = system_prompt
+        self.page_ids = page_ids
         self.generate_calls = 0  # batches run so far
         self._queue: asyncio.Queue | None = None
         self._worker: asyncio.Task | None = None
@@ -151,7 +152,8 @@ class ModelPolicy:
 
         t0 = time.perf_counter()
         messages = [build_messages(r, tokenizer=self.tokenizer, budget_tokens=self.budget_tokens,
-                                   thought_chars=self.thought_chars, system_prompt=self.system_prompt)
+                                   thought_chars=self.thought_chars, system_prompt=self.system_prompt,
+                                   page_ids=self.page_ids)
                     for r in requests]
         prompts = [chat_ids(self.tokenizer, m) for m in messages]
         params = self.params

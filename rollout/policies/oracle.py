@@ -112,13 +112,18 @@ def _explain(cmd: Command, obs: Observation | None, instruction: str = "") -> st
     written as the task and the command write it (``[text]``), led by the word(s) the task puts before it
     (``Type item 2 [text]``, see ``task_context``), a chosen option as the task names it (``color [red]``) and a sort
     link after the task's own words for it (``To sort by price from high to low, click link "Sort: Price high to
-    low" [7].``, see ``sort_context``), so a thought repeats the page and the task token for token."""
+    low" [7].``, see ``sort_context``) and a result chosen by its rank after the task's words for the rank (``To add
+    the third item, click result [11].``, see ``item_context``), so a thought repeats the page and the task token for
+    token."""
     el = obs.by_id(cmd.id) if (obs is not None and cmd.id) else None
     what = f"{el.role} {_quote(el.name)} [{el.id}]" if el is not None else (f"element {cmd.id}" if cmd.id else "")
     choose = f"{el.name} [{cmd.arg}]" if el is not None and el.name else f"[{cmd.arg}]"
     lead = task_context(instruction, str(cmd.arg)) if cmd.name == "TYPE" else ""
     goal = sort_context(instruction) if cmd.name == "CLICK" and el is not None and el.name.startswith("Sort:") else ""
-    return {"CLICK": f"To sort by {goal}, click {what}." if goal else f"Click {what}.",
+    nth = item_context(instruction) if cmd.name == "CLICK" and el is not None and _is_result(el) else ""
+    click = (f"To sort by {goal}, click {what}." if goal else
+             f"To add {nth}, click result [{el.id}]." if nth else f"Click {what}.")
+    return {"CLICK": click,
             "TYPE": f"Type {lead + ' ' if lead else ''}[{cmd.arg}] into {what}.",
             "SELECT": f"Choose {choose} in {what}.", "CLEAR": f"Clear {what}.",
             "SCROLL": f"Scroll {str(cmd.arg).lower()} to see more.", "GOTO": f"Open {cmd.arg}.",
@@ -149,3 +154,18 @@ def sort_context(instruction: str) -> str:
     sort)."""
     m = re.search(r"\bsort by ([^,.;]+)", instruction)
     return m.group(1).strip() if m else ""
+
+
+def item_context(instruction: str) -> str:
+    """The task's words for the rank of the item to add (``the third item``), or "".
+
+    Why: which result to open is then a fixed link from the rank word to the result's id (results follow the same
+    header on every results page), said right before the id; naming the title first made the model pick the title
+    among all results' lines (measured: BUILD_NOTES.md, issue 16: procedure CLICK accuracy)."""
+    m = re.search(r"\badd (the \w+ item)\b", instruction)
+    return m.group(1) if m else ""
+
+
+def _is_result(el) -> bool:
+    """A product link of a results list (the shop's item pages)."""
+    return el.role == "link" and "/item/" in (el.href or "")

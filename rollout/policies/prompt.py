@@ -49,7 +49,13 @@ Command: <one command>"""
 # training row on a CPU. The answer cue and the format of the outputs stay the same.
 COMPACT_SYSTEM_PROMPT = "You are a web agent. Give one command per step: 'Thought: ...' then 'Command: ...'."
 SYSTEM_PROMPTS = {"full": SYSTEM_PROMPT, "compact": COMPACT_SYSTEM_PROMPT}
-POLICY_FILE = "policy.json"  # next to a model: its prompt ({"prompt_style", "budget_tokens", "thought_chars"})
+POLICY_FILE = "policy.json"  # next to a model: its prompt ({"prompt_style", "budget_tokens", "thought_chars",
+#                                                          "page_ids"})
+# where an element's id stands in a page line: "before" its role (as the harness renders it: ``[7] button "Buy Now"``)
+# or "after" its name (``button "Buy Now" [7]``), the order in which the oracle's thought names an element. A lever
+# for from-scratch models, measured in BUILD_NOTES.md (issue 16): the planted copy circuit continues a match, but the
+# space before an id is a piece of its own, so its two-token match at the id cannot tell the page's lines apart
+PAGE_IDS = ("before", "after")
 DEFAULT_THOUGHT_CHARS = 160  # characters of each earlier step's thought kept in the history (0: commands only)
 
 
@@ -87,6 +93,18 @@ def observation_text(obs: Observation) -> str:
         return render_observation(obs)
     error = f"Error: {obs.error.kind}: {obs.error.message}\n" if obs.error is not None else ""
     return f"URL: {obs.url}\nTitle: {obs.title}\n" + error + obs.text
+
+
+_ELEMENT_LINE = re.compile(r'^(?P<indent>[ \t]*)\[(?P<id>\d+)\] (?P<what>\S+ "(?:[^"\\]|\\.)*")(?P<rest>.*)$', re.M)
+
+
+def page_form(page: str, page_ids: str = "before") -> str:
+    """The page text with each element's id where ``page_ids`` puts it (``PAGE_IDS``)."""
+    if page_ids == "before":
+        return page
+    if page_ids != "after":
+        raise ValueError(f"page_ids={page_ids!r}; expected one of {PAGE_IDS}")
+    return _ELEMENT_LINE.sub(lambda m: f"{m['indent']}{m['what']} [{m['id']}]{m['rest']}", page)
 
 
 def _one_line(s: str) -> str:
@@ -134,19 +152,20 @@ def count_tokens(messages: Sequence[dict], tokenizer=None) -> int:
 
 
 def build_messages(request: PolicyRequest, *, tokenizer=None, budget_tokens: int = 2048,
-                   thought_chars: int = 160, system_prompt: str = SYSTEM_PROMPT) -> list[dict]:
+                   thought_chars: int = 160, system_prompt: str = SYSTEM_PROMPT, page_ids: str = "before") -> list[dict]:
     """Chat messages for one step, within ``budget_tokens`` where at all possible (the system text and the
     task alone are never cut)."""
     return messages_for(request.task.instruction, request.history, observation_text(request.observation),
                         tokenizer=tokenizer, budget_tokens=budget_tokens, thought_chars=thought_chars,
-                        system_prompt=system_prompt)
+                        system_prompt=system_prompt, page_ids=page_ids)
 
 
 def messages_for(instruction: str, history: Sequence[HistoryItem], page: str, *, tokenizer=None,
                  budget_tokens: int = 2048, thought_chars: int = 160, system_prompt: str = SYSTEM_PROMPT,
-                 keep_recent: int = KEEP_RECENT) -> list[dict]:
+                 keep_recent: int = KEEP_RECENT, page_ids: str = "before") -> list[dict]:
     """``build_messages`` from its parts: the dataset builder rebuilds a recorded step's prompt with it."""
     history = tuple(history)
+    page = page_form(page, page_ids)
 
     def messages(dropped: int, page_text: str) -> list[dict]:
         return [{"role": "system", "content": system_prompt},

@@ -50,6 +50,7 @@ class BuildConfig:
     system_prompt: str = SYSTEM_PROMPT  # the policy's system text (prompt.SYSTEM_PROMPTS)
     tokenizer: str = ""  # count the budget with this tokenizer (the policy's, as ModelPolicy does); '' = 4 chars/token
     thought_chars: int = 160
+    page_ids: str = "before"  # where page lines put element ids (prompt.PAGE_IDS)
     include_invalid: bool = True  # keep branches whose output did not parse (they are useful rejected actions)
     overwrite: bool = False
     verifier: str = "builtin"  # R_acc: "builtin" checks, or "judge": a vision model over before/after screenshots
@@ -183,7 +184,7 @@ def step_prompt(task: Task | None, ep: EpisodeRecord, t: int, cfg: BuildConfig) 
     instruction = task.instruction if task is not None else ep.summary.get("instruction", "")
     return messages_for(instruction, history_of(ep, t), step["observation"], budget_tokens=cfg.prompt_budget_tokens,
                         tokenizer=_tokenizer(cfg.tokenizer), thought_chars=cfg.thought_chars,
-                        system_prompt=cfg.system_prompt)
+                        system_prompt=cfg.system_prompt, page_ids=cfg.page_ids)
 
 
 def copy_spans(branches: Sequence[Branch], task: Task | None, kinds: dict[str, str]) -> list[dict]:
