@@ -14,10 +14,11 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAMILIES = ("focus-text", "click-button", "click-link")
 # held-out success floors: pooled, and per task (focus-text is one click on the page's only text box; the other two
-# need the name in the utterance matched to a page element). Measured here: 17 of 30 (focus-text 10, click-button 4,
-# click-link 3 of 10 each) in 6 min on 2 cores
+# need the name in the utterance matched to a page element). Measured here, twice: 17 of 30 (focus-text 10,
+# click-button 4 and 2, click-link 3 and 5 of 10), 4-6 min on 2 cores
 POOLED_FLOOR = 0.40
-FAMILY_FLOOR = {"focus-text": 0.8, "click-button": 0.1, "click-link": 0.1}
+FOCUS_FLOOR = 0.8  # focus-text alone
+NAMES_FLOOR = 0.15  # click-button and click-link together (3 of 20): each alone is too few episodes for a floor
 
 pytestmark = pytest.mark.slow
 
@@ -50,8 +51,8 @@ def test_sft_solves_held_out_miniwob_tasks(run):
     assert all(len(v) == 10 for v in by_family.values()), {f: len(v) for f, v in by_family.items()}
     assert ev["mean"]["success_rate"] == pytest.approx(sum(map(sum, by_family.values())) / 30)
     assert ev["mean"]["success_rate"] >= POOLED_FLOOR, rates
-    for f, floor in FAMILY_FLOOR.items():
-        assert rates[f] >= floor, rates
+    assert rates["focus-text"] >= FOCUS_FLOOR, rates
+    assert (rates["click-button"] + rates["click-link"]) / 2 >= NAMES_FLOOR, rates
 
 
 def test_held_out_seeds_are_disjoint_from_training(run):
