@@ -160,8 +160,9 @@ def item_context(instruction: str) -> str:
     """The task's words for the rank of the item to add (``the third item``), or "".
 
     Why: which result to open is then a fixed link from the rank word to the result's id (results follow the same
-    header on every results page), said right before the id; naming the title first made the model pick the title
-    among all results' lines (measured: BUILD_NOTES.md, issue 16: procedure CLICK accuracy)."""
+    header on every results page), said right before the id, instead of a title picked among all results' lines.
+    Measured (BUILD_NOTES.md, issue 16, cal18): the rank words are copied, but the link to the id is not learnt
+    (at chance on the training episodes after 1,000 SFT steps)."""
     m = re.search(r"\badd (the \w+ item)\b", instruction)
     return m.group(1) if m else ""
 
