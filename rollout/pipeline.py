@@ -131,8 +131,10 @@ def validate(cfg) -> None:
         raise ValueError("sft.model.path is empty and sft.model.scratch names no from-scratch preset")
     if cfg.prompt_style not in ("full", "compact"):
         raise ValueError(f"prompt_style={cfg.prompt_style!r}: expected 'full' or 'compact'")
-    if cfg.page_ids not in ("before", "after"):
-        raise ValueError(f"page_ids={cfg.page_ids!r}: expected 'before' or 'after'")
+    from rollout.policies.prompt import PAGE_IDS
+
+    if cfg.page_ids not in PAGE_IDS:
+        raise ValueError(f"page_ids={cfg.page_ids!r}: expected one of {PAGE_IDS}")
     if cfg.export.select not in ("success_rate", "avg_steps", "redundant_steps"):
         raise ValueError(f"export.select={cfg.export.select!r}: expected success_rate, avg_steps or redundant_steps")
 
@@ -232,8 +234,9 @@ class Pipeline:
         collect_spec = {k: v for k, v in _plain(c.collect).items() if k not in ("contexts", "max_batch")}
         prompt_spec = {"prompt_tokens": c.prompt_tokens, "prompt_style": c.prompt_style,
                        "history_thoughts": c.history_thoughts}
-        if c.page_ids != "before":  # only when set: runs made before the option keep their stage specs
-            prompt_spec["page_ids"] = c.page_ids
+        # only when set: runs made before the option keep their stage specs
+        ids_spec = {"page_ids": c.page_ids} if c.page_ids != "before" else {}
+        prompt_spec.update(ids_spec)
         data_spec = {"dataset": _plain(c.dataset), **prompt_spec}
         out: list[Stage] = []
         tok_deps: tuple[str, ...] = ()
@@ -254,8 +257,8 @@ class Pipeline:
                                                   f"policy {policy}"))
             if r == 1:
                 if self.scratch:
-                    tok_spec = {**_plain(c.tokenizer), **({"page_ids": c.page_ids} if c.page_ids != "before" else {})}
-                    out.append(Stage("tokenizer", self.train_tokenizer, tok_spec, ("collect-r1",),
+                    out.append(Stage("tokenizer", self.train_tokenizer, {**_plain(c.tokenizer), **ids_spec},
+                                     ("collect-r1",),
                                      (self.tokenizer,), f"SentencePiece, {c.tokenizer.vocab_size} pieces"))
                     lm = c.pretrain_window > 0
                     bases = [self.base_name(sd) for sd in self.seeds]
