@@ -106,8 +106,15 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         # many distinct tasks, one run each (SFT diversity; the noisy oracle's detours still give trees branches)
         c.tasks.update(num_train=160, num_test=50)
         c.collect.update(runs=1)
+        # the copy levers measured in BUILD_NOTES.md (issue 16): ids right after names, ids as single pieces, the
+        # gated recency term and the two-token match of the planted circuit, SFT on the shortest successful branches
+        c.prompt_tokens = 512 if preset == "large" else 384
+        c.page_ids = "after"
+        c.tokenizer.update(vocab_size=2200, id_pieces=200)
+        c.sft.data.sft_shortest = True
         for m in METHODS:
             t = c[m]
+            t.model.update(circuit_recency=20, circuit_bigram=0.7)
             t.data.update(max_len=c.prompt_tokens + 64, max_prompt_len=c.prompt_tokens, max_completion_len=64)
             t.train.update(batch_size=8)
             t.optim.update(warmup_fraction=0.05, schedule="cosine")

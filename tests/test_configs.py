@@ -61,7 +61,8 @@ def test_every_pipeline_preset_is_valid(preset):
 
     c = get_config(preset)
     validate(c)
-    assert c.page_ids == "before"
+    # the shop presets that train the copy model write ids after names (BUILD_NOTES.md, issue 16); others as rendered
+    assert c.page_ids == ("after" if preset in ("default", "large") else "before")
     c.page_ids = "middle"
     with pytest.raises(ValueError, match="page_ids"):
         validate(c)

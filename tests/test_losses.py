@@ -374,3 +374,19 @@ def test_sft_focal_matches_numpy_value_and_gradient():
 def test_sft_empty_mask():
     loss, m = sft_loss(np.full((2, 3), -5.0, np.float32), np.zeros((2, 3), bool))
     assert float(loss) == 0.0 and float(m["tokens"]) == 0.0 and float(m["ppl"]) == 1.0
+
+
+def test_sft_token_weight_is_a_weighted_mean():
+    rng = np.random.default_rng(9)
+    logps = -rng.exponential(1.0, (3, 7))
+    mask = rng.random((3, 7)) < 0.7
+    w = rng.choice([1.0, 4.0], (3, 7))
+    loss, m = sft_loss(logps.astype(np.float32), mask, token_weight=w.astype(np.float32))
+    want = -(w * logps * mask).sum() / (w * mask).sum()
+    np.testing.assert_allclose(float(loss), want, rtol=1e-5)
+    np.testing.assert_allclose(float(m["nll"]), -(logps * mask).sum() / mask.sum(), rtol=1e-5)  # metric: plain mean
+    g = np.asarray(jax.grad(lambda x: sft_loss(x, mask, token_weight=w)[0])(jnp.asarray(logps, jnp.float32)))
+    np.testing.assert_allclose(g, -(w * mask) / (w * mask).sum(), rtol=1e-5, atol=1e-8)
+    # weight 1 everywhere is the plain token mean
+    ones = sft_loss(logps.astype(np.float32), mask, token_weight=np.ones((3, 7), np.float32))[0]
+    np.testing.assert_allclose(float(ones), float(sft_loss(logps.astype(np.float32), mask)[0]), rtol=1e-6)

@@ -122,7 +122,7 @@ def test_collect_cli_prompts_a_pipeline_model_as_it_was_trained(run, tmp_path):
     messages = ep.steps[0]["policy_info"]["messages"]
     assert messages[0] == {"role": "system", "content": COMPACT_SYSTEM_PROMPT}
     assert '[2] textbox "Search"' in ep.steps[0]["observation"]  # recorded as rendered, prompted as saved
-    assert 'textbox "Search" [2]' in messages[1]["content"] and "[2] textbox" not in messages[1]["content"]
+    assert 'textbox "Search"[2]' in messages[1]["content"] and "[2] textbox" not in messages[1]["content"]
 
 
 def test_eval_and_report_have_every_row(run):

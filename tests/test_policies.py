@@ -107,14 +107,14 @@ def test_page_ids_after_the_name():
             '  [6] combobox "color" value="black" options=["a","b"]\n[12] link "a \\"q\\" b"\nheading "[3] x"')
     assert page_form(page) == page
     assert page_form(page, "after").splitlines() == [
-        "URL: http://x/", 'text "Click on the \\"okay\\" button."', 'button "okay" [1]',
-        '  combobox "color" [6] value="black" options=["a","b"]', 'link "a \\"q\\" b" [12]', 'heading "[3] x"']
+        "URL: http://x/", 'text "Click on the \\"okay\\" button."', 'button "okay"[1]',
+        '  combobox "color"[6] value="black" options=["a","b"]', 'link "a \\"q\\" b"[12]', 'heading "[3] x"']
     with pytest.raises(ValueError, match="page_ids"):
         page_form(page, "middle")
     req = make_request(n_history=0, page_lines=2)
     user = build_messages(req, budget_tokens=10**6, page_ids="after")[1]["content"]
     assert "link 'Item 1" in user  # single-quoted names are no element line of the renderer: unchanged
-    assert messages_for("t", (), page, page_ids="after")[1]["content"].count('button "okay" [1]') == 1
+    assert messages_for("t", (), page, page_ids="after")[1]["content"].count('button "okay"[1]') == 1
 
 
 def test_oracle_thought_repeats_the_page_line_and_the_task_option():
@@ -124,8 +124,8 @@ def test_oracle_thought_repeats_the_page_line_and_the_task_option():
     obs = Observation(url="http://shop/item/3", title="t", text="", elements=(
         Element(id="6", role="combobox", name="color", value="black", options=("black", "red")),
         Element(id="7", role="button", name="Buy Now")))
-    assert _explain(Command("SELECT", "6", "red"), obs) == 'Choose color [red] in combobox "color" [6].'
-    assert _explain(Command("CLICK", "7"), obs) == 'Click button "Buy Now" [7].'
+    assert _explain(Command("SELECT", "6", "red"), obs) == 'Choose color [red] in combobox "color"[6].'
+    assert _explain(Command("CLICK", "7"), obs) == 'Click button "Buy Now"[7].'
     assert _explain(Command("TYPE", "9", "x"), obs) == "Type [x] into element 9."  # no such element on the page
 
 
@@ -141,13 +141,13 @@ def test_oracle_thought_leads_typed_text_with_the_words_the_task_puts_before_it(
     task = next(t for t in ShopEnv(n_train=20, n_test=2).tasks("train") if t.family == "multi_cart")
     second, name = task.goal["items"][1]["title"], task.goal["name"]
     assert _explain(Command("TYPE", "2", second), box, task.instruction) == \
-        f'Type item 2 [{second}] into textbox "Search" [2].'
+        f'Type item 2 [{second}] into textbox "Search"[2].'
     assert task_context(task.instruction, name) == "name"
     assert task_context("i am looking for [a mug] with color [red]", "a mug") == "for"
     assert task_context("i am looking for [a mug]", "a cup") == ""  # not in the task: no lead
     assert task_context("[a mug] first", "a mug") == ""
     assert _explain(Command("TYPE", "2", "a cup"), box, "Search for [a mug]") == \
-        'Type [a cup] into textbox "Search" [2].'
+        'Type [a cup] into textbox "Search"[2].'
 
 
 def test_oracle_sort_thought_leads_with_the_tasks_words_for_the_sort():
@@ -162,10 +162,10 @@ def test_oracle_sort_thought_leads_with_the_tasks_words_for_the_sort():
     task = next(t for t in tasks if t.goal["sort"] == "price_asc")
     assert sort_context(task.instruction) == "price from low to high"
     assert _explain(Command("CLICK", "6"), page, task.instruction) == \
-        'To sort by price from low to high, click link "Sort: Price low to high" [6].'
+        'Click to sort by price from low to high [6].'  # the sort's last word right before the id it decides
     assert sort_context("Search for [x], sort by rating, and add the first item to the cart.") == "rating"
-    assert _explain(Command("CLICK", "9"), page, task.instruction) == 'Click link "Mug" [9].'  # not a sort link
-    assert _explain(Command("CLICK", "7"), page, "Buy [a mug].") == 'Click link "Sort: Rating" [7].'  # no sort asked
+    assert _explain(Command("CLICK", "9"), page, task.instruction) == 'Click link "Mug"[9].'  # not a sort link
+    assert _explain(Command("CLICK", "7"), page, "Buy [a mug].") == 'Click link "Sort: Rating"[7].'  # no sort asked
 
 
 def test_oracle_result_thought_leads_with_the_tasks_rank_and_names_the_id():
@@ -179,8 +179,9 @@ def test_oracle_result_thought_leads_with_the_tasks_rank_and_names_the_id():
     task = next(t for t in ShopEnv(n_train=30, n_test=2).tasks("train") if t.family == "procedure")
     rank = ("first", "second", "third")[int(task.goal["position"]) - 1]
     assert item_context(task.instruction) == f"the {rank} item"
-    assert _explain(Command("CLICK", "11"), page, task.instruction) == f"To add the {rank} item, click result [11]."
-    assert _explain(Command("CLICK", "11"), page, "Buy [a mug].") == 'Click link "Mug" [11].'  # no rank asked
+    assert _explain(Command("CLICK", "11"), page, task.instruction) == \
+        f"To add the {rank} item, click the {rank} result [11]."  # the rank word two tokens before the id
+    assert _explain(Command("CLICK", "11"), page, "Buy [a mug].") == 'Click link "Mug"[11].'  # no rank asked
     assert item_context("i am looking for [a mug]") == ""
 
 

@@ -178,19 +178,25 @@ def sft_loss(
     token_logps: Array,  # [N, T] log πθ of each target token
     loss_mask: Array,  # [N, T] bool/0-1, True on action tokens only (prompt tokens never carry loss)
     focal_gamma: float = 0.0,
+    token_weight: Array | None = None,  # [N, T] >= 0 per-token weight (decision weight); None = all 1
 ) -> tuple[Array, Metrics]:
     """Token-mean negative log-likelihood over the masked (action) tokens.
 
     ``focal_gamma`` > 0: the focal form -(1 - p)^γ log p (Lin et al. 2017). Why: most action tokens are copies the
     model gets right early (p → 1), and their mean hides the few decision tokens it still gets wrong; the focal
-    weight leaves those the gradient (docs/method.md §7). The metrics' ``nll`` and ``ppl`` are the plain mean."""
+    weight leaves those the gradient (docs/method.md §7). ``token_weight``: a weighted mean instead,
+    Σ w·(-log p) / Σ w over the mask (the decision weight: ``tgpo_jax/data/decisions.py``). The metrics' ``nll``
+    and ``ppl`` are the plain mean."""
     mask = jnp.asarray(loss_mask).astype(bool)
     n_tokens = jnp.sum(mask).astype(jnp.float32)
     lp = _clean(token_logps, mask)  # [N, T], 0 off the mask
     nll = -jnp.sum(lp) / jnp.maximum(n_tokens, 1.0)
+    w = jnp.where(mask, 1.0 if token_weight is None else jnp.asarray(token_weight, jnp.float32), 0.0)  # [N, T]
     if focal_gamma:
-        weight = (-jnp.expm1(lp)) ** focal_gamma  # (1 - p)^γ, exactly 0 off the mask where lp = 0
-        loss = -jnp.sum(weight * lp) / jnp.maximum(n_tokens, 1.0)
+        w = w * (-jnp.expm1(lp)) ** focal_gamma  # (1 - p)^γ, exactly 0 off the mask where lp = 0
+    if focal_gamma or token_weight is not None:
+        norm = n_tokens if token_weight is None else jnp.sum(jnp.where(mask, token_weight, 0.0))
+        loss = -jnp.sum(w * lp) / jnp.maximum(norm, 1e-9)
     else:
         loss = nll
     metrics: Metrics = {"loss": loss, "tokens": n_tokens, "nll": jax.lax.stop_gradient(nll),

@@ -108,21 +108,24 @@ class OraclePolicy:
 
 def _explain(cmd: Command, obs: Observation | None, instruction: str = "") -> str:
     """A short, plan-style explanation of a command (Agent Q's thought). Names are quoted as the page quotes them
-    and followed by the element's id (``link "Sort: Rating" [7]``: the command then repeats the thought), typed text is
+    and followed by the element's id with no space between (``link "Sort: Rating"[7]``, as ``page_ids="after"`` writes
+    the page: the id then follows the name's last word and its closing quote, the two tokens the copy circuit
+    matches, and the command repeats the thought), typed text is
     written as the task and the command write it (``[text]``), led by the word(s) the task puts before it
     (``Type item 2 [text]``, see ``task_context``), a chosen option as the task names it (``color [red]``) and a sort
-    link after the task's own words for it (``To sort by price from high to low, click link "Sort: Price high to
-    low" [7].``, see ``sort_context``) and a result chosen by its rank after the task's words for the rank (``To add
-    the third item, click result [11].``, see ``item_context``), so a thought repeats the page and the task token for
-    token."""
+    link's id right after the task's own words for the sort (``Click to sort by price from high to low [7].``, see
+    ``sort_context``) and a result's id right after its rank word (``To add the third item, click the third result
+    [11].``, see ``item_context``), so a thought repeats the page and the task token for token, and the words that
+    decide an id are the one or two tokens before it."""
     el = obs.by_id(cmd.id) if (obs is not None and cmd.id) else None
-    what = f"{el.role} {_quote(el.name)} [{el.id}]" if el is not None else (f"element {cmd.id}" if cmd.id else "")
+    what = f"{el.role} {_quote(el.name)}[{el.id}]" if el is not None else (f"element {cmd.id}" if cmd.id else "")
     choose = f"{el.name} [{cmd.arg}]" if el is not None and el.name else f"[{cmd.arg}]"
     lead = task_context(instruction, str(cmd.arg)) if cmd.name == "TYPE" else ""
     goal = sort_context(instruction) if cmd.name == "CLICK" and el is not None and el.name.startswith("Sort:") else ""
     nth = item_context(instruction) if cmd.name == "CLICK" and el is not None and _is_result(el) else ""
-    click = (f"To sort by {goal}, click {what}." if goal else
-             f"To add {nth}, click result [{el.id}]." if nth else f"Click {what}.")
+    rank = nth.split()[1] if nth else ""
+    click = (f"Click to sort by {goal} [{el.id}]." if goal else
+             f"To add {nth}, click the {rank} result [{el.id}]." if nth else f"Click {what}.")
     return {"CLICK": click,
             "TYPE": f"Type {lead + ' ' if lead else ''}[{cmd.arg}] into {what}.",
             "SELECT": f"Choose {choose} in {what}.", "CLEAR": f"Clear {what}.",
@@ -149,9 +152,10 @@ def sort_context(instruction: str) -> str:
     """The task's words after ``sort by`` up to the next comma or full stop (``price from high to low``), or "".
 
     Why: the thought then copies the sort the task asks for (``sort by`` is the task's own two tokens, so the copy
-    circuit starts there) right before it names the link, and choosing the link is a match with words a few tokens
-    back instead of with the task's (measured: BUILD_NOTES.md, issue 16: cal15 clicked "Price low to high" for every
-    sort)."""
+    circuit starts there) and writes the link's id right after the copied words, so the word that decides the id
+    (``low`` / ``high`` / ``rating``) is one of the two tokens before it, which the planted previous-token heads
+    carry to the id's position (measured: BUILD_NOTES.md, issue 16: with the link named in between, 54 % of the
+    training episodes' sort clicks were right after 1,000 SFT steps, chance; with the id right after, 83 %)."""
     m = re.search(r"\bsort by ([^,.;]+)", instruction)
     return m.group(1).strip() if m else ""
 
@@ -160,9 +164,9 @@ def item_context(instruction: str) -> str:
     """The task's words for the rank of the item to add (``the third item``), or "".
 
     Why: which result to open is then a fixed link from the rank word to the result's id (results follow the same
-    header on every results page), said right before the id, instead of a title picked among all results' lines.
-    Measured (BUILD_NOTES.md, issue 16, cal18): the rank words are copied, but the link to the id is not learnt
-    (at chance on the training episodes after 1,000 SFT steps)."""
+    header on every results page), and the thought says the rank word again two tokens before the id (``click the
+    third result [11]``), where the planted previous-token heads carry it (measured: BUILD_NOTES.md, issue 16: rank
+    word five tokens back, 30 % of training rank clicks right, chance; two tokens back, 89 %)."""
     m = re.search(r"\badd (the \w+ item)\b", instruction)
     return m.group(1) if m else ""
 

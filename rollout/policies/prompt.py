@@ -52,9 +52,10 @@ SYSTEM_PROMPTS = {"full": SYSTEM_PROMPT, "compact": COMPACT_SYSTEM_PROMPT}
 POLICY_FILE = "policy.json"  # next to a model: its prompt ({"prompt_style", "budget_tokens", "thought_chars",
 #                                                          "page_ids"})
 # where an element's id stands in a page line: "before" its role (as the harness renders it: ``[7] button "Buy Now"``)
-# or "after" its name (``button "Buy Now" [7]``), the order in which the oracle's thought names an element. A lever
-# for from-scratch models, measured in BUILD_NOTES.md (issue 16): the planted copy circuit continues a match, but the
-# space before an id is a piece of its own, so its two-token match at the id cannot tell the page's lines apart
+# or right after its name's closing quote (``button "Buy Now"[7]``), as the oracle's thought names an element. A lever
+# for from-scratch models (BUILD_NOTES.md, issue 16): the planted copy circuit matches the two tokens before a copy,
+# here the name's last word and its quote; with a space before the id (``"Buy Now" [7]``), that space was a piece of
+# its own, and the pair (quote, space) is the same on every line
 PAGE_IDS = ("before", "after")
 DEFAULT_THOUGHT_CHARS = 160  # characters of each earlier step's thought kept in the history (0: commands only)
 
@@ -104,7 +105,7 @@ def page_form(page: str, page_ids: str = "before") -> str:
         return page
     if page_ids != "after":
         raise ValueError(f"page_ids={page_ids!r}; expected one of {PAGE_IDS}")
-    return _ELEMENT_LINE.sub(lambda m: f"{m['indent']}{m['what']} [{m['id']}]{m['rest']}", page)
+    return _ELEMENT_LINE.sub(lambda m: f"{m['indent']}{m['what']}[{m['id']}]{m['rest']}", page)
 
 
 def _one_line(s: str) -> str:

@@ -20,6 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from tgpo_jax.data import examples as ex
+from tgpo_jax.data.decisions import continuations, decision_mask
 from tgpo_jax.data.schema import NodeRecord
 
 METHODS = ("sft", "kto", "kto_tree", "dpo", "tgpo")  # the training methods, in TGPO Table 1's order
@@ -38,6 +39,7 @@ class CollateConfig:
     max_pairs: int = 6  # P: pairs per example
     max_items: int = 8  # I: KTO items per example
     kl_slot: bool = True  # KTO: add a mismatched completion for the KL estimate
+    decision_weight: float = 1.0  # SFT: loss weight of decision tokens vs copies (decisions.py; 1 = token mean)
     pairs: ex.PairConfig = ex.PairConfig()
 
     def __post_init__(self):
@@ -45,6 +47,8 @@ class CollateConfig:
             raise ValueError(f"method {self.method!r}: expected one of {METHODS}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout {self.layout!r}: expected one of {LAYOUTS}")
+        if not self.decision_weight > 0:
+            raise ValueError(f"decision_weight={self.decision_weight}: must be > 0 (1 = every token alike)")
         if self.max_prompt_len + self.max_completion_len > self.max_len:
             raise ValueError(f"max_prompt_len ({self.max_prompt_len}) + max_completion_len "
                              f"({self.max_completion_len}) exceeds max_len ({self.max_len})")
@@ -101,6 +105,7 @@ def empty_example(cfg: CollateConfig) -> dict[str, np.ndarray]:
         "segments": np.full((r, l), -1, np.int32),  # -1 pad, 0 prompt, k >= 1 completion segment k
         "pred": np.zeros((r, l), np.int32),  # index of the token whose hidden state predicts this one
         "slot": np.full((r, l), -1, np.int32),  # slot of a loss-carrying token, -1 elsewhere
+        "token_weight": np.zeros((r, l), np.float32),  # SFT loss weight of a loss-carrying token, 0 elsewhere
         "slot_valid": np.zeros((s,), bool),
         "slot_behaviour": np.zeros((s,), np.float32),
         "slot_has_behaviour": np.zeros((s,), bool),
@@ -117,7 +122,8 @@ def empty_example(cfg: CollateConfig) -> dict[str, np.ndarray]:
     }
 
 
-def _place(ex_: dict, row: int, start: int, ids: Sequence[int], segment: int, pos0: int, pred0: int, slot: int):
+def _place(ex_: dict, row: int, start: int, ids: Sequence[int], segment: int, pos0: int, pred0: int, slot: int,
+           weight=1.0):
     """Write ``ids`` into ``row`` from ``start``; the first token is predicted from index ``pred0``."""
     n = len(ids)
     sl = slice(start, start + n)
@@ -127,7 +133,17 @@ def _place(ex_: dict, row: int, start: int, ids: Sequence[int], segment: int, po
     if slot >= 0:
         ex_["pred"][row, sl] = np.concatenate([[pred0], np.arange(start, start + n - 1)])
         ex_["slot"][row, sl] = slot
+        ex_["token_weight"][row, sl] = weight
     return start + n
+
+
+def token_weights(prompt: Sequence[int], seqs, cfg: CollateConfig) -> dict[int, np.ndarray | float]:
+    """{slot: per-token loss weight}: ``decision_weight`` on decision tokens, 1 on copies (SFT only)."""
+    if cfg.method != "sft" or cfg.decision_weight == 1.0:
+        return {slot: 1.0 for slot, _ in seqs}
+    table = continuations(prompt)
+    return {slot: np.where(decision_mask(prompt, ids, table), cfg.decision_weight, 1.0).astype(np.float32)
+            for slot, ids in seqs}
 
 
 def build_example(node: NodeRecord, tokenizer, cfg: CollateConfig, *, index: int = -1,
@@ -156,14 +172,15 @@ def build_example(node: NodeRecord, tokenizer, cfg: CollateConfig, *, index: int
         seqs.append((kl, list(kl_completion[: cfg.max_completion_len])))
         out["kl_slot"][0] = kl
 
+    weights = token_weights(prompt, seqs, cfg)
     if cfg.layout == "packed":
         end = _place(out, 0, 0, prompt, 0, 0, 0, -1)
         for slot, ids in seqs:
-            end = _place(out, 0, end, ids, slot + 1, p, p - 1, slot)
+            end = _place(out, 0, end, ids, slot + 1, p, p - 1, slot, weights[slot])
     else:
         for slot, ids in seqs:
             end = _place(out, slot, 0, prompt, 0, 0, 0, -1)
-            _place(out, slot, end, ids, 1, p, p - 1, slot)
+            _place(out, slot, end, ids, 1, p, p - 1, slot, weights[slot])
     for slot, _ in seqs:
         out["slot_valid"][slot] = True
     for b, k in slot_of.items():

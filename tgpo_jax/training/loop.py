@@ -65,7 +65,8 @@ def collate_config(cfg) -> CollateConfig:
                           sft_shortest=d.sft_shortest)
     return CollateConfig(method=cfg.method, layout=d.layout, max_len=d.max_len, max_prompt_len=d.max_prompt_len,
                          max_completion_len=d.max_completion_len, max_branches=d.max_branches,
-                         max_pairs=d.max_pairs, max_items=d.max_items, kl_slot=d.kl_slot, pairs=pairs)
+                         max_pairs=d.max_pairs, max_items=d.max_items, kl_slot=d.kl_slot,
+                         decision_weight=d.decision_weight, pairs=pairs)
 
 
 def build_model(cfg, mesh, tokenizer):

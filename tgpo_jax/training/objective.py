@@ -54,7 +54,8 @@ def reference_slots(batch: dict, cfg: LossConfig):
 def objective(policy_slots, ref_slots, token_lp, token_on, batch: dict, cfg: LossConfig):
     """policy_slots/ref_slots [B*S]; token_lp/token_on [B*R, L] -> (loss, metrics)."""
     if cfg.method == "sft":
-        return losses.sft_loss(token_lp, token_on, focal_gamma=cfg.focal_gamma)
+        weight = batch["token_weight"].reshape(token_on.shape) if "token_weight" in batch else None
+        return losses.sft_loss(token_lp, token_on, focal_gamma=cfg.focal_gamma, token_weight=weight)
     s = batch["slot_valid"].shape[1]
     if cfg.method in ("dpo", "tgpo"):
         c, r = _global(batch["pair_chosen"], s), _global(batch["pair_rejected"], s)
