@@ -2,8 +2,8 @@
 
   default  the embedded default: local shop (all three task families), the from-scratch 'copy' model (3.8M
            parameters with a planted copy circuit, its own SentencePiece vocabulary), SFT and TGPO, CPU, about 25
-           minutes on 2 cores (23 measured; BUILD_NOTES.md). (The bundled SmolLM2-135M does not fit that budget on a CPU; see BUILD_NOTES.md,
-           "Which model learns on a CPU".)
+           minutes on 2 cores (23 measured). (The bundled SmolLM2-135M does not fit that budget on a CPU; see
+           BUILD_NOTES.md, "Which model learns on a CPU".)
   tiny     the same stages in a few minutes (CI's end-to-end test)
   large    the learning-result configuration (400 training tasks, trees on 100, every method, three training
            seeds, 100 held-out tasks; not yet run end to end: see BUILD_NOTES.md)
