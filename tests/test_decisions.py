@@ -29,7 +29,7 @@ def test_hand_worked():
     a, b, c, d, e, f, g = range(1, 8)
     prompt = [a, b, c, a, b, d, e, f]
     # completion "b d e": before 'b' the context ends '... e f'; 'f' has no successor in the prompt -> decision;
-    # before 'd' the longest context is 'f b'? unseen, 'b' -> followed by {c, d}: ambiguous -> decision;
+    # before 'd' the context 'f b' never occurred, 'b' did, followed by {c, d}: ambiguous -> decision;
     # before 'e' the context 'b d' -> {e} -> copy.
     assert decision_mask(prompt, [b, d, e]).tolist() == [True, True, False]
     # "a b d e": 'a' after 'f': decision; 'b' after 'a' -> {b}: copy; 'd' after 'a b' -> {c, d}: decision (which

@@ -191,14 +191,9 @@ def sft_loss(
     n_tokens = jnp.sum(mask).astype(jnp.float32)
     lp = _clean(token_logps, mask)  # [N, T], 0 off the mask
     nll = -jnp.sum(lp) / jnp.maximum(n_tokens, 1.0)
-    w = jnp.where(mask, 1.0 if token_weight is None else jnp.asarray(token_weight, jnp.float32), 0.0)  # [N, T]
-    if focal_gamma:
-        w = w * (-jnp.expm1(lp)) ** focal_gamma  # (1 - p)^γ, exactly 0 off the mask where lp = 0
-    if focal_gamma or token_weight is not None:
-        norm = n_tokens if token_weight is None else jnp.sum(jnp.where(mask, token_weight, 0.0))
-        loss = -jnp.sum(w * lp) / jnp.maximum(norm, 1e-9)
-    else:
-        loss = nll
+    base = jnp.where(mask, 1.0 if token_weight is None else jnp.asarray(token_weight, jnp.float32), 0.0)  # [N, T]
+    w = base * (-jnp.expm1(lp)) ** focal_gamma if focal_gamma else base  # (1 - p)^γ; 0 off the mask
+    loss = -jnp.sum(w * lp) / jnp.maximum(jnp.sum(base), 1e-9)  # normalised by the weights, not the focal factor
     metrics: Metrics = {"loss": loss, "tokens": n_tokens, "nll": jax.lax.stop_gradient(nll),
                         "ppl": jnp.exp(jax.lax.stop_gradient(nll))}
     return loss, metrics
