@@ -96,6 +96,7 @@ class Element:
     options: tuple[str, ...] = ()  # <select> options
     checked: bool | None = None
     disabled: bool = False
+    current: bool = False  # aria-current: the page marks it as where the user is (the active sort, the page)
     href: str | None = None
     interactive: bool = True
 

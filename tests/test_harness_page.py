@@ -27,7 +27,8 @@ PAGES = {
 <span>plain</span>
 </body></html>""",
     "/page2": """<!doctype html><html><head><title>Second</title></head><body><h2>Page two</h2>
-<a href="/">Home</a></body></html>""",
+<a href="/">Home</a> <a href="/page2" aria-current="page">Two</a> <a href="/form" aria-current="false">Form</a>
+</body></html>""",
     "/form": """<!doctype html><html><head><title>Form</title></head><body>
 <label for="q">Search</label><input id="q" type="text" value="abc">
 <label>Size <select id="size"><option>S</option><option selected>M</option><option value="lg">L</option></select></label>
@@ -207,6 +208,18 @@ async def test_links_absolute_and_headings(h):
     assert link.href == f"{h.origin}/page2?x=1"
     assert obs.text.splitlines()[0] == 'heading "Welcome"'
     assert 'text "Some intro text."' in obs.text.splitlines()
+    await page.context.close()
+
+
+@run
+async def test_aria_current_is_a_state(h):
+    """The page's own mark of the active link (a sort, a page, a tab) reaches the policy as ``current``."""
+    page = await h.page("/page2")
+    obs = await observe(page, with_screenshot=False)
+    two, home, form = (obs.find(role="link", name=n)[0] for n in ("Two", "Home", "Form"))
+    assert two.current and not home.current and not form.current  # aria-current="false" is not current
+    lines = obs.text.splitlines()
+    assert f'[{two.id}] link "Two" current' in lines and f'[{form.id}] link "Form"' in lines
     await page.context.close()
 
 

@@ -176,7 +176,7 @@ class MiniBrowser:
             raise AssertionError(f"cannot do {cmd}")
 
 
-def run_oracle(env, task: Task, key: str, mistake_rng=None, max_steps: int = 60):
+def run_oracle(env, task: Task, key: str, mistake_rng=None, max_steps: int = 60, commands: list | None = None):
     sid = env.new_session(key)
     b = MiniBrowser(env.origin, sid)
     b.goto(task.start_path)
@@ -188,6 +188,8 @@ def run_oracle(env, task: Task, key: str, mistake_rng=None, max_steps: int = 60)
             cmd = env.mistake(task, obs, memory, mistake_rng)
             mistaken = cmd is not None
         cmd = cmd or env.oracle(task, obs, memory)
+        if commands is not None:
+            commands.append(cmd)
         steps += 1
         if cmd.name == "STOP":
             break
@@ -498,6 +500,25 @@ def test_oracle_reaches_success_in_optimal_steps(env, env_zh, locale):
                 r, steps, _ = run_oracle(e, t, f"oracle/{t.task_id}")
                 assert r.success, (t.task_id, r)
                 assert steps == t.optimal_steps, (t.task_id, steps, t.optimal_steps)
+
+
+def test_oracle_sets_every_named_option_once_even_a_default(env):
+    """The plan chooses each option the task names once per product-page visit, in page order, also when the
+    combobox already shows the wanted value (``Planner.on_item``): choosing is then a fact of the task and the page."""
+    checked = 0
+    for t in [t for t in env.tasks("train") if t.family == "webshop"][:40]:
+        p = env.catalog[int(t.goal["target"])]
+        opts = t.goal["goal_options"]
+        if not any(opts.get(slug) == values[0] for slug, values in p.options):
+            continue  # no named option that is already the default
+        cmds: list = []
+        r, _, _ = run_oracle(env, t, f"every-option/{t.task_id}", commands=cmds)
+        assert r.success, t.task_id
+        selects = [c.arg for c in cmds if c.name == "SELECT"]
+        assert selects == [opts[slug] for slug, values in p.options if opts.get(slug) in values], t.task_id
+        assert cmds[-1].name == "CLICK" and cmds[-2].name == "SELECT", t.task_id  # Buy Now right after the last
+        checked += 1
+    assert checked >= 3
 
 
 @pytest.mark.parametrize("locale", ["en", "zh"])

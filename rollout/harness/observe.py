@@ -16,6 +16,7 @@ Text format, one node per line, two spaces of indent per depth::
     [7] combobox "size" value="M" options=["S","M","L"]
     [9] checkbox "Option A" checked=false
     [4] button "Buy Now" disabled
+    [5] link "Sort: Rating" current
     heading "Results"
     text "Showing 1-10 of 50"
 """
@@ -70,13 +71,16 @@ def format_node(node: dict) -> str:
         parts.append(f"checked={'true' if node['checked'] else 'false'}")
     if node.get("disabled"):
         parts.append("disabled")
+    if node.get("current"):
+        parts.append("current")
     return " ".join(parts)
 
 
 def _element(node: dict) -> Element:
     return Element(id=node["id"], role=node["role"], name=node.get("name", ""), value=node.get("value"),
                    options=tuple(node.get("options") or ()), checked=node.get("checked"),
-                   disabled=bool(node.get("disabled")), href=node.get("href") or None,
+                   disabled=bool(node.get("disabled")), current=bool(node.get("current")),
+                   href=node.get("href") or None,
                    interactive=bool(node.get("interactive")))
 
 

@@ -333,6 +333,8 @@
       const node = {role: role, depth: depth, interactive: interactive};
       if (interactive || role === 'img' || role === 'iframe') node.id = assignId(el);
       if (el.disabled || el.getAttribute('aria-disabled') === 'true') node.disabled = true;
+      const current = el.getAttribute('aria-current');  // the page's own mark of where the user is (sort, page, tab)
+      if (current && current !== 'false') node.current = true;
       const kids = [];
       let name = attrName(el);
       if (role === 'textbox' || role === 'searchbox' || role === 'combobox' || role === 'slider' ||

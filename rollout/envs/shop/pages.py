@@ -17,7 +17,7 @@ LABELS_EN = {
     "prev": "< Prev", "page_of": "Page {i} of {n}", "results_for": "{n} results for \u201c{q}\u201d",
     "no_results": "No products match \u201c{q}\u201d.", "buy_now": "Buy Now", "add_to_cart": "Add to cart",
     "back_to_search": "Back to search", "price": "Price", "rating": "Rating", "reviews": "reviews",
-    "features": "Features", "description": "Description", "added": "Added {title} to your cart",
+    "features": "Features", "chosen": "chosen", "description": "Description", "added": "Added {title} to your cart",
     "view_cart": "View cart", "continue": "Continue shopping", "cart_title": "Your cart",
     "cart_empty": "Your cart is empty.", "quantity": "Quantity", "remove": "Remove", "checkout": "Checkout",
     "checkout_title": "Checkout", "full_name": "Full name", "address": "Address", "place_order": "Place order",
@@ -119,7 +119,9 @@ def item(L, locale, catalog, p, q: str | None, sort: str, page: int) -> str:
         opts = "".join(f"<option value=\"{escape(v)}\"{' selected' if i == 0 else ''}>{escape(v)}</option>"
                        for i, v in enumerate(values))
         selects.append(f"<div class=\"opt\"><label for=\"opt-{slug}\">{escape(lab)}</label> "
-                       f"<select id=\"opt-{slug}\" name=\"{slug}\" aria-label=\"{escape(lab)}\">{opts}</select></div>")
+                       f"<select id=\"opt-{slug}\" name=\"{slug}\" aria-label=\"{escape(lab)}\" "
+                       f"onchange=\"this.nextElementSibling.textContent={escape(repr(L['chosen']))}\">{opts}</select>"
+                       "<span class=\"chosen\"></span></div>")
     hidden = f"<input type=\"hidden\" name=\"item\" value=\"{p.id}\">"
     if q is not None:
         hidden += f"<input type=\"hidden\" name=\"q\" value=\"{escape(q)}\">"

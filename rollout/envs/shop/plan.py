@@ -88,13 +88,21 @@ class Planner:
                 return slug
         return None
 
-    def on_item(self, obs: Observation, pid: int, options: dict, button: str) -> Command:
+    def on_item(self, obs: Observation, pid: int, options: dict, button: str, memory: dict) -> Command:
+        """Set every option the task names, in page order, once per visit, even one that already shows the wanted
+        value, then press ``button``. Why every one: whether to choose is then a fact of the task and the page (a
+        named option, a combobox not yet set this visit), not a comparison of the combobox's value with the task's,
+        which a small model did not learn (docs/method.md §1; BUILD_NOTES.md, issue 16: 3 of 55 held-out SELECT
+        steps right when the plan set only the options that differed). The page marks each combobox set this visit
+        (``text "chosen"``, ``pages.item``), so a SELECT of the shown value is a change of state, not a self-loop."""
+        chosen = memory.setdefault("chosen", [])
         for e in obs.elements:
             if e.role != "combobox":
                 continue
             slug = self.option_slug(pid, e.name)
             want = options.get(slug) if slug else None
-            if want is not None and want in e.options and e.value != want:
+            if want is not None and want in e.options and (e.value != want or slug not in chosen):
+                chosen.append(slug)
                 return Command("SELECT", e.id, want)
         btn = _one(obs, "button", self.L[button])
         return Command("CLICK", btn.id) if btn else Command("GO_BACK")
@@ -125,9 +133,12 @@ class Planner:
             memory.setdefault("added", [])
 
     def observe(self, task: Task, obs: Observation, memory: dict) -> None:
-        """Record what the observation proves done (multi_cart: an item's "added" page)."""
+        """Record what the observation proves done (multi_cart: an item's "added" page); a new page starts a new
+        visit (the options set on a product page are per visit, ``on_item``)."""
         self.init(task, memory)
         path, qs = _url(obs)
+        if memory.get("page") != path:
+            memory["page"], memory["chosen"] = path, []
         if task.family == "multi_cart" and path == "/added":
             try:
                 pid = int(qs.get("item", "-1"))
@@ -153,14 +164,14 @@ class Planner:
                 return STOP
             pid = memory["item"]
             if self.page_item(obs) == pid:
-                return self.on_item(obs, pid, memory["options"], "buy_now")
+                return self.on_item(obs, pid, memory["options"], "buy_now", memory)
             return self.to_item(obs, g["search"], pid)
         if task.family == "procedure":
             pid = memory.get("item")
             if path == "/added" and pid is not None and qs.get("item") == str(pid):
                 return STOP
             if pid is not None and self.page_item(obs) == pid:
-                return self.on_item(obs, pid, {}, "add_to_cart")
+                return self.on_item(obs, pid, {}, "add_to_cart", memory)
             if path == "/search" and qs.get("q", "") == g["query"]:
                 sort = memory.get("sort", g["sort"])  # a committed wrong sort (``mistake``) is carried through
                 if qs.get("sort", "relevance") != sort:
@@ -200,7 +211,7 @@ class Planner:
                 return Command("CLICK", link.id) if link else Command("GO_BACK")
             it = items[todo[0]]
             if self.page_item(obs) == it["item"]:
-                return self.on_item(obs, it["item"], it["options"], "add_to_cart")
+                return self.on_item(obs, it["item"], it["options"], "add_to_cart", memory)
             return self.to_item(obs, it["title"], it["item"])
         raise ValueError(f"unknown shop task family {task.family!r}")
 
@@ -277,6 +288,7 @@ class Planner:
             e, slug, bad = rng.choice(boxes)
             v = rng.choice(bad)
             cur["options"][slug] = v
+            memory.setdefault("chosen", []).append(slug)
             if fam == "webshop":
                 memory["options"] = cur["options"]
             return Command("SELECT", e.id, v)

@@ -65,8 +65,9 @@ def string_split(seed: int, text: str) -> str:
 
 
 def n_selects(product, options: dict) -> int:
-    """SELECT commands needed on a product page: option types whose wanted value is not the default."""
-    return sum(1 for slug, values in product.options if options.get(slug, values[0]) != values[0])
+    """SELECT commands on a product page: the oracle sets every option type the task names that the product has,
+    default or not (``Planner.on_item``)."""
+    return sum(1 for slug, values in product.options if options.get(slug) in values)
 
 
 def _price_bound(price: float, rng: random.Random) -> float:
