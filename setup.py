@@ -25,7 +25,7 @@ INSTALL_REQUIRES = [
     "tqdm>=4.66",
     "jinja2>=3.1",
     "tensorboardX>=2.6,<3",
-    "matplotlib>=3.8,<4",  # rollout/report.py plots
+    "matplotlib>=3.8,<4",  # experiment/report.py plots
     "bm25s>=0.3.16,<0.4",  # the shop's search ranking
     "miniwob>=1.1,<2",  # MiniWoB++ task pages (we serve its HTML; its selenium env is unused)
 ]
@@ -39,7 +39,7 @@ setup(
     name="tgpo-jax",
     version="0.1.0",
     description="Tree-guided preference optimisation for web agents, in JAX/Flax",
-    packages=find_packages(include=["tgpo_jax*", "rollout*", "launch*", "configs*"]),
+    packages=find_packages(include=["tgpo_jax*", "rollout*", "trees*", "experiment*", "serving*", "launch*", "configs*"]),
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,

@@ -2,8 +2,8 @@
 
   python -m bench.build_dataset [--episodes=10000 --runs=8 --workdir=/tmp/x --collect_tasks=6]
 
-1. Writes a synthetic collection (``rollout.tree.synthetic``: the real harness's recording format) of
-   ``--episodes`` episodes, ``--runs`` runs per task, and times ``rollout.tree.dataset.build_dataset`` on it:
+1. Writes a synthetic collection (``trees.synthetic``: the real harness's recording format) of
+   ``--episodes`` episodes, ``--runs`` runs per task, and times ``trees.dataset.build_dataset`` on it:
    episodes/s and steps/s.
 2. In the same run, collects a small sample with the REAL harness on the embedded shop (clean oracle policy,
    ``--contexts`` browser contexts, screenshots on) after a warm-up, best of ``--collect_reps``, and
@@ -35,9 +35,9 @@ _COLLECT_REPS = flags.DEFINE_integer("collect_reps", 1, "timed real-harness repe
 
 def _import_builder():
     try:
-        from rollout.tree.dataset import BuildConfig, build_dataset
+        from trees.dataset import BuildConfig, build_dataset
     except ImportError as e:
-        sys.exit(f"bench.build_dataset: cannot import rollout.tree.dataset.build_dataset / BuildConfig ({e}); "
+        sys.exit(f"bench.build_dataset: cannot import trees.dataset.build_dataset / BuildConfig ({e}); "
                  "the dataset builder is needed for this benchmark")
     return BuildConfig, build_dataset
 
@@ -80,7 +80,7 @@ def collect_rate(work: str) -> tuple[float, int, float]:
 def main(argv):
     del argv
     BuildConfig, build_dataset = _import_builder()  # fail before any work if the builder is missing
-    from rollout.tree.synthetic import write_synthetic_collection
+    from trees.synthetic import write_synthetic_collection
 
     num_tasks = max(1, _EPISODES.value // _RUNS.value)
     work = _WORKDIR.value or tempfile.mkdtemp(prefix="bench_build_")

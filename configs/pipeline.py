@@ -87,7 +87,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     if model_preset is None:
         raise ValueError(f"unknown pipeline preset {preset!r}; choose from default, tiny, large, smollm2, miniwob")
     c.update(_training(model_preset))
-    # from-scratch models: language-model pretraining on the round-1 page text before SFT (rollout/lm_data.py);
+    # from-scratch models: language-model pretraining on the round-1 page text before SFT (experiment/lm_data.py);
     # pretrain_window = tokens per window, 0 = none (the base is the initialisation)
     c.pretrain = importlib.import_module("configs.sft").get_config(model_preset)
     c.pretrain.train.output_dir = "runs/base"

@@ -41,8 +41,8 @@ flags.DEFINE_float("pair_margin", 0.0, "pairs need Q_w - Q_l > margin (JSONL exp
 
 def main(argv):
     prepare(argv)
-    from rollout.tree.build import TreeConfig
-    from rollout.tree.dataset import BuildConfig, build_dataset
+    from trees.build import TreeConfig
+    from trees.dataset import BuildConfig, build_dataset
 
     tree = TreeConfig(merge=F.merge, phash_threshold=F.phash_threshold, guard=F.guard, alpha=F.alpha,
                       q_aggregate=F.q_aggregate, gamma=F.gamma, l_min=F.l_min)
@@ -56,7 +56,7 @@ def main(argv):
                       judge_model=F.judge_model)
     summary = build_dataset(F.episodes, F.out, cfg)
     if F.pairs_jsonl:
-        from rollout.tree.export_pairs import export_pairs
+        from trees.export_pairs import export_pairs
         from tgpo_jax.data.examples import PairConfig
 
         summary["pairs_jsonl"] = {"path": F.pairs_jsonl,

@@ -55,9 +55,9 @@ flags.DEFINE_integer("recycle_after", 100, "episodes per browser before a fresh 
 
 
 def make_policy(env):
-    """The policy the flags name, through the one loader (``rollout.evaluate.load_policy``): a model trained by the
+    """The policy the flags name, through the one loader (``experiment.evaluate.load_policy``): a model trained by the
     pipeline is prompted as it was trained (its ``policy.json``)."""
-    from rollout.evaluate import load_policy
+    from experiment.evaluate import load_policy
     from tgpo_jax.models.sampler import SamplingParams
 
     if F.policy == "http":

@@ -46,7 +46,7 @@ flags.DEFINE_bool("screenshots", False, "save screenshots (the pHash is always r
 flags.DEFINE_float("step_timeout_s", 180.0, "per-step watchdog")
 flags.DEFINE_float("episode_timeout_s", 1800.0, "per-episode watchdog")
 flags.DEFINE_enum("redundancy", "either", ["either", "strict", "page"],
-                  "which states are the same when counting redundant steps per episode (see rollout/evaluate.py)")
+                  "which states are the same when counting redundant steps per episode (see experiment/evaluate.py)")
 flags.DEFINE_string("out", "data/eval", "output directory (seed<k>/ collections and eval.json)")
 flags.mark_flag_as_required("model")
 
@@ -56,7 +56,7 @@ def main(argv):
     import asyncio
 
     from rollout.envs import make_env
-    from rollout.evaluate import EvalConfig, evaluate_async, format_table, load_policy, select_tasks
+    from experiment.evaluate import EvalConfig, evaluate_async, format_table, load_policy, select_tasks
     from tgpo_jax.models.sampler import SamplingParams
 
     try:

@@ -38,8 +38,8 @@ def main(argv):
 
         absl_logging.set_verbosity(absl_logging.WARNING)
         logging.getLogger().setLevel(logging.WARNING)
-    from rollout.pipeline import Pipeline
-    from rollout.stages import StaleStage
+    from experiment.pipeline import Pipeline
+    from experiment.stages import StaleStage
 
     try:
         pipe = Pipeline(_CONFIG.value, progress=F.progress)

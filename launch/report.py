@@ -49,7 +49,7 @@ def load_dataset_summary(path: str) -> dict:
 
 def main(argv):
     prepare(argv)
-    from rollout.report import write_report
+    from experiment.report import write_report
 
     models = {}
     for name, path in parse_pairs(F.eval, "eval").items():

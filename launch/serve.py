@@ -25,7 +25,7 @@ _MAX_TOKENS = flags.DEFINE_integer("default_max_tokens", 256, "max_tokens when a
 
 def main(argv):
     prepare(argv)
-    from rollout.serve import ModelServer
+    from serving.serve import ModelServer
     from tgpo_jax.models.loading import load_model, with_tokenizer_eos
     from tgpo_jax.models.sampler import Sampler
     from tgpo_jax.models.tokenizer import load_tokenizer

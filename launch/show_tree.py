@@ -41,8 +41,8 @@ def write_trees(episodes_dir: str, *, task_ids=(), all_tasks: bool = False, out:
                 max_tasks: int = 0, thumb_width: int = 160, include_errored: bool = False, cfg=None) -> list[dict]:
     """Build and draw the trees; -> one summary dict per written page (task_id, path, nodes, edges, ...)."""
     from rollout.recording import iter_episodes, read_tasks
-    from rollout.tree.build import TreeConfig, build_task_graph
-    from rollout.tree.render import write_html
+    from trees.build import TreeConfig, build_task_graph
+    from trees.render import write_html
 
     if not all_tasks and not task_ids:
         raise app.UsageError("give --task_id or --all")

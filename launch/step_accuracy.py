@@ -1,5 +1,5 @@
 """Teacher-forced step accuracy of a model on recorded episodes, per task family and command kind
-(rollout/step_accuracy.py): which decisions does it get wrong? A minute where a browser evaluation takes several.
+(experiment/step_accuracy.py): which decisions does it get wrong? A minute where a browser evaluation takes several.
 
   python -m launch.collect --split=test --num_tasks=60 --runs=1 --wrong_choice=0 --loop=0 --malformed=0 \
       --premature_stop=0 --out=data/heldout-oracle
@@ -34,9 +34,9 @@ flags.mark_flags_as_required(["model", "episodes"])
 
 def main(argv):
     prepare(argv)
-    from rollout.evaluate import load_policy
+    from experiment.evaluate import load_policy
     from rollout.policies.prompt import saved_prompt
-    from rollout.step_accuracy import measure, table
+    from experiment.step_accuracy import measure, table
     from tgpo_jax.models.sampler import SamplingParams
 
     if not os.path.isdir(F.episodes):

@@ -1,4 +1,4 @@
-"""One client for OpenAI-compatible chat endpoints (``rollout.serve``, vLLM, an API): the HTTP policy and the judge
+"""One client for OpenAI-compatible chat endpoints (``serving.serve``, vLLM, an API): the HTTP policy and the judge
 verifier both post through it. Stdlib HTTP only.
 
 Connection errors, timeouts, 5xx and 429 are retried with exponential backoff, then raised as ``EndpointError``

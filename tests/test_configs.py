@@ -41,7 +41,7 @@ def test_pipeline_gives_miniwob_a_seed_per_task():
     """MiniWoB tasks are (task, seed) pairs: the pipeline asks for as many seeds as it selects tasks, so
     num_train tasks of one task family are num_train distinct problems, disjoint from the held-out seeds."""
     from configs.pipeline import get_config
-    from rollout.pipeline import Pipeline
+    from experiment.pipeline import Pipeline
 
     c = get_config("tiny")
     c.env.name = "miniwob"
@@ -57,7 +57,7 @@ def test_pipeline_gives_miniwob_a_seed_per_task():
 @pytest.mark.parametrize("preset", ["default", "tiny", "large", "smollm2", "miniwob"])
 def test_every_pipeline_preset_is_valid(preset):
     from configs.pipeline import get_config
-    from rollout.pipeline import validate
+    from experiment.pipeline import validate
 
     c = get_config(preset)
     validate(c)

@@ -8,12 +8,12 @@ import os
 import pytest
 
 from rollout.envs.shop.env import ShopEnv
-from rollout.evaluate import (EvalConfig, episode_redundancy, evaluate, load_policy, mean_ci95,
+from experiment.evaluate import (EvalConfig, episode_redundancy, evaluate, load_policy, mean_ci95,
                               redundant_flags, select_tasks)
 from rollout.policies.oracle import OracleNoise, OraclePolicy
 from rollout.policies.scripted import ScriptedPolicy
 from rollout.recording import iter_episodes
-from rollout.tree.build import TreeConfig, build_task_graph
+from trees.build import TreeConfig, build_task_graph
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,7 @@ def test_tiny_random_model_end_to_end(shop, tmp_path, spm_tokenizer):
 
     async def go():
         try:
-            from rollout.evaluate import evaluate_async
+            from experiment.evaluate import evaluate_async
             return await evaluate_async(shop, tasks, policy, cfg(tmp_path, seeds=(0,), max_steps=2, contexts=2))
         finally:
             await policy.close()
@@ -234,7 +234,7 @@ def test_trained_run_directory_as_policy(shop, tmp_path):
 
     async def go():
         try:
-            from rollout.evaluate import evaluate_async
+            from experiment.evaluate import evaluate_async
             return await evaluate_async(shop, pick(shop)[:1], latest, cfg(tmp_path / "ev", seeds=(0,), max_steps=1))
         finally:
             await latest.close()

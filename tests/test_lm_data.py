@@ -1,12 +1,12 @@
-"""Pretraining records for a from-scratch base (rollout/lm_data.py): windows cover every token of every step's text
+"""Pretraining records for a from-scratch base (experiment/lm_data.py): windows cover every token of every step's text
 exactly once, in order, and the records are valid SFT nodes. Also: build_dataset over two collections merges them
 into one tree per task (the pipeline's rounds.accumulate)."""
 import pytest
 
-from rollout.lm_data import lm_records, step_texts, windows
+from experiment.lm_data import lm_records, step_texts, windows
 from rollout.policies.prompt import COMPACT_SYSTEM_PROMPT
-from rollout.tree.dataset import BuildConfig, build_dataset
-from rollout.tree.synthetic import write_synthetic_collection
+from trees.dataset import BuildConfig, build_dataset
+from trees.synthetic import write_synthetic_collection
 from tgpo_jax.data.examples import sft_items
 from tgpo_jax.models.tokenizer import train_sentencepiece
 

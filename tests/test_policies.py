@@ -13,7 +13,7 @@ from rollout.policies.http import OpenAIPolicy, PolicyError
 from rollout.policies.model import ModelPolicy, cut_after_command
 from rollout.policies.prompt import (ANSWER_CUE, KEEP_RECENT, SYSTEM_PROMPT, build_messages, command_end,
                                      messages_for, observation_text, prompt_ids)
-from rollout.serve import ModelServer
+from serving.serve import ModelServer
 from tgpo_jax.models.config import tiny_config
 from tgpo_jax.models.loading import flat_params, model_from_flat
 from tgpo_jax.models.sampler import Completion, Sampler, SamplingParams

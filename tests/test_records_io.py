@@ -276,11 +276,11 @@ def test_step_occurrences_below_trajectory_counts_are_refused(steps):
 
 
 def test_exported_pairs_are_the_datasets_pairs(dataset, tmp_path):
-    """rollout/tree/export_pairs.py: one JSONL row per preference pair of every node, in TRL's conversational
+    """trees/export_pairs.py: one JSONL row per preference pair of every node, in TRL's conversational
     format, with the reward-gap weight and both Qs; normalised weights average 1."""
     import json
 
-    from rollout.tree.export_pairs import export_pairs
+    from trees.export_pairs import export_pairs
     from tgpo_jax.data.examples import preference_pairs
 
     _, out, _ = dataset

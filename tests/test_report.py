@@ -8,7 +8,7 @@ import sys
 import pytest
 from PIL import Image
 
-from rollout.report import write_report
+from experiment.report import write_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -37,7 +37,7 @@ def make_eval(name, row):
     per_seed = [{"seed": s, **{k: v + d for k, v in mean.items()}, "episodes": 100}
                 for s, d in enumerate((-0.01, 0.0, 0.01))]
     ci = {k: c for k, (_, c) in zip(KEYS, row)}
-    if name in ("SFT", "TGPO"):  # rollout.evaluate's shape: {"low", "high", "half_width"} | None
+    if name in ("SFT", "TGPO"):  # experiment.evaluate's shape: {"low", "high", "half_width"} | None
         ci = {k: None if c is None else {"low": mean[k] - c, "high": mean[k] + c, "half_width": c}
               for k, c in ci.items()}
     return {"per_seed": per_seed, "mean": mean, "ci95": ci, "episodes": 300,
@@ -196,7 +196,7 @@ def test_cli(tmp_path):
                                                 "78.6 ± 2.1"),
                                                (0.786, {"low": 0.765, "high": 0.807}, "78.6 ± 2.1")])
 def test_success_format(value, ci, expected):
-    from rollout.report import model_cells
+    from experiment.report import model_cells
 
     cell = model_cells({"mean": {"success_rate": value}, "ci95": {"success_rate": ci}})["success_rate"]
     assert cell.text() == expected

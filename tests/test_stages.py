@@ -1,11 +1,11 @@
-"""Stage bookkeeping of the pipeline (rollout/stages.py): skip finished stages, resume an interrupted one, refuse
+"""Stage bookkeeping of the pipeline (experiment/stages.py): skip finished stages, resume an interrupted one, refuse
 a changed configuration naming the changed key, and --redo a stage with everything downstream of it."""
 import json
 import os
 
 import pytest
 
-from rollout.stages import Stage, StageRunner, StaleStage, diff, downstream, fingerprints
+from experiment.stages import Stage, StageRunner, StaleStage, diff, downstream, fingerprints
 
 
 def make(tmp_path, calls, spec_b=None, fail_c=False):

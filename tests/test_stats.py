@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from rollout import stats
+from experiment import stats
 
 
 def _outcomes(matrix, tasks=None):
@@ -83,7 +83,7 @@ def _ev(success, redundant=0):
 
 
 def test_claims_at_the_floor_are_inconclusive_not_refuted():
-    from rollout import results
+    from experiment import results
 
     zeros = {seed: _ev([0] * 30) for seed in range(3)}
     floor = {m: zeros for m in ("TGPO", "DPO", "KTO", "KTO-Tree")}

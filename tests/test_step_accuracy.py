@@ -1,9 +1,9 @@
-"""Teacher-forced step accuracy (rollout/step_accuracy.py): which steps are scored, how outputs are compared."""
+"""Teacher-forced step accuracy (experiment/step_accuracy.py): which steps are scored, how outputs are compared."""
 from types import SimpleNamespace
 
 import pytest
 
-from rollout.step_accuracy import StepCase, canonical, cases, forced_output, measure, score, table, thought_prefix
+from experiment.step_accuracy import StepCase, canonical, cases, forced_output, measure, score, table, thought_prefix
 
 
 def _ep(outputs, mistakes=(), family="procedure"):
@@ -72,14 +72,14 @@ class _CharTokenizer:  # one id per character; the chat template joins the conte
 
 def test_forced_thought_gives_the_recorded_thought_and_scores_the_model_command(monkeypatch):
     import rollout.recording
-    import rollout.tree.dataset
+    import trees.dataset
 
     outputs = ["Thought: Type [red shoes] into textbox \"Search\" [2].\nCommand: TYPE [2] [red shoes]",
                "Thought: Choose color [red] in combobox \"color\" [6].\nCommand: SELECT [6] [red]"]
     ep = SimpleNamespace(steps=[{"output": o, "observation": f"page {i}", "policy_info": {}}
                                 for i, o in enumerate(outputs)], summary={"family": "webshop"})
-    monkeypatch.setattr(rollout.tree.dataset, "load_episodes", lambda d: ({"t1": [ep]}, []))
-    monkeypatch.setattr(rollout.tree.dataset, "history_of", lambda ep, t: [])
+    monkeypatch.setattr(trees.dataset, "load_episodes", lambda d: ({"t1": [ep]}, []))
+    monkeypatch.setattr(trees.dataset, "history_of", lambda ep, t: [])
     monkeypatch.setattr(rollout.recording, "read_tasks",
                         lambda d: [SimpleNamespace(task_id="t1", family="webshop", instruction="buy")])
     seen = []

@@ -7,7 +7,7 @@ import pytest
 
 from rollout.commands import parse_output
 from rollout.recording import iter_episodes, read_tasks
-from rollout.tree.synthetic import write_synthetic_collection
+from trees.synthetic import write_synthetic_collection
 from rollout.urls import normalize_url
 
 # rollout.harness.runner.run_episode: the ``record`` dict + ``_state_json``'s keys, and the summary's keys.

@@ -8,9 +8,9 @@ import pytest
 
 from rollout.core import Task
 from rollout.recording import EpisodeRecord
-from rollout.tree.graph import StateRef as S
-from rollout.tree.build import TreeConfig, build_task_graph, canonical, label_conflict_rate, redundant_steps
-from rollout.tree.dataset import BuildConfig, build_dataset, node_records, remap_output
+from trees.graph import StateRef as S
+from trees.build import TreeConfig, build_task_graph, canonical, label_conflict_rate, redundant_steps
+from trees.dataset import BuildConfig, build_dataset, node_records, remap_output
 from tgpo_jax.data.examples import (PairConfig, kto_items, kto_tree_items, label_conflict, preference_pairs,
                                     sft_items)
 
@@ -255,7 +255,7 @@ def test_judge_verifier_over_screenshots_replaces_builtin_checks(tmp_path):
 
     from PIL import Image
 
-    from rollout.tree.verify import JudgeVerifier
+    from trees.verify import JudgeVerifier
 
     seen = []
 

@@ -9,8 +9,8 @@ import types
 
 import pytest
 
-from rollout.tree.graph import BranchValue, Edge, Node, StateRef, TaskGraph
-from rollout.tree.render import layers, q_colour, render_html, write_html
+from trees.graph import BranchValue, Edge, Node, StateRef, TaskGraph
+from trees.render import layers, q_colour, render_html, write_html
 
 ORIGIN = "http://127.0.0.1:8765"
 
@@ -213,10 +213,10 @@ def test_show_tree_cli(tmp_path, monkeypatch):
         calls.append((task.task_id, len(episodes), cfg))
         return tgpo_example(tmp_path, missing=tuple(f"n{i}" for i in range(7)))
 
-    fake = types.ModuleType("rollout.tree.build")
+    fake = types.ModuleType("trees.build")
     fake.build_task_graph = build_task_graph
     fake.TreeConfig = lambda: "cfg"
-    monkeypatch.setitem(sys.modules, "rollout.tree.build", fake)
+    monkeypatch.setitem(sys.modules, "trees.build", fake)
 
     one = show_tree.write_trees(out_dir, task_ids=["shop/train/0001"], out=str(tmp_path / "one.html"))
     assert calls == [("shop/train/0001", 2, "cfg")]
@@ -233,7 +233,7 @@ def test_show_tree_cli(tmp_path, monkeypatch):
 def test_show_tree_on_synthetic_collection(tmp_path):
     """End to end with the real builder on a synthetic collection (no browser)."""
     from launch import show_tree
-    from rollout.tree.synthetic import write_synthetic_collection
+    from trees.synthetic import write_synthetic_collection
 
     coll = str(tmp_path / "coll")
     write_synthetic_collection(coll, num_tasks=2, runs=4, seed=3)

@@ -1,4 +1,4 @@
-"""A policy behind an OpenAI-compatible chat endpoint (``rollout.serve``, vLLM, an API), stdlib HTTP only.
+"""A policy behind an OpenAI-compatible chat endpoint (``serving.serve``, vLLM, an API), stdlib HTTP only.
 
 Requests go through ``rollout.endpoint.ChatEndpoint``: connection errors, timeouts, 5xx and 429 are retried with
 exponential backoff, then raised as ``PolicyError`` naming the URL and the cause; other 4xx answers raise at once

@@ -3,7 +3,7 @@
 A web agent must copy text from its instruction into commands (``TYPE [2] [wireless mouse]`` for a task that says
 'Search for "wireless mouse"'). Collected trajectories hold few distinct strings, so a small model memorises them
 instead of learning where to copy from. A node whose successful branch types a string of the instruction carries
-``meta["copy"] = [{"text", "kind"}]`` (``rollout.tree.dataset``); each time such an example is drawn, every copied
+``meta["copy"] = [{"text", "kind"}]`` (``trees.dataset``); each time such an example is drawn, every copied
 string is, with probability ``prob``, replaced by a random string of the same kind from the dataset's
 ``copy_pools`` — in every prompt message and every branch — so each epoch shows new strings at the same places.
 

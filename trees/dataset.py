@@ -32,8 +32,8 @@ from tqdm.auto import tqdm
 from rollout.core import HistoryItem, Task
 from rollout.policies.prompt import SYSTEM_PROMPT, messages_for
 from rollout.recording import EpisodeRecord, RecordingError, read_steps, read_summary, read_tasks
-from rollout.tree.build import (TreeConfig, build_task_graph, canonical, label_conflict_rate, redundant_steps)
-from rollout.tree.graph import StateRef, TaskGraph
+from trees.build import (TreeConfig, build_task_graph, canonical, label_conflict_rate, redundant_steps)
+from trees.graph import StateRef, TaskGraph
 from tgpo_jax.data.schema import Branch, NodeRecord
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class BuildConfig:
             raise ValueError("verifier='judge' needs judge_url and judge_model")
 
     def make_verifier(self):
-        from rollout.tree.verify import JudgeVerifier, builtin_verifier
+        from trees.verify import JudgeVerifier, builtin_verifier
 
         if self.verifier == "judge":
             return JudgeVerifier(self.judge_url, self.judge_model)

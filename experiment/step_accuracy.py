@@ -108,7 +108,7 @@ def table(result: dict) -> str:
 
 def measure(policy, episodes_dir: str, *, batch: int = 16, progress: bool = True, force_thought: bool = False,
             examples: int = 3) -> dict:
-    """Score a ``ModelPolicy`` (``rollout.evaluate.load_policy``) on the collection at ``episodes_dir``; with
+    """Score a ``ModelPolicy`` (``experiment.evaluate.load_policy``) on the collection at ``episodes_dir``; with
     ``force_thought`` the recorded thought is given and only the command is the model's; ``examples`` wrong steps
     are kept per family and command kind."""
     from tqdm import tqdm
@@ -116,7 +116,7 @@ def measure(policy, episodes_dir: str, *, batch: int = 16, progress: bool = True
     from rollout.policies.model import cut_after_command
     from rollout.policies.prompt import messages_for
     from rollout.recording import read_tasks
-    from rollout.tree.dataset import history_of, load_episodes
+    from trees.dataset import history_of, load_episodes
     from tgpo_jax.models.sampler import SamplingParams
     from tgpo_jax.models.tokenizer import chat_ids
 

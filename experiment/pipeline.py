@@ -11,7 +11,7 @@ ArrayRecord shards, ``launch.train``'s Orbax run, ``launch.export``'s HF directo
     episodes/round<r>/  tokenizer/  datasets/round<r>/  runs/<model>/  models/<model>/ (HF, for the next stage and
     evaluation)  eval/<model>/  report/  export/ (the best model)  stages/<stage>.json (resume markers)
 
-Stage bookkeeping (skip / resume / refuse on a changed configuration / --redo) is ``rollout.stages``.
+Stage bookkeeping (skip / resume / refuse on a changed configuration / --redo) is ``experiment.stages``.
 Model names: ``sft``, ``dpo``, ``kto``, ``kto_tree``, ``tgpo`` for round 1, ``<method>-r<r>`` for round r ≥ 2, and
 with several training seeds (``train_seeds``) ``<method>-s<seed>``: seed k initialises its own base (from-scratch
 models) or LoRA adapters, shuffles the data with seed k, and its preference methods start from SFT seed k.
@@ -25,7 +25,7 @@ import os
 import shutil
 import sys
 
-from rollout.stages import Stage, StageRunner
+from experiment.stages import Stage, StageRunner
 from tgpo_jax.data.collate import METHODS, PREFERENCE
 from tgpo_jax.files import write_text_atomic
 
@@ -335,7 +335,7 @@ class Pipeline:
     # ------------------------------------------------------------ stages
     def _policy(self, spec: str, temperature: float, top_p: float, max_tokens: int, max_batch: int, seed: int,
                 step: int | None = None):
-        from rollout.evaluate import load_policy
+        from experiment.evaluate import load_policy
         from tgpo_jax.models.sampler import SamplingParams
 
         params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
@@ -404,7 +404,7 @@ class Pipeline:
     def train_tokenizer(self) -> dict:
         from rollout.policies.prompt import SYSTEM_PROMPT, SYSTEM_PROMPTS
         from rollout.recording import iter_episodes, read_tasks
-        from rollout.tree.dataset import BuildConfig, step_prompt
+        from trees.dataset import BuildConfig, step_prompt
         from tgpo_jax.models.tokenizer import train_sentencepiece
 
         tasks = {t.task_id: t for t in read_tasks(self.episodes(1))}
@@ -454,8 +454,8 @@ class Pipeline:
         return out
 
     def pretrain(self, tokenizer, init: str, name: str, seed: int) -> dict:
-        """Language modelling on the round-1 page text (rollout/lm_data.py) from the initialised model."""
-        from rollout.lm_data import lm_records
+        """Language modelling on the round-1 page text (experiment/lm_data.py) from the initialised model."""
+        from experiment.lm_data import lm_records
         from rollout.policies.prompt import SYSTEM_PROMPTS
         from tgpo_jax.data.io import write_dataset
         from tgpo_jax.training.loop import train
@@ -483,7 +483,7 @@ class Pipeline:
                 "loss": float((summary.get("final") or {}).get("train/loss", float("nan")))}
 
     def tree_config(self):
-        from rollout.tree.build import TreeConfig
+        from trees.build import TreeConfig
 
         d = self.cfg.dataset
         return TreeConfig(merge=d.merge, phash_threshold=d.phash_threshold, guard=d.guard, alpha=d.alpha,
@@ -491,7 +491,7 @@ class Pipeline:
 
     def build(self, r: int) -> dict:
         from rollout.policies.prompt import SYSTEM_PROMPTS
-        from rollout.tree.dataset import BuildConfig, build_dataset
+        from trees.dataset import BuildConfig, build_dataset
 
         d = self.cfg.dataset
         bcfg = BuildConfig(tree=self.tree_config(), splits=("train",), num_shards=d.num_shards,
@@ -539,7 +539,7 @@ class Pipeline:
                                       "per_epoch": summary.get("per_epoch")}, default=float))
 
     def _evaluate(self, model: str, out_dir: str, tasks, label: str, step: int | None = None) -> dict:
-        from rollout.evaluate import EvalConfig, evaluate_async, format_table
+        from experiment.evaluate import EvalConfig, evaluate_async, format_table
 
         e = self.cfg.eval
         policy = self._policy(model, e.temperature, e.top_p, e.max_tokens, e.max_batch, 0, step)
@@ -605,11 +605,11 @@ class Pipeline:
         return out
 
     def report(self) -> dict:
-        from rollout import results
+        from experiment import results
         from rollout.recording import iter_episodes, read_tasks
-        from rollout.report import write_report
-        from rollout.tree.build import build_task_graph
-        from rollout.tree.render import write_html
+        from experiment.report import write_report
+        from trees.build import build_task_graph
+        from trees.render import write_html
         from tgpo_jax.data.io import read_manifest
         from tgpo_jax.training.metrics import read_metrics
 

@@ -1,6 +1,6 @@
 """The learning result from evaluation files: per-method rows pooled over training seeds, per-family rows, paired
 comparisons between methods, and a verdict on each claim of the TGPO paper. Pure functions over ``eval.json``
-dicts (``rollout.evaluate``); the statistics are ``rollout.stats``.
+dicts (``experiment.evaluate``); the statistics are ``experiment.stats``.
 
 ``groups``: ``{method label: {training seed: eval dict}}`` — e.g. ``{"SFT": {0: ev, 1: ev, 2: ev}, ...}``. A task's
 value for one model is the mean over its episodes (evaluation seeds × runs) of the per-episode metric.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-from rollout import stats
+from experiment import stats
 
 METRICS = {"success_rate": "success", "avg_steps": "steps", "redundant_steps": "redundant"}  # eval key -> row key
 Groups = Mapping[str, Mapping[int, dict]]
@@ -51,7 +51,7 @@ class Row:
 
 def method_row(runs: Mapping[int, dict], metric: str, family: str | None = None) -> Row:
     """With several training seeds: t-interval over the seeds' means. With one: the evaluation's own interval over
-    its evaluation seeds (sampling), as ``rollout.evaluate`` computed it."""
+    its evaluation seeds (sampling), as ``experiment.evaluate`` computed it."""
     per_seed = []
     for ev in runs.values():
         vals = task_values(ev, metric, family=family)

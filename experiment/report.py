@@ -6,7 +6,7 @@ PNG plots (matplotlib, Agg, no display) into ``out_dir``. Every file is written 
 
 Formats (Table 1): success rate in percent with one decimal (``78.6 ± 2.1``; an evaluation's ``success_rate`` is a
 fraction in [0, 1]), average and redundant steps with two decimals (``8.66 ± 0.41``). ``±`` is the 95% CI
-half-width (``ci95[metric]``: a number or rollout.evaluate's ``{"low", "high", "half_width"}``), left out when
+half-width (``ci95[metric]``: a number or experiment.evaluate's ``{"low", "high", "half_width"}``), left out when
 None; a missing value is ``—``. The best value of each column (highest success, fewest steps, fewest redundant
 steps, compared at the displayed precision, ties all) is in bold.
 """
@@ -92,7 +92,7 @@ class Cell:
 
 
 def row_cells(rows: dict) -> dict[str, Cell]:
-    """A method's ``rollout.results.Row`` per metric -> its Table 1 cells (pooled over training seeds)."""
+    """A method's ``experiment.results.Row`` per metric -> its Table 1 cells (pooled over training seeds)."""
     out = {}
     for key, _, scale, dec, _ in COLUMNS:
         r = rows.get(key)
@@ -121,7 +121,7 @@ def model_cells(ev: dict | None) -> dict[str, Cell]:
 
 
 def _half_width(ci) -> float | None:
-    """A CI as a half-width number or as rollout.evaluate's {"low", "high", "half_width"} dict (None: no CI)."""
+    """A CI as a half-width number or as experiment.evaluate's {"low", "high", "half_width"} dict (None: no CI)."""
     if isinstance(ci, dict):
         h = _num(ci.get("half_width"))
         if h is None and _num(ci.get("low")) is not None and _num(ci.get("high")) is not None:
@@ -429,7 +429,7 @@ def _comparison_table(comparisons: list) -> Table:
                      (str(c.tasks), False), (f"{c.seeds_a} / {c.seeds_b}", False)])
     return Table(["Comparison", "Metric", "Difference", "95% interval", "Tasks", "Seeds"], rows,
                  "Paired by held-out task (and by training seed where both methods have the same seeds); the "
-                 "interval is a two-level bootstrap over tasks and training seeds (rollout/stats.py).")
+                 "interval is a two-level bootstrap over tasks and training seeds (experiment/stats.py).")
 
 
 def _claims_table(claims: list) -> Table:
@@ -476,9 +476,9 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
     """Write ``report.md``, ``report.html`` and the plots into ``out_dir``; returns their paths.
 
     ``models``: label -> evaluation dict (Table 1 from each evaluation's own mean / interval). ``rows`` (label ->
-    metric -> ``rollout.results.Row``, pooled over training seeds) replaces that when given, with ``models`` then
+    metric -> ``experiment.results.Row``, pooled over training seeds) replaces that when given, with ``models`` then
     mapping each label to its list of evaluations. ``family_rows`` (family -> rows), ``comparisons``, ``claims``
-    (``rollout.results``) and ``learning_curves`` (label -> [(step, success)]) add their sections."""
+    (``experiment.results``) and ``learning_curves`` (label -> [(step, success)]) add their sections."""
     os.makedirs(out_dir, exist_ok=True)
     models = dict(models or {})
     if rows is not None:

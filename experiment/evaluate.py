@@ -185,8 +185,8 @@ class EvalConfig:
 
 # ---------------------------------------------------------------- metrics
 def _r_red(ep, task: Task | None, merge: str) -> list[bool]:
-    from rollout.tree.build import TreeConfig, build_task_graph
-    from rollout.tree.graph import StateRef
+    from trees.build import TreeConfig, build_task_graph
+    from trees.graph import StateRef
 
     graph = build_task_graph([ep], task, TreeConfig(merge=merge))
     return [graph.rewards[StateRef(0, t)]["r_red"] < 0 for t in range(len(ep.steps))]
@@ -244,13 +244,13 @@ def seed_metrics(out_dir: str, tasks: Sequence[Task], runs: int, redundancy: str
     out["avg_optimal_steps"] = sum(r["optimal"] for r in rows) / len(rows) if rows else None
     out["by_family"] = {f: _summarize([r for r in rows if r["family"] == f])
                         for f in sorted({r["family"] for r in rows})}
-    out["episodes_table"] = sorted(rows, key=lambda r: (r["task_id"], r["run"]))  # per-task pairing (rollout.stats)
+    out["episodes_table"] = sorted(rows, key=lambda r: (r["task_id"], r["run"]))  # per-task pairing (experiment.stats)
     return out
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float | None, dict | None]:
     """(mean, {"low", "high", "half_width"}) with a Student-t 95% interval; the interval is None for < 2 values."""
-    from rollout.stats import t_interval
+    from experiment.stats import t_interval
 
     mean, half = t_interval(values)
     return mean, (None if half is None else {"low": mean - half, "high": mean + half, "half_width": half})

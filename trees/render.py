@@ -18,7 +18,7 @@ import math
 import os
 import urllib.parse
 
-from rollout.tree.graph import BranchValue, Edge, Node, TaskGraph
+from trees.graph import BranchValue, Edge, Node, TaskGraph
 from tgpo_jax.files import write_text_atomic
 
 log = logging.getLogger(__name__)

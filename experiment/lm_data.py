@@ -18,7 +18,7 @@ from tgpo_jax.data.schema import Branch, NodeRecord
 
 def step_texts(episodes_dir: str, system_prompt: str) -> Iterator[tuple[str, str]]:
     """(task id, text) per recorded step: the user turn of its prompt, then the output."""
-    from rollout.tree.dataset import BuildConfig, step_prompt
+    from trees.dataset import BuildConfig, step_prompt
 
     tasks = {t.task_id: t for t in read_tasks(episodes_dir)}
     cfg = BuildConfig(prompt_budget_tokens=1 << 20, system_prompt=system_prompt)

@@ -24,8 +24,8 @@ from typing import Callable, Sequence
 
 from rollout.commands import parse_command
 from rollout.core import ActionError, Task
-from rollout.tree.graph import BranchValue, Edge, Node, StateRef, TaskGraph
-from rollout.tree.verify import builtin_verifier
+from trees.graph import BranchValue, Edge, Node, StateRef, TaskGraph
+from trees.verify import builtin_verifier
 
 Q_AGGREGATES = ("mean", "sum", "discounted")
 MERGE_RULES = ("either", "strict")

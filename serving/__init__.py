@@ -1,0 +1,1 @@
+"""Serving a trained policy behind an OpenAI-compatible chat endpoint (``serving.serve``)."""
