@@ -1,7 +1,7 @@
 """Draw the merged tree of a task's episodes (TGPO Figure 2 for real data) as a self-contained HTML page.
 
-  python -m launch.show_tree --episodes=data/episodes/train --task_id=shop/train/0003 --out=trees/t3.html
-  python -m launch.show_tree --episodes=data/episodes/train --all --max_tasks=20 --out=trees/
+  python -m launch.show_tree --episodes=data/episodes/train --task_id=shop/train/0003 --out=runs/trees/t3.html
+  python -m launch.show_tree --episodes=data/episodes/train --all --max_tasks=20 --out=runs/trees/
 One task: ``--out`` is the HTML file (or a directory: the file is named after the task). ``--all``: ``--out`` is a
 directory with one page per task and an ``index.html`` linking them. Default ``--out``: ``<episodes>/trees``.
 """
