@@ -68,7 +68,7 @@ def is_run_dir(path: str) -> bool:
 
 def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int = 8, step: int | None = None,
                 env: Environment | None = None, seed: int = 0, prompt_style: str | None = None,
-                thought_chars: int | None = None, page_ids: str | None = None) -> Policy:
+                thought_chars: int | None = None, page_ids: str | None = None, constrain: bool = False) -> Policy:
     """The policy named by ``model``:
 
     - ``oracle`` / ``oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>``: the (noisy) oracle of ``env``;
@@ -80,7 +80,8 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
     The system text is ``prompt_style`` (``prompt.SYSTEM_PROMPTS``) when given, else the one saved next to the
     model (``policy.json``, written by the pipeline for the models it trains), else the full grammar; likewise
     ``thought_chars``, the characters of each earlier step's thought kept in the history (default 160), and
-    ``page_ids``, where page lines put element ids (default "before").
+    ``page_ids``, where page lines put element ids (default "before"). ``constrain``: valid-argument decoding
+    (``rollout/policies/constrain.py``) for model policies.
     """
     from tgpo_jax.models.loading import BUNDLED_ALIASES
 
@@ -104,7 +105,7 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
     if ids not in PAGE_IDS:
         raise ValueError(f"page_ids {ids!r}: expected one of {PAGE_IDS}")
     kw = dict(params=params, budget_tokens=budget_tokens, max_batch=max_batch, system_prompt=SYSTEM_PROMPTS[style],
-              thought_chars=thoughts, page_ids=ids)
+              thought_chars=thoughts, page_ids=ids, constrain=constrain)
     if os.path.isdir(model) and is_run_dir(model):
         from tgpo_jax.models.loading import merged_model, with_tokenizer_eos
         from tgpo_jax.models.sampler import Sampler

@@ -334,14 +334,14 @@ class Pipeline:
 
     # ------------------------------------------------------------ stages
     def _policy(self, spec: str, temperature: float, top_p: float, max_tokens: int, max_batch: int, seed: int,
-                step: int | None = None):
+                step: int | None = None, constrain: bool = False):
         from experiment.evaluate import load_policy
         from tgpo_jax.models.sampler import SamplingParams
 
         params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
         return load_policy(spec, params=params, budget_tokens=self.cfg.prompt_tokens, max_batch=max_batch,
                            env=self.env, seed=seed, step=step, prompt_style=self.cfg.prompt_style,
-                           thought_chars=self.cfg.history_thoughts, page_ids=self.cfg.page_ids)
+                           thought_chars=self.cfg.history_thoughts, page_ids=self.cfg.page_ids, constrain=constrain)
 
     def save_prompt(self, model_dir: str) -> None:
         """``policy.json`` next to a model: launch.evaluate / collect then prompt it as it was trained."""
@@ -373,7 +373,7 @@ class Pipeline:
             spec = self.model_dir("base") if c.policy == "base" else c.policy
         else:
             spec = self.model_dir(model_name(self.cfg.rounds.behaviour, r - 1))
-        policy = self._policy(spec, c.temperature, c.top_p, c.max_tokens, c.max_batch, seed)
+        policy = self._policy(spec, c.temperature, c.top_p, c.max_tokens, c.max_batch, seed, constrain=c.constrain)
         harness = HarnessConfig(max_steps=c.max_steps, step_slack=c.step_slack, budget_tokens=c.budget_tokens,
                                 screenshots=c.screenshots)
         ccfg = CollectConfig(out_dir=self.episodes(r), runs=c.runs, tree_tasks=c.tree_tasks, seed=seed,
@@ -542,14 +542,14 @@ class Pipeline:
         from experiment.evaluate import EvalConfig, evaluate_async, format_table
 
         e = self.cfg.eval
-        policy = self._policy(model, e.temperature, e.top_p, e.max_tokens, e.max_batch, 0, step)
+        policy = self._policy(model, e.temperature, e.top_p, e.max_tokens, e.max_batch, 0, step, constrain=e.constrain)
         ecfg = EvalConfig(out_dir=out_dir, env=self.cfg.env.name, split="test", num_tasks=len(tasks),
                           families=tuple(f for f in self.cfg.tasks.families if f),
                           seeds=tuple(e.seeds), runs=e.runs, contexts=e.contexts, max_steps=e.max_steps,
                           step_slack=e.step_slack,
                           temperature=e.temperature, progress=self.progress, redundancy=e.redundancy)
         meta = {"model": label, "top_p": e.top_p, "max_tokens": e.max_tokens,
-                "prompt_tokens": self.cfg.prompt_tokens}
+                "prompt_tokens": self.cfg.prompt_tokens, "constrain": bool(e.constrain)}
         result = self._with_policy(policy, evaluate_async(self.env, tasks, policy, ecfg, meta=meta))
         print(format_table(result), file=sys.stderr)
         if not result["episodes"]:

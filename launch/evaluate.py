@@ -37,6 +37,8 @@ flags.DEFINE_integer("step_slack", 0, "> 0: an episode stops at min(max_steps, t
 flags.DEFINE_float("temperature", 0.0, "model policy sampling temperature (0 = greedy)")
 flags.DEFINE_float("top_p", 1.0, "model policy nucleus sampling (1 = off)")
 flags.DEFINE_integer("max_tokens", 128, "model policy: tokens per step")
+flags.DEFINE_bool("constrain", False, "model policy: valid-argument decoding (every bracketed group one the page or "
+                  "the task offers: rollout/policies/constrain.py)")
 flags.DEFINE_integer("max_batch", 8, "model policy: largest sampler batch")
 flags.DEFINE_integer("budget_tokens", 1024, "observation text budget (tokens)")
 flags.DEFINE_integer("prompt_tokens", 0, "model policy prompt budget in the model's tokens (0 = the one saved "
@@ -83,11 +85,11 @@ def main(argv):
         prompt_tokens = F.prompt_tokens or (saved_prompt(F.model).get("budget_tokens") if os.path.isdir(F.model)
                                             else None) or F.budget_tokens * 2
         policy = load_policy(F.model, params=params, budget_tokens=prompt_tokens, max_batch=F.max_batch,
-                             step=F.step, env=env, prompt_style=F.prompt_style)
+                             step=F.step, env=env, prompt_style=F.prompt_style, constrain=F.constrain)
     except (FileNotFoundError, ValueError) as e:
         raise app.UsageError(str(e)) from None
     meta = {"model": F.model, "step": F.step, "locale": F.locale if F.env == "shop" else None,
-            "max_tokens": F.max_tokens, "top_p": F.top_p}
+            "max_tokens": F.max_tokens, "top_p": F.top_p, "constrain": F.constrain}
 
     async def go():
         try:

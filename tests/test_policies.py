@@ -1,5 +1,6 @@
 """Policies: prompt budget, the batched model policy, the OpenAI-compatible server and its client."""
 import asyncio
+import dataclasses
 import json
 import re
 import socket
@@ -367,3 +368,32 @@ def test_unreachable_server_raises_after_retries():
     with pytest.raises(PolicyError, match=rf"127\.0\.0\.1:{port}.*3 attempts.*unreachable"):
         asyncio.run(policy.act(make_request()))
     assert len(calls) == 3
+
+
+def test_constrained_model_policy_writes_only_what_the_step_offers(sampler, spm_tokenizer):
+    from rollout.core import Element
+    from rollout.policies.constrain import OutputGrammar, step_strings
+
+    class Spy:
+        def __init__(self, inner):
+            self.inner, self.cfg, self.got = inner, inner.cfg, []
+
+        def generate(self, prompts, params, constraints=None):
+            self.got.append(constraints)
+            return self.inner.generate(prompts, params, constraints)
+
+    base = make_request(instruction="search for [red running shoes]")
+    els = (Element(id="1", role="textbox", name="Search"), Element(id="2", role="combobox", name="size",
+                                                                     options=("S", "M")))
+    req = dataclasses.replace(base, observation=dataclasses.replace(base.observation, elements=els))
+    params = SamplingParams(temperature=1.0, max_tokens=40, seed=3)  # a random model: sampled text has brackets
+    outs = {}
+    for constrain in (False, True):
+        spy = Spy(sampler)
+        policy = ModelPolicy(spy, spm_tokenizer, params=params, budget_tokens=BUDGET, system_prompt=SYS,
+                             constrain=constrain, stop_after_command=False)
+        outs[constrain] = [asyncio.run(policy.act(dataclasses.replace(req, seed=s))).text for s in range(6)]
+        assert (spy.got[0] is None) is (not constrain)
+    grammar = OutputGrammar(step_strings(req))
+    assert all(grammar.viable(t) for t in outs[True])
+    assert not all(grammar.viable(t) for t in outs[False]), "the unconstrained model must break the grammar here"

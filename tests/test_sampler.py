@@ -143,3 +143,67 @@ def test_bad_requests_are_clear_errors(model):
         SamplingParams(top_p=0.0)
     with pytest.raises(ValueError, match="tokenizer"):
         s.generate_ids([[1]], SamplingParams(stop=("x",)))
+
+
+class _Allow:
+    """A test constraint: only tokens in ``allowed`` (EOS when ``eos_ok``); records what it was given."""
+
+    def __init__(self, allowed, eos_ok=False, eos=()):
+        self.allowed, self.eos_ok, self.eos, self.seen = set(allowed), eos_ok, set(eos), []
+
+    def allows(self, token):
+        return (self.eos_ok if token in self.eos else token in self.allowed)
+
+    def advance(self, token):
+        self.seen.append(token)
+
+
+def test_constrained_greedy_is_the_best_allowed_token_with_the_models_own_logprob(model):
+    evens, thirds = _Allow(range(0, 256, 2)), _Allow(range(0, 256, 3))
+    out = Sampler(model).generate_ids(PROMPTS[:2], SamplingParams(temperature=0.0, max_tokens=12), [evens, thirds])
+    for prompt, c, (toks, lps, reason) in zip(PROMPTS, (evens, thirds), out):
+        assert reason == "length" and len(toks) == 12 and c.seen == toks
+        seq = list(prompt)
+        for tok, lp in zip(toks, lps):
+            ref = full_forward_logprobs(model, seq)[-1]
+            allowed = sorted(c.allowed)
+            assert tok == allowed[int(np.argmax(ref[allowed]))]  # argmax over the allowed tokens only
+            assert abs(lp - ref[tok]) < 1e-4  # the unconstrained model's log-prob
+            seq.append(tok)
+    free = Sampler(model).generate_ids(PROMPTS[:1], SamplingParams(temperature=0.0, max_tokens=12))[0][0]
+    assert any(t % 2 for t in free), "the unconstrained model must pick odd tokens for this test to mean anything"
+
+
+def test_constrained_sampling_draws_from_the_renormalised_allowed_distribution():
+    model = peaked_model(vocab=64, seed=2)
+    prompt, allowed = [3, 9, 27], set(range(0, 64, 4))
+    n = 1500
+    out = Sampler(model, bucket=8).generate_ids([prompt] * n, SamplingParams(temperature=0.7, max_tokens=1, seed=5),
+                                                [_Allow(allowed) for _ in range(n)])
+    counts = np.bincount([o[0][0] for o in out], minlength=64) / n
+    z = full_forward_logprobs(model, prompt)[-1] / 0.7
+    p = np.where(np.isin(np.arange(64), sorted(allowed)), np.exp(z - z.max()), 0.0)
+    p /= p.sum()
+    assert counts[p == 0].sum() == 0
+    assert 0.5 * np.abs(counts - p).sum() < 0.06  # total variation distance
+
+
+def test_constraint_decides_eos_and_a_dead_end_ends_the_row(model):
+    greedy = Sampler(model).generate_ids(PROMPTS, SamplingParams(temperature=0.0, max_tokens=12))
+    eos = greedy[1][0][4]
+    m2 = model_from_flat(model.cfg.replace(eos_token_id=eos), flat_params(model))
+    every = range(256)
+    no_eos = _Allow(every, eos_ok=False, eos={eos})
+    toks, _, reason = Sampler(m2).generate_ids([PROMPTS[1]], SamplingParams(temperature=0.0, max_tokens=12),
+                                               [no_eos])[0]
+    assert reason == "length" and eos not in toks and len(toks) == 12
+    with_eos = _Allow(every, eos_ok=True, eos={eos})
+    toks, _, reason = Sampler(m2).generate_ids([PROMPTS[1]], SamplingParams(temperature=0.0, max_tokens=12),
+                                               [with_eos])[0]
+    assert reason == "eos" and toks == greedy[1][0][:5]
+    dead = _Allow(())  # nothing allowed: the row ends at once, nothing emitted
+    toks, lps, reason = Sampler(model).generate_ids([PROMPTS[0]], SamplingParams(temperature=0.0, max_tokens=5),
+                                                    [dead])[0]
+    assert toks == [] and lps == [] and reason == "length"
+    with pytest.raises(ValueError, match="one per prompt"):
+        Sampler(model).generate_ids(PROMPTS, SamplingParams(max_tokens=2), [dead])

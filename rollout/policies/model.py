@@ -8,6 +8,7 @@ The behaviour log-prob of an output is the sum of the sampler's per-token log-pr
 included when the model ended with it: the trainer scores actions with their EOS too). Generation ends at EOS,
 a stop string of ``params.stop``, or ``max_tokens``; with ``stop_after_command`` (default) an output that runs on
 past its ``Command:`` line is cut after that line's newline token, and only the tokens up to it are counted.
+With ``constrain`` every bracketed group is one the step offers (``constrain.py``).
 """
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ class _Pending:
 class ModelPolicy:
     def __init__(self, sampler, tokenizer, *, params, budget_tokens: int = 2048, max_batch: int = 8,
                  name: str = "model", stop_after_command: bool = True, thought_chars: int = 160,
-                 system_prompt: str = SYSTEM_PROMPT, page_ids: str = "before"):
+                 system_prompt: str = SYSTEM_PROMPT, page_ids: str = "before", constrain: bool = False):
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.sampler = sampler
@@ -74,6 +75,7 @@ class ModelPolicy:
         self.thought_chars = thought_chars
         self.system_prompt = system_prompt
         self.page_ids = page_ids
+        self.constrain = constrain  # valid-argument decoding (constrain.py)
         self.generate_calls = 0  # batches run so far
         self._queue: asyncio.Queue | None = None
         self._worker: asyncio.Task | None = None
@@ -160,7 +162,14 @@ class ModelPolicy:
         if params.temperature > 0:
             params = dataclasses.replace(params, seed=batch_seed(params.seed, requests))
         self.generate_calls += 1
-        completions = self.sampler.generate(prompts, params)
+        if self.constrain:
+            from rollout.policies.constrain import constraints_for
+
+            eos = self.sampler.cfg.eos_token_ids or ()
+            completions = self.sampler.generate(prompts, params,
+                                                constraints=constraints_for(requests, self.tokenizer, eos))
+        else:
+            completions = self.sampler.generate(prompts, params)
         dt = time.perf_counter() - t0
         outs = []
         for m, prompt, c in zip(messages, prompts, completions):

@@ -5,12 +5,17 @@ pass; decoding runs in jitted chunks of ``chunk`` steps (a ``lax.scan``). Betwee
 checks stop strings and ends early once every row has finished. The log-prob returned for each
 sampled token is the model's own (temperature-1, unfiltered) ``log softmax`` — the behaviour
 policy's log-prob that off-policy preference training needs.
+
+Constrained decoding: with ``constraints`` (one ``TokenConstraint`` per prompt, e.g. the agent's output grammar
+in ``rollout/policies/constrain.py``) the host picks every token: the best-scoring token the row's constraint
+allows (greedy), or a draw from the filtered distribution renormalised over the allowed tokens. Rows then decode
+one token per jitted call. The log-prob kept is still the model's own unconstrained one.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -58,6 +63,52 @@ def sample_logits(logits: jax.Array, rng: jax.Array, temperature: float, top_k: 
         cutoff = jnp.take_along_axis(sorted_x, jnp.maximum(cutoff_idx, 0), axis=-1)
         x = jnp.where(x < cutoff, -jnp.inf, x)
     return jax.random.categorical(rng, x, axis=-1)
+
+
+class TokenConstraint(Protocol):
+    """Which tokens may come next in one row (EOS ids included); ``advance`` records the token taken."""
+
+    def allows(self, token: int) -> bool: ...
+
+    def advance(self, token: int) -> None: ...
+
+
+def _filtered_probs(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
+    """[V] logits -> [V] probabilities after temperature, top-k and top-p (as ``sample_logits`` filters them)."""
+    x = logits.astype(np.float64) / temperature
+    if top_k:
+        x = np.where(x < np.sort(x)[-top_k], -np.inf, x)
+    p = np.exp(x - x.max())
+    p /= p.sum()
+    if top_p < 1.0:
+        order = np.argsort(-p)
+        cum = np.cumsum(p[order])
+        keep = order[:int(np.sum(cum - p[order] < top_p))]
+        q = np.zeros_like(p)
+        q[keep] = p[keep]
+        p = q / q.sum()
+    return p
+
+
+def choose_allowed(logits: np.ndarray, constraint: TokenConstraint, temperature: float, top_k: int, top_p: float,
+                   rng: np.random.Generator, scan: int = 64) -> int | None:
+    """The next token of one row under its constraint, or None when the constraint allows no token at all.
+
+    Greedy: the highest logit allowed. Sampling: a draw from the filtered distribution over its allowed tokens
+    (the ``scan`` likeliest first; all of them only when none of those is allowed), else the likeliest allowed."""
+    probs = _filtered_probs(logits, temperature, top_k, top_p) if temperature > 0 else None
+    score = logits if probs is None else np.where(probs > 0, probs, -1.0)
+    top = np.argpartition(-score, min(scan, len(score) - 1))[:scan]
+    for pool in (top[np.argsort(-score[top])], np.argsort(-score)):
+        ok = [int(t) for t in pool if constraint.allows(int(t))]
+        if probs is not None:
+            live = [t for t in ok if probs[t] > 0]
+            if live:
+                w = probs[live] / probs[live].sum()
+                return live[int(rng.choice(len(live), p=w))]
+        if ok:
+            return ok[0] if probs is None else max(ok, key=lambda t: logits[t])
+    return None
 
 
 def _bucket(n: int, size: int) -> int:
@@ -111,11 +162,24 @@ class Sampler:
         carry, (toks, logps, emitted) = jax.lax.scan(step, carry, None, length=steps)
         return carry, toks.T, logps.T, emitted.T  # [B, steps]
 
+    @functools.partial(jax.jit, static_argnums=(0,))
+    def _feed(self, state, cache, key_valid, pos, index, tok):
+        """One token per row (``tok`` [B], chosen on the host) -> the next logits [B, V] and the advanced cache."""
+        model = nnx.merge(self.graphdef, state)
+        key_valid = key_valid.at[:, index].set(True)
+        h, cache = model.hidden_states(tok[:, None], pos[:, None], key_valid[:, None, :], cache, index)
+        logits = model.logits_from_hidden(h)[:, 0].astype(jnp.float32)
+        return cache, logits, key_valid, pos + 1, index + 1
+
     # ------------------------------------------------------------------ public API
-    def generate_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams = SamplingParams()):
-        """-> list of (tokens, logprobs, finish_reason) per prompt; EOS/stop handling included."""
+    def generate_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams = SamplingParams(),
+                     constraints: Sequence[TokenConstraint] | None = None):
+        """-> list of (tokens, logprobs, finish_reason) per prompt; EOS/stop handling included. With
+        ``constraints`` (one per prompt) every token is one its row's constraint allows."""
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("generate needs at least one non-empty prompt")
+        if constraints is not None and len(constraints) != len(prompts):
+            raise ValueError(f"{len(constraints)} constraints for {len(prompts)} prompts: one per prompt")
         if params.stop and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer to decode with")
         b = len(prompts)
@@ -132,6 +196,8 @@ class Sampler:
             tokens[i, p - len(x):] = x
             valid[i, p - len(x):] = True
         cache, logits, key_valid, pos = self._prefill(self.state, jnp.asarray(tokens), jnp.asarray(valid), cache_len)
+        if constraints is not None:
+            return self._generate_constrained(params, constraints, (cache, logits, key_valid, pos, jnp.int32(p)))
         done = jnp.zeros((b,), bool)
         carry = (cache, logits, key_valid, pos, jnp.int32(p), done, jax.random.key(params.seed))
         eos = jnp.asarray(self.cfg.eos_token_ids or (-1,), jnp.int32)
@@ -165,6 +231,38 @@ class Sampler:
             carry = carry[:5] + (jnp.asarray(host_done),) + carry[6:]
         return [(t, lp, r or "length") for t, lp, r in zip(out_tok, out_lp, reason)]
 
+    def _generate_constrained(self, params: SamplingParams, constraints, state):
+        """Host-driven decoding, one token per row per step, each allowed by its row's constraint."""
+        cache, logits, key_valid, pos, index = state
+        b = len(constraints)
+        rng = np.random.default_rng(params.seed)
+        eos = set(self.cfg.eos_token_ids or ())
+        out_tok, out_lp, reason = [[] for _ in range(b)], [[] for _ in range(b)], [None] * b
+        for _ in range(params.max_tokens):
+            host = np.asarray(logits)  # [B, V]
+            feed = np.full((b,), self.pad_id, np.int32)
+            for i in range(b):
+                if reason[i] is not None:
+                    continue
+                tok = choose_allowed(host[i], constraints[i], params.temperature, params.top_k, params.top_p, rng)
+                if tok is None:  # the grammar has no way on: end the row as it stands
+                    reason[i] = "constraint"
+                    continue
+                constraints[i].advance(tok)
+                row = host[i].astype(np.float64)
+                out_tok[i].append(tok)
+                out_lp[i].append(float(row[tok] - row.max() - np.log(np.exp(row - row.max()).sum())))
+                feed[i] = tok
+                if tok in eos:
+                    reason[i] = "eos"
+                elif params.stop and self._stop_cut(out_tok[i], params.stop, len(out_tok[i]) - 1) is not None:
+                    reason[i] = "stop"
+            if None not in reason:
+                break
+            cache, logits, key_valid, pos, index = self._feed(self.state, cache, key_valid, pos, index,
+                                                              jnp.asarray(feed))
+        return [(t, lp, r if r in ("eos", "stop") else "length") for t, lp, r in zip(out_tok, out_lp, reason)]
+
     def _stop_cut(self, toks: list[int], stop: tuple[str, ...], start: int = 0) -> int | None:
         """Length of the shortest token prefix (longer than ``start``) whose text holds a stop string."""
         text = self.tokenizer.decode(toks, skip_special_tokens=False)
@@ -176,11 +274,12 @@ class Sampler:
                 return n
         return len(toks)  # pragma: no cover - the full text contains it
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams = SamplingParams()) -> list[Completion]:
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams = SamplingParams(),
+                 constraints: Sequence[TokenConstraint] | None = None) -> list[Completion]:
         if self.tokenizer is None:
             raise ValueError("generate() decodes text and needs a tokenizer; use generate_ids() without one")
         out = []
-        for toks, lps, reason in self.generate_ids(prompts, params):
+        for toks, lps, reason in self.generate_ids(prompts, params, constraints):
             body = toks[:-1] if reason == "eos" else toks
             text = self.tokenizer.decode(body, skip_special_tokens=False)
             if reason == "stop":

@@ -1,0 +1,228 @@
+"""Valid-argument decoding: the agent's output grammar as a token constraint for ``Sampler.generate``.
+
+A small model that has learned *which* string to copy often writes it wrong: a hop to another span of the prompt
+mid-copy (``TYPE [2] [o lowm Moisturizer…]``), an option the combobox does not have, an id that is not on the page,
+``CLICK 1`` without brackets. Each such step is wasted and often starts a loop. With a constraint, every bracketed
+group the model writes must be a string the step offers, as it writes it:
+
+- in the thought, any ``[...]``: an element id of the page, a string the task quotes (``[...]`` or ``"..."``), or an
+  option of one of the page's comboboxes;
+- after ``Command:``, a known verb in upper case, its groups (one space before each), and then the end:
+  the element id of CLICK / CLEAR / TYPE is one of the page's, SELECT's one with options; TYPE's text is one the
+  task quotes (free when the task quotes none); SELECT's value is an option of that element; SCROLL's is UP or DOWN; STOP's and GOTO's are
+  free. EOS is allowed only once the command is complete.
+
+Which string, which element and which verb remain the model's choice (the likeliest allowed token at each step,
+the same as WebShop's baselines choosing among the page's available actions). Used only at decoding (evaluation,
+collection with a model): training data and log-probs are the model's own (docs/method.md §1).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from typing import Iterable
+
+from rollout.core import COMMANDS, PolicyRequest
+
+# element id groups and free-text groups per verb ("id", then the argument's kind)
+_GROUPS = {"CLICK": ("id",), "CLEAR": ("id",), "TYPE": ("id", "typed"), "SELECT": ("select", "option"),
+           "SCROLL": ("scroll",), "GOTO": ("free",), "GO_BACK": (), "STOP": ("free",)}
+_OPTIONAL_LAST = {"STOP"}  # ``STOP`` alone is a complete command too
+_LABEL = "Command:"
+
+
+@dataclasses.dataclass(frozen=True)
+class StepStrings:
+    """What a step offers: the page's element ids, each combobox's options, the strings the task quotes."""
+    ids: frozenset[str]
+    options: dict[str, tuple[str, ...]]  # element id -> options
+    typed: frozenset[str]  # the task's quoted strings
+
+
+class _Pool:
+    """A set of strings, all their prefixes (an open bracket group must stay a prefix of one of them) and the
+    prefixes that end where the string's own tokens end (``ends``: where an output may stop, token by token)."""
+
+    def __init__(self, strings: Iterable[str], split=None):
+        self.strings = frozenset(strings)
+        self.prefixes = frozenset(s[:k] for s in self.strings for k in range(len(s) + 1))
+        self.ends = self.prefixes if split is None else frozenset(
+            s[:k] for s in self.strings for k in split(s))
+
+
+def token_bounds(tokenizer, pieces) -> callable:
+    """``split(s)``: the character offsets in ``s`` where its tokens end as the model writes it after ``" ["``.
+
+    Why: a copy that the constraint lets the model spell letter by letter (``d``, ``ry``) is text it never saw
+    tokenised so, and what follows goes astray (measured: ``Command: STOP`` after such a thought); allowing only the
+    string's own token boundaries keeps a constrained copy in the tokens of the training data."""
+    def split(s: str) -> frozenset[int]:
+        head = "x ["
+        text, out = "", set()
+        for t in tokenizer.encode(head + s + "]", add_special_tokens=False):
+            text += pieces[t] if t < len(pieces) else ""
+            k = len(text.lstrip(" ")) - len(head)  # the piece table keeps a leading space the encoder adds
+            if 0 <= k <= len(s):
+                out.add(k)
+        return frozenset(out | {0, len(s)}) if len(out) > 1 else frozenset(range(len(s) + 1))
+    return split
+
+
+def quoted_strings(instruction: str) -> frozenset[str]:
+    """The strings a task quotes: ``[...]`` groups and ``"..."`` spans."""
+    return frozenset(s for s in re.findall(r"\[([^\[\]\n]+)\]", instruction) + re.findall(r'"([^"\n]+)"', instruction)
+                     if s.strip())
+
+
+def step_strings(request: PolicyRequest) -> StepStrings:
+    els = request.observation.elements
+    return StepStrings(ids=frozenset(e.id for e in els),
+                       options={e.id: tuple(e.options) for e in els if e.options},
+                       typed=quoted_strings(request.task.instruction))
+
+
+class OutputGrammar:
+    """Character-level check of an output prefix: ``viable(text)`` is True while ``text`` can still become a
+    valid thought + command for this step; ``complete(text)`` when it is one (EOS may follow)."""
+
+    def __init__(self, strings: StepStrings, split=None):
+        all_options = [o for opts in strings.options.values() for o in opts]
+        self.ids, self.scroll = _Pool(strings.ids), _Pool(("UP", "DOWN"))
+        self.selects = _Pool(strings.options)  # SELECT acts on an element with options
+        self.typed = _Pool(strings.typed, split) if strings.typed else None
+        self.options = {i: _Pool(o, split) for i, o in strings.options.items()}
+        self.all_options = _Pool(all_options, split)
+        text = _Pool(strings.typed | set(all_options), split)
+        self.any = _Pool(strings.ids | text.strings)
+        self.any.ends = self.ids.prefixes | text.ends
+
+    def _pool(self, kind: str, groups: list[str]) -> _Pool | None:
+        """The strings group ``kind`` may hold (None: free text)."""
+        return {"id": self.ids, "select": self.selects, "typed": self.typed, "scroll": self.scroll,
+                "option": self.options.get(groups[0] if groups else "", self.all_options)}.get(kind)
+
+    def _usable(self, verb: str) -> bool:
+        """A verb this page can take (SELECT needs an element with options)."""
+        kinds = _GROUPS[verb]
+        pool = self._pool(kinds[0], []) if kinds else None
+        return pool is None or bool(pool.strings) or verb in _OPTIONAL_LAST
+
+    def _thought(self, text: str) -> bool:
+        """Every bracket group of the thought (closed or open) holds a string the step offers, on one line."""
+        group = None
+        for ch in text:
+            if ch == "[":
+                if group is not None:
+                    return False
+                group = ""
+            elif ch == "]":
+                if group is not None and group not in self.any.strings:
+                    return False
+                group = None
+            elif group is not None:
+                group += ch
+                if ch == "\n" or group not in self.any.prefixes:
+                    return False
+        return group is None or group in self.any.ends
+
+    def _command(self, body: str) -> tuple[bool, bool]:
+        """(viable, complete) of the text after ``Command:``."""
+        s = body[1:] if body.startswith(" ") else body
+        m = re.match(r"[A-Za-z_]*", s)
+        verb, rest = m.group(0), s[m.end():]
+        if not rest:
+            if not any(c.startswith(verb) and self._usable(c) for c in COMMANDS):
+                return False, False
+            return True, verb in COMMANDS and (not _GROUPS[verb] or verb in _OPTIONAL_LAST)
+        if verb not in COMMANDS or not self._usable(verb):
+            return False, False
+        kinds, groups, i = _GROUPS[verb], [], 0
+
+        def done() -> bool:
+            return len(groups) == len(kinds) or (verb in _OPTIONAL_LAST and len(groups) == len(kinds) - 1)
+
+        while i < len(rest):
+            if rest[i] == "\n":  # the command line ends here, and the output with it (the parser's rule)
+                return done() and not rest[i + 1:].strip(), done() and not rest[i + 1:].strip()
+            if len(groups) == len(kinds):
+                return False, False  # nothing but the line's end may follow the last group
+            if rest[i] == " ":
+                i += 1
+                if i == len(rest):
+                    return True, False
+            if rest[i] != "[":
+                return False, False
+            end = rest.find("]", i + 1)
+            content = rest[i + 1:] if end < 0 else rest[i + 1:end]
+            if "\n" in content or "[" in content:
+                return False, False
+            pool = self._pool(kinds[len(groups)], groups)
+            if end < 0:
+                return pool is None or content in pool.ends, False
+            if pool is not None and content not in pool.strings:
+                return False, False
+            groups.append(content)
+            i = end + 1
+        return True, done()
+
+    @staticmethod
+    def _split(text: str) -> tuple[str, str | None]:
+        """(thought part, command body or None while no line has started with ``Command:``)."""
+        at = 0
+        for line in text.split("\n"):
+            if line.startswith(_LABEL):
+                return text[:at], text[at + len(_LABEL):]
+            at += len(line) + 1
+        return text, None
+
+    def viable(self, text: str) -> bool:
+        thought, body = self._split(text)
+        return self._thought(thought) and (body is None or self._command(body)[0])
+
+    def complete(self, text: str) -> bool:
+        thought, body = self._split(text)
+        return body is not None and self._thought(thought) and all(self._command(body))
+
+
+@functools.lru_cache(maxsize=4)
+def _piece_table(tokenizer) -> tuple[str, ...]:
+    """The text each token adds after other text (a leading space kept: decoded after an anchor token)."""
+    anchor = tokenizer.encode("a", add_special_tokens=False)[-1]
+    base = tokenizer.decode([anchor], skip_special_tokens=False)
+    out = []
+    for t in range(len(tokenizer)):
+        s = tokenizer.decode([anchor, t], skip_special_tokens=False)
+        out.append(s[len(base):] if s.startswith(base) else s)
+    return tuple(out)
+
+
+class GrammarConstraint:
+    """``TokenConstraint`` for one output: a token is allowed when the text with it stays ``viable``; EOS when the
+    text is ``complete``."""
+
+    def __init__(self, grammar: OutputGrammar, pieces: tuple[str, ...], eos_ids: Iterable[int], special: Iterable[int]):
+        self.grammar, self.pieces = grammar, pieces
+        self.eos, self.special = frozenset(eos_ids), frozenset(special) - frozenset(eos_ids)
+        self.text = ""
+
+    def allows(self, token: int) -> bool:
+        if token in self.eos:
+            return self.grammar.complete(self.text)
+        if token in self.special or token >= len(self.pieces):
+            return False
+        return self.grammar.viable(self.text + self.pieces[token])
+
+    def advance(self, token: int) -> None:
+        if token < len(self.pieces) and token not in self.eos:
+            self.text += self.pieces[token]
+
+
+def constraints_for(requests, tokenizer, eos_ids: Iterable[int]) -> list[GrammarConstraint]:
+    """One grammar constraint per request, for ``Sampler.generate(..., constraints=...)``."""
+    pieces = _piece_table(tokenizer)
+    # control tokens (BOS, chat markers) never appear in an output; special tokens that are text (element id
+    # pieces such as ``[7]``) do
+    special = {t for t in getattr(tokenizer, "all_special_ids", ()) or () if not re.fullmatch(r"\[\d+\]", pieces[t])}
+    split = token_bounds(tokenizer, pieces)
+    return [GrammarConstraint(OutputGrammar(step_strings(r), split), pieces, eos_ids, special) for r in requests]

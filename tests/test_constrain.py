@@ -1,0 +1,74 @@
+"""Valid-argument decoding: the output grammar on hand-worked outputs, token boundaries, and the policy end to end."""
+import pytest
+
+from rollout.commands import parse_output
+from rollout.policies.constrain import OutputGrammar, StepStrings, _piece_table, quoted_strings, token_bounds
+
+STEP = StepStrings(ids=frozenset({"2", "3", "6", "7", "9"}), options={"6": ("XS", "S", "M"), "7": ("red", "blue")},
+                   typed=frozenset({"oil free face moisturizer", "Noah Rossi"}))
+
+
+@pytest.mark.parametrize("text,viable,complete", [
+    ("Thought: Type for [oil", True, False),
+    ("Thought: Type for [o lowm", False, False),  # a hop out of the quoted string
+    ("Thought: Type [oil free face moisturizer] into textbox \"Search\"[2].\nCommand: TYPE [2] [oil free face "
+     "moisturizer]", True, True),
+    ("Thought: Click [8]", False, False),  # no element 8 on the page
+    ("Thought: x\nCommand: CLICK 1", False, False),  # the id must be bracketed
+    ("Thought: x\nCommand: CLICK [9]", True, True),
+    ("Thought: x\nCommand: CLICK [9] [", False, False),  # CLICK takes one group
+    ("Thought: x\nCommand: click [9]", False, False),  # verbs as the grammar writes them
+    ("Thought: x\nCommand: SELECT [2]", False, False),  # element 2 has no options
+    ("Thought: x\nCommand: SELECT [6] [L", False, False),  # no such option
+    ("Thought: x\nCommand: SELECT [6] [red]", False, False),  # another combobox's option
+    ("Thought: x\nCommand: SELECT [7] [red]", True, True),
+    ("Thought: x\nCommand: TYPE [2] [Noah", True, False),
+    ("Thought: x\nCommand: TYPE [2] [Noah Smith]", False, False),
+    ("Thought: x\nCommand: STOP []", True, True),
+    ("Thought: x\nCommand: STOP", True, True),
+    ("Thought: x\nCommand: STOP [any answer at all]", True, True),  # STOP's answer is free text
+    ("Thought: x\nCommand: GO_BACK", True, True),
+    ("Thought: x\nCommand: GO_BACK [", False, False),
+    ("Thought: x\nCommand: SCROLL [DOWN]", True, True),
+    ("Thought: x\nCommand: CLICK [9]\n", True, True),
+    ("Thought: x\nCommand: CLICK [9]\nanything after the line", False, False),
+    ("Thought: x [Noah\nRossi]", False, False),  # a group never spans lines
+])
+def test_grammar_on_hand_worked_outputs(text, viable, complete):
+    g = OutputGrammar(STEP)
+    assert g.viable(text) is viable and g.complete(text) is complete
+    if complete:
+        parse_output(text)  # what the grammar completes, the harness's parser accepts
+
+
+def test_select_is_not_offered_on_a_page_without_options():
+    g = OutputGrammar(StepStrings(ids=frozenset({"2"}), options={}, typed=frozenset()))
+    assert not g.viable("Command: SELECT") and not g.viable("Command: SE")
+    assert g.viable("Command: S")  # STOP, SCROLL
+
+
+def test_quoted_strings_of_a_task():
+    assert quoted_strings('Buy item 1 [red mug] with color [red]; type "hello world" then "".') == {
+        "red mug", "red", "hello world"}
+    g = OutputGrammar(StepStrings(ids=frozenset({"2"}), options={}, typed=frozenset()))
+    assert g.complete("Command: TYPE [2] [whatever]")  # a task that quotes nothing leaves TYPE free
+
+
+def test_token_boundaries_keep_a_copy_in_the_strings_own_tokens(spm_tokenizer):
+    pieces = _piece_table(spm_tokenizer)
+    split = token_bounds(spm_tokenizer, pieces)
+    s = "search for shoes"
+    ids = spm_tokenizer.encode("x [" + s + "]", add_special_tokens=False)
+    # independently: where the string's own tokens end, from the decoded prefixes of its encoding
+    want = set()
+    for n in range(1, len(ids) + 1):
+        k = len(spm_tokenizer.decode(ids[:n]).lstrip(" ")) - len("x [")
+        if 0 < k <= len(s):
+            want.add(k)
+    assert split(s) == frozenset(want | {0, len(s)})
+    assert len(split(s)) < len(s) + 1, "the test needs a multi-letter token inside the string"
+    inner = next(k for k in range(1, len(s)) if k not in split(s))  # a cut inside one of the string's tokens
+    g = OutputGrammar(StepStrings(ids=frozenset(), options={}, typed=frozenset({s})), split)
+    first = min(k for k in split(s) if k > 0)
+    assert g.viable("Thought: [" + s[:first]) and g.viable("Thought: [" + s + "]")
+    assert not g.viable("Thought: [" + s[:inner])
