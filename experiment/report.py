@@ -468,6 +468,15 @@ def _dataset_table(dataset: dict) -> Table:
     return Table(["Statistic", "Value"], rows)
 
 
+def _decoding(models: dict) -> str:
+    """The caption's note on valid-argument decoding, from the evaluations' meta (docs/method.md §8)."""
+    evals = [x for v in models.values() for x in (v if isinstance(v, list) else [v]) if isinstance(x, dict)]
+    flags = {bool((x.get("meta") or {}).get("constrain")) for x in evals}
+    if flags == {True}:
+        return " Decoding: valid-argument (every bracketed group one the step offers, docs/method.md §8)."
+    return " Decoding: valid-argument for some rows only." if len(flags) > 1 else ""
+
+
 def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: dict | None = None,
                  curves: dict[str, list[dict]] | None = None, trees: dict[str, str] | None = None, notes: str = "",
                  reference: bool = True, rows: dict | None = None, family_rows: dict | None = None,
@@ -493,6 +502,7 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
         episodes = {n: _episodes(models[n]) for n in names}
         caption = "Mean over evaluation seeds; ± is the 95% confidence half-width; best per column in bold."
 
+    caption += _decoding(models)
     plots = []
     _plot_success(os.path.join(out_dir, "success.png"), names, cells)
     _plot_steps(os.path.join(out_dir, "steps.png"), names, cells)

@@ -200,3 +200,16 @@ def test_success_format(value, ci, expected):
 
     cell = model_cells({"mean": {"success_rate": value}, "ci95": {"success_rate": ci}})["success_rate"]
     assert cell.text() == expected
+
+
+def test_caption_states_valid_argument_decoding(tmp_path):
+    def models(*flags):
+        return {n: dict(make_eval(n, ROWS[n]), meta={"constrain": f}) for n, f in zip(("SFT", "TGPO"), flags)}
+
+    def caption(ms, name):
+        res = write_report(str(tmp_path / name), title="t", models=ms, reference=False)
+        return open(res["markdown"]).read()
+
+    assert "Decoding: valid-argument (" in caption(models(True, True), "all")
+    assert "valid-argument for some rows only" in caption(models(True, False), "mixed")
+    assert "valid-argument" not in caption(models(False, False), "none")
