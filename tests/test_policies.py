@@ -125,7 +125,7 @@ def test_oracle_thought_repeats_the_page_line_and_the_task_option():
     obs = Observation(url="http://shop/item/3", title="t", text="", elements=(
         Element(id="6", role="combobox", name="color", value="black", options=("black", "red")),
         Element(id="7", role="button", name="Buy Now")))
-    assert _explain(Command("SELECT", "6", "red"), obs) == 'Choose color [red] in combobox "color"[6].'
+    assert _explain(Command("SELECT", "6", "red"), obs) == 'Set combobox "color"[6] to color [red].'
     assert _explain(Command("CLICK", "7"), obs) == 'Click button "Buy Now"[7].'
     assert _explain(Command("TYPE", "9", "x"), obs) == "Type [x] into element 9."  # no such element on the page
 

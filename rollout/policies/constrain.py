@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from typing import Iterable
+from typing import Callable, Iterable
 
 from rollout.core import COMMANDS, PolicyRequest
 
@@ -51,12 +51,13 @@ class _Pool:
             s[:k] for s in self.strings for k in split(s))
 
 
-def token_bounds(tokenizer, pieces) -> callable:
+def token_bounds(tokenizer, pieces) -> Callable[[str], frozenset[int]]:
     """``split(s)``: the character offsets in ``s`` where its tokens end as the model writes it after ``" ["``.
 
-    Why: a copy that the constraint lets the model spell letter by letter (``d``, ``ry``) is text it never saw
-    tokenised so, and what follows goes astray (measured: ``Command: STOP`` after such a thought); allowing only the
-    string's own token boundaries keeps a constrained copy in the tokens of the training data."""
+    Why: a copy that the constraint lets the model spell letter by letter (``a``, ``i``, ``r`` where the tokenizer
+    writes ``air``) is text it never saw tokenised so, and what follows goes astray (measured: ``Command: STOP``
+    after such a thought); allowing only the string's own token boundaries keeps a constrained copy in the tokens
+    of the training data."""
     def split(s: str) -> frozenset[int]:
         head = "x ["
         text, out = "", set()

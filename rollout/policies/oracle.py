@@ -112,7 +112,10 @@ def _explain(cmd: Command, obs: Observation | None, instruction: str = "") -> st
     the page: the id then follows the name's last word and its closing quote, the two tokens the copy circuit
     matches, and the command repeats the thought), typed text is
     written as the task and the command write it (``[text]``), led by the word(s) the task puts before it
-    (``Type item 2 [text]``, see ``task_context``), a chosen option as the task names it (``color [red]``) and a sort
+    (``Type item 2 [text]``, see ``task_context``), a chosen option as the task names it (``color [red]``), after the
+    combobox it sets (``Set combobox "color"[6] to color [red].``: the element is decided first, by the page, and
+    its name then leads the value as in the task; with the value first the model named the commonest option,
+    "color", and copied that option's value into another combobox, BUILD_NOTES.md) and a sort
     link's id right after the task's own words for the sort (``Click to sort by price from high to low [7].``, see
     ``sort_context``) and a result's id right after its rank word (``To add the third item, click the third result
     [11].``, see ``item_context``), so a thought repeats the page and the task token for token, and the words that
@@ -128,7 +131,7 @@ def _explain(cmd: Command, obs: Observation | None, instruction: str = "") -> st
              f"To add {nth}, click the {rank} result [{el.id}]." if nth else f"Click {what}.")
     return {"CLICK": click,
             "TYPE": f"Type {lead + ' ' if lead else ''}[{cmd.arg}] into {what}.",
-            "SELECT": f"Choose {choose} in {what}.", "CLEAR": f"Clear {what}.",
+            "SELECT": f"Set {what} to {choose}.", "CLEAR": f"Clear {what}.",
             "SCROLL": f"Scroll {str(cmd.arg).lower()} to see more.", "GOTO": f"Open {cmd.arg}.",
             "GO_BACK": "Go back to the previous page.", "STOP": "The task is complete."}[cmd.name]
 
