@@ -128,6 +128,7 @@ def _kill_chromium() -> int:
     return killed
 
 
+@pytest.mark.slow  # kill/resume, learning, multi-process or > 1 min: the slow tier
 def test_killed_browser_marks_hit_episodes_and_resume_completes(shop, tmp_path):
     tasks = sample(shop, "train", 1, SHORT)
     policy = OraclePolicy(shop, OracleNoise(loop=0.2), seed=1)

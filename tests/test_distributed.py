@@ -17,6 +17,7 @@ def _losses(out):
     return [r["train/loss"] for r in read_metrics(out) if "train/loss" in r]
 
 
+@pytest.mark.slow  # kill/resume, learning, multi-process or > 1 min: the slow tier
 def test_two_processes_match_one(work, tmp_path):
     steps = ["--config.train.max_steps=4", "--config.train.save_every=2", "--config.data.eval_dir="]
     one = run_train_cli(work, "dpo", tmp_path / "one", steps + ["--config.distributed.local_device_count=2"])

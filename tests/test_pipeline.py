@@ -19,6 +19,9 @@ def pipeline(out, *extra, timeout=900):
             "--config.rounds.count=2", "--progress=false", *extra]
     return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
+# the whole main job end to end in a browser (collect, train, evaluate, export, report): the slow tier
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):

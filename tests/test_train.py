@@ -67,6 +67,7 @@ def test_same_loss_and_gradients_on_every_mesh(work, method, meshes):
             np.testing.assert_allclose(a, b, atol=2 * lr * (g_atol + g_rtol), rtol=2.5e-7)
 
 
+@pytest.mark.slow  # kill/resume, learning, multi-process or > 1 min: the slow tier
 def test_resume_after_kill_is_exact(work, tmp_path):
     common = ["--config.train.max_steps=20", "--config.train.save_every=5"]
     straight = run_train_cli(work, "tgpo", tmp_path / "straight", common)
@@ -93,6 +94,7 @@ def big_work(tmp_path_factory):
     return make_workspace(tmp_path_factory.mktemp("big"), n_train=800, n_test=40)
 
 
+@pytest.mark.slow  # kill/resume, learning, multi-process or > 1 min: the slow tier
 @pytest.mark.parametrize("method", ["dpo", "tgpo"])
 def test_preference_training_raises_heldout_reward_accuracy(big_work, tmp_path, method):
     c = tiny_config(big_work, method, tmp_path / method, **{"train.max_steps": 200})
@@ -103,6 +105,7 @@ def test_preference_training_raises_heldout_reward_accuracy(big_work, tmp_path, 
     assert s["eval"]["eval/rewards/margins"] > 0
 
 
+@pytest.mark.slow  # kill/resume, learning, multi-process or > 1 min: the slow tier
 def test_precomputed_reference_equals_live_and_is_cached(work, tmp_path):
     live = loop.train(tiny_config(work, "tgpo", tmp_path / "live", **{"train.max_steps": 2}))
     pre_cfg = tiny_config(work, "tgpo", tmp_path / "pre", **{"train.max_steps": 2, "loss.reference": "precomputed"})
