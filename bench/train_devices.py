@@ -49,7 +49,7 @@ def run_side(n: int) -> None:
     with open(os.path.join(_RUN.value, "config.json")) as f:
         cfg = ml_collections.ConfigDict(json.load(f))
     cfg.train.update(output_dir=_OUT.value, max_steps=_STEPS.value, progress=False, save_every=10 ** 9,
-                     async_checkpoint=False, curve_points=0, kill_after=0, eval_every=0)
+                     async_checkpoint=False, curve_points=0, eval_every=0)
     cfg.distributed.local_device_count = n
     if _MESH.value != "run":
         cfg.mesh.shape = (-1, 1, 1) if _MESH.value == "data" else (1, -1, 1)

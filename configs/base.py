@@ -61,7 +61,6 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         log_every=1, eval_every=0, eval_batches=0,  # eval_every 0 = at the end only; eval_batches 0 = all
         save_every=50, keep=3, async_checkpoint=True, progress=True,
         curve_points=0,  # > 0: also save and keep a checkpoint every total/curve_points steps (learning curves)
-        kill_after=0,  # testing aid: hard-exit (as if killed) after this many steps of this process; 0 = never
     ))
     c.mesh = ml_collections.ConfigDict(dict(shape=(1, -1, 1)))  # (data, fsdp, tensor); -1 takes the rest
     c.distributed = ml_collections.ConfigDict(dict(

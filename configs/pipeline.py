@@ -70,6 +70,9 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         methods=("tgpo",),  # trained again in rounds >= 2, each from its own previous-round model
         behaviour="tgpo",  # whose previous-round model collects rounds >= 2
         accumulate=True,  # round r's trees hold the episodes of rounds 1..r (a replay buffer), else round r's only
+        # rounds >= 2: K runs on the first tree_tasks training tasks (0 = collect.runs / collect.tree_tasks): the
+        # policy's own runs of one task share states and part where it decides differently, so its mistakes get pairs
+        runs=0, tree_tasks=0,
     ))
     c.eval = ml_collections.ConfigDict(dict(
         models=(),  # Table 1's rows; () = base and every trained model (later rounds are added)

@@ -11,7 +11,10 @@ ArrayRecord shards, ``launch.train``'s Orbax run, ``launch.export``'s HF directo
     episodes/round<r>/  tokenizer/  datasets/round<r>/  runs/<model>/  models/<model>/ (HF, for the next stage and
     evaluation)  eval/<model>/  report/  export/ (the best model)  stages/<stage>.json (resume markers)
 
-Stage bookkeeping (skip / resume / refuse on a changed configuration / --redo) is ``experiment.stages``.
+Stage bookkeeping (skip / resume / refuse on a changed configuration / --redo) is ``experiment.stages``; the
+configuration's checks ``experiment.pipeline_config``, model names ``experiment.names``, the report and export
+stages ``experiment.outputs``. What stays here (≈ 490 lines) is the plan and one method per stage body, so that a
+stage's spec, inputs and outputs read in one place.
 Model names: ``sft``, ``dpo``, ``kto``, ``kto_tree``, ``tgpo`` for round 1, ``<method>-r<r>`` for round r ≥ 2, and
 with several training seeds (``train_seeds``) ``<method>-s<seed>``: seed k initialises its own base (from-scratch
 models) or LoRA adapters, shuffles the data with seed k, and its preference methods start from SFT seed k.
@@ -25,118 +28,16 @@ import os
 import shutil
 import sys
 
+from experiment import outputs
+from experiment.names import display_name, model_name, parse_name
+from experiment.pipeline_config import normalize, plain as _plain, validate
 from experiment.stages import Stage, StageRunner
-from tgpo_jax.data.collate import METHODS, PREFERENCE
+from tgpo_jax.data.collate import METHODS
 from tgpo_jax.files import write_text_atomic
 
 log = logging.getLogger(__name__)
-DISPLAY = {"base": "base", "sft": "SFT", "kto": "KTO", "kto_tree": "KTO-Tree", "dpo": "DPO", "tgpo": "TGPO"}
-NOT_IN_SPEC = {("train", "progress"), ("train", "output_dir"), ("train", "kill_after"), ("data", "train_dir"),
+NOT_IN_SPEC = {("train", "progress"), ("train", "output_dir"), ("data", "train_dir"),
                ("data", "eval_dir"), ("model", "path"), ("model", "tokenizer")}
-
-
-def model_name(method: str, r: int = 1, seed: int | None = None) -> str:
-    """``<method>[-r<round>][-s<seed>]`` (the seed only when the pipeline trains several)."""
-    name = method if r == 1 else f"{method}-r{r}"
-    return name if seed is None else f"{name}-s{seed}"
-
-
-def parse_name(name: str) -> tuple[str, int, int | None]:
-    """(method, round, seed) of a model name."""
-    rest, seed = name, None
-    if "-s" in rest and rest.rsplit("-s", 1)[1].isdigit():
-        rest, s = rest.rsplit("-s", 1)
-        seed = int(s)
-    method, r = rest, 1
-    if "-r" in rest and rest.rsplit("-r", 1)[1].isdigit():
-        method, rr = rest.rsplit("-r", 1)
-        r = int(rr)
-    return method, r, seed
-
-
-def method_label(name: str) -> str:
-    """The Table 1 row of a model: its method and round, seeds pooled ("TGPO", "TGPO (round 2)")."""
-    method, r, _ = parse_name(name)
-    return DISPLAY.get(method, method) + (f" (round {r})" if r > 1 else "")
-
-
-def display_name(name: str) -> str:
-    seed = parse_name(name)[2]
-    return method_label(name) + (f" [seed {seed}]" if seed is not None else "")
-
-
-def _plain(cd) -> dict:
-    return json.loads(cd.to_json_best_effort()) if hasattr(cd, "to_json_best_effort") else dict(cd)
-
-
-def _names(value) -> tuple:
-    """A tuple field as given in a config file or on the command line (``--config.methods=sft,tgpo`` arrives as
-    ``('sft,tgpo',)``): the comma-separated names, flattened."""
-    items = [value] if isinstance(value, (str, int)) else list(value)
-    return tuple(p.strip() if isinstance(p, str) else p for v in items
-                 for p in (str(v).split(",") if isinstance(v, str) else [v]) if not isinstance(p, str) or p.strip())
-
-
-def normalize(cfg) -> None:
-    for section, key in ((None, "methods"), ("eval", "models"), ("rounds", "methods"), ("tasks", "families"),
-                         ("eval", "seeds"), (None, "train_seeds"), ("eval", "curve_methods")):
-        node = cfg if section is None else cfg[section]
-        with node.ignore_type():
-            node[key] = _names(node[key])
-    with cfg.eval.ignore_type():
-        cfg.eval.seeds = tuple(int(s) for s in cfg.eval.seeds)
-    with cfg.ignore_type():
-        cfg.train_seeds = tuple(int(s) for s in cfg.train_seeds)
-
-
-def validate(cfg) -> None:
-    """Clear errors for configurations that cannot run, before any work."""
-    bad = [m for m in cfg.methods if m not in METHODS]
-    if bad or "sft" not in cfg.methods:
-        raise ValueError(f"methods {list(cfg.methods)}: expected 'sft' plus any of {PREFERENCE} "
-                         "(the preference methods start from the SFT model)")
-    bad = [m for m in cfg.eval.models if m != "base" and m not in cfg.methods]
-    if bad:
-        raise ValueError(f"eval.models {bad}: expected 'base' or one of the trained methods {list(cfg.methods)}")
-    if cfg.rounds.count < 1:
-        raise ValueError(f"rounds.count={cfg.rounds.count}: must be >= 1")
-    if not cfg.train_seeds or len(set(cfg.train_seeds)) != len(cfg.train_seeds) or min(cfg.train_seeds) < 0:
-        raise ValueError(f"train_seeds={list(cfg.train_seeds)}: expected distinct non-negative integers")
-    if cfg.rounds.count > 1 and len(cfg.train_seeds) > 1:
-        raise ValueError("rounds.count > 1 with several train_seeds: each seed would need its own round-2 "
-                         "collection; run the rounds with one seed")
-    bad = [m for m in cfg.eval.curve_methods if m not in cfg.methods]
-    if bad:
-        raise ValueError(f"eval.curve_methods {bad}: expected trained methods {list(cfg.methods)}")
-    if cfg.eval.curve_methods and cfg.eval.curve_points < 2:
-        raise ValueError(f"eval.curve_points={cfg.eval.curve_points}: a curve needs at least 2 points")
-    if cfg.rounds.count > 1:
-        bad = [m for m in cfg.rounds.methods if m not in PREFERENCE or m not in cfg.methods]
-        if bad or not cfg.rounds.methods:
-            raise ValueError(f"rounds.methods {list(cfg.rounds.methods)}: expected a non-empty subset of {PREFERENCE}")
-        if cfg.rounds.behaviour not in cfg.rounds.methods:
-            raise ValueError(f"rounds.behaviour={cfg.rounds.behaviour!r} must be one of rounds.methods "
-                             f"{list(cfg.rounds.methods)} (its round r-1 model collects round r)")
-    if cfg.tasks.num_train < 1 or cfg.tasks.num_test < 1:
-        raise ValueError("tasks.num_train and tasks.num_test must be >= 1")
-    if cfg.pretrain_window < 0:
-        raise ValueError(f"pretrain_window={cfg.pretrain_window}: tokens per window, or 0 for no pretraining")
-    if cfg.prompt_tokens < 64:
-        raise ValueError(f"prompt_tokens={cfg.prompt_tokens}: too small for the system prompt and the task")
-    scratch = not cfg.sft.model.path
-    if scratch and cfg.collect.policy == "base":
-        raise ValueError("collect.policy='base' with a from-scratch model: its tokenizer is trained on the first "
-                         "collection, so round 1 needs another behaviour policy (e.g. the noisy oracle)")
-    if scratch and not cfg.sft.model.scratch:
-        raise ValueError("sft.model.path is empty and sft.model.scratch names no from-scratch preset")
-    if cfg.prompt_style not in ("full", "compact"):
-        raise ValueError(f"prompt_style={cfg.prompt_style!r}: expected 'full' or 'compact'")
-    from rollout.policies.prompt import PAGE_IDS
-
-    if cfg.page_ids not in PAGE_IDS:
-        raise ValueError(f"page_ids={cfg.page_ids!r}: expected one of {PAGE_IDS}")
-    if cfg.export.select not in ("success_rate", "avg_steps", "redundant_steps"):
-        raise ValueError(f"export.select={cfg.export.select!r}: expected success_rate, avg_steps or redundant_steps")
 
 
 class Pipeline:
@@ -247,14 +148,18 @@ class Pipeline:
                 deps = (model_name(c.rounds.behaviour, r - 1),)
                 policy = f"model {deps[0]}"
             spec = {**env_spec, "collect": dict(collect_spec), "policy": policy}
+            runs, tree_tasks = self.runs(r)
+            if (runs, tree_tasks) != (c.collect.runs, c.collect.tree_tasks):
+                spec["collect"].update(runs=runs, tree_tasks=tree_tasks)
             if r > 1 or not policy.startswith("oracle"):  # a model policy: its prompt and sampling matter
                 spec.update(prompt_spec)
             else:
                 for k in ("temperature", "top_p", "max_tokens"):
                     spec["collect"].pop(k)
             out.append(Stage(f"collect-r{r}", lambda r=r: self.collect(r), spec, deps,
-                             (self.episodes(r),), f"{c.collect.runs} runs x {c.tasks.num_train} training tasks, "
-                                                  f"policy {policy}"))
+                             (self.episodes(r),), f"{runs} runs x "
+                             f"{min(tree_tasks, c.tasks.num_train) if tree_tasks else c.tasks.num_train} training tasks"
+                             f"{' (1 run on the rest)' if tree_tasks and runs > 1 else ''}, policy {policy}"))
             if r == 1:
                 if self.scratch:
                     out.append(Stage("tokenizer", self.train_tokenizer, {**_plain(c.tokenizer), **ids_spec},
@@ -376,7 +281,8 @@ class Pipeline:
         policy = self._policy(spec, c.temperature, c.top_p, c.max_tokens, c.max_batch, seed, constrain=c.constrain)
         harness = HarnessConfig(max_steps=c.max_steps, step_slack=c.step_slack, budget_tokens=c.budget_tokens,
                                 screenshots=c.screenshots)
-        ccfg = CollectConfig(out_dir=self.episodes(r), runs=c.runs, tree_tasks=c.tree_tasks, seed=seed,
+        runs, tree_tasks = self.runs(r)
+        ccfg = CollectConfig(out_dir=self.episodes(r), runs=runs, tree_tasks=tree_tasks, seed=seed,
                              contexts=c.contexts,
                              harness=harness, progress=self.progress)
         meta = {"split": "train", "locale": self.cfg.env.locale, "round": r, "behaviour": spec}
@@ -385,6 +291,13 @@ class Pipeline:
             raise RuntimeError(f"round {r}: every episode errored ({counts}); the errors are in "
                                f"{self.episodes(r)} and the log above")
         return counts
+
+    def runs(self, r: int) -> tuple[int, int]:
+        """(K runs, on the first N tasks: tree_tasks) of round r's collection (``rounds.runs`` for rounds >= 2)."""
+        c, rd = self.cfg.collect, self.cfg.rounds
+        if r > 1 and rd.get("runs", 0):
+            return int(rd.runs), int(rd.get("tree_tasks", 0))
+        return int(c.runs), int(c.tree_tasks)
 
     def reuse_episodes(self, src: str) -> dict:
         """Round 1 from an earlier collection (its own tasks.jsonl decides the tasks): copied, so this run owns it."""
@@ -578,95 +491,18 @@ class Pipeline:
         return {"steps": sorted(points), "final_step": final, "tasks": [t.task_id for t in tasks],
                 "success": points}
 
+    # the run's outputs (experiment/outputs.py)
     def eval_results(self) -> dict[str, dict]:
-        out = {}
-        for name in self.evaluated():
-            with open(self.path("eval", name, "eval.json")) as f:
-                out[name] = json.load(f)
-        return out
+        return outputs.eval_results(self)
 
     def best(self) -> str:
-        """The trained model to export: best on ``export.select`` (success: highest; steps: lowest), ties broken
-        by success, then fewer steps, then fewer redundant steps."""
-        sel = self.cfg.export.select
-        sign = 1 if sel == "success_rate" else -1
-        candidates = [(n, ev["mean"]) for n, ev in self.eval_results().items() if n != "base"]
-        if not candidates:
-            raise RuntimeError("no trained model was evaluated (eval.models has only 'base'): nothing to export")
-        return max(candidates, key=lambda nm: (sign * (nm[1][sel] or 0), nm[1]["success_rate"] or 0,
-                                               -(nm[1]["avg_steps"] or 0), -(nm[1]["redundant_steps"] or 0)))[0]
+        return outputs.best(self)
 
     def groups(self) -> dict[str, dict[int, dict]]:
-        """Table 1 rows: method label -> {training seed: evaluation} ("base" is the first seed's base)."""
-        out: dict[str, dict[int, dict]] = {}
-        for name, ev in self.eval_results().items():
-            seed = parse_name(name)[2]
-            out.setdefault(method_label(name), {})[self.seeds[0] if seed is None else seed] = ev
-        return out
+        return outputs.groups(self)
 
     def report(self) -> dict:
-        from experiment import results
-        from rollout.recording import iter_episodes, read_tasks
-        from experiment.report import write_report
-        from trees.build import build_task_graph
-        from trees.render import write_html
-        from tgpo_jax.data.io import read_manifest
-        from tgpo_jax.training.metrics import read_metrics
-
-        out = self.path("report")
-        groups = self.groups()
-        first = self.tag(self.seeds[0])
-        curves = {display_name(n): read_metrics(self.path("runs", n)) for n, _, _, s in self.trained()
-                  if self.tag(s) == first}
-        learning = {}
-        for name in self.curve_models():
-            with open(self.path("stages", f"curve-{name}.json")) as f:
-                curve = json.load(f)["result"]
-            learning[method_label(name)] = results.curve_points(curve, self.eval_results()[name])
-        dataset = dict(read_manifest(self.dataset(1)).extra or {})
-        trees = {}
-        if self.cfg.trees:
-            by_task: dict[str, list] = {}
-            for ep in iter_episodes(self.episodes(1)):
-                by_task.setdefault(ep.task_id, []).append(ep)
-            tasks = {t.task_id: t for t in read_tasks(self.episodes(1))}
-            tcfg = self.tree_config()
-            for tid in sorted(by_task, key=lambda t: (-len(by_task[t]), t))[: self.cfg.trees]:  # K-run trees first
-                rel = os.path.join("trees", f"{tid}.html")
-                task = tasks.get(tid)
-                write_html(build_task_graph(by_task[tid], task, tcfg), os.path.join(out, rel), title=f"Task {tid}",
-                           instruction=task.instruction if task else None)
-                trees[tid] = rel
-        trained = [n for n in self.evaluated() if n != "base"]
-        best = self.best() if trained else None
-        e = self.cfg.eval
-        decoding = "greedy decoding" if e.temperature == 0 else f"sampling at temperature {e.temperature}"
-        notes = [f"Exported model: {display_name(best)} (best {self.cfg.export.select} among the trained models)."
-                 if best else "No trained model was evaluated: nothing to export.",
-                 f"Training seeds: {list(self.seeds)} (seed = initialisation and data order); evaluation: "
-                 f"{decoding}, evaluation seeds {list(e.seeds)}, {e.runs} run(s) per task.",
-                 f"Trained methods: {', '.join(DISPLAY[m] for m in self.cfg.methods)}"
-                 + ("" if set(self.cfg.methods) == set(METHODS) else
-                    f" (this preset trains fewer than the full table; not trained: "
-                    f"{', '.join(DISPLAY[m] for m in METHODS if m not in self.cfg.methods)})") + ".",
-                 f"Configuration: {self.path('pipeline_config.json')}; stage timings: {self.path('stages')}.",
-                 f"Rounds: {self.rounds}; behaviour policy of round 1: {self.cfg.collect.policy}."]
-        fams = results.families(groups)
-        paths = write_report(out, title=self.cfg.title, models={k: list(v.values()) for k, v in groups.items()},
-                             dataset=dataset, curves=curves, trees=trees, notes="\n".join(notes),
-                             rows=results.table(groups),
-                             family_rows={f: results.table(groups, f) for f in fams} if len(fams) > 1 else None,
-                             comparisons=results.comparisons(groups), claims=results.claims(groups),
-                             learning_curves=learning)
-        return {"best": best, **paths}
+        return outputs.report(self)
 
     def export(self) -> dict:
-        from tgpo_jax.training.restore import export_run
-
-        best = self.best()
-        out_dir, line = export_run(self.path("runs", best), self.path("export"), dtype=self.cfg.export.dtype or None)
-        self.save_prompt(out_dir)
-        write_text_atomic(os.path.join(out_dir, "tgpo_pipeline.json"), json.dumps(
-            {"model": best, "method": parse_name(best)[0], "eval": self.eval_results()[best]["mean"],
-             "run_dir": self.path("runs", best)}, indent=1))
-        return {"best": best, "dir": out_dir, "summary": line}
+        return outputs.export(self)

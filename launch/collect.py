@@ -15,16 +15,13 @@ import json
 
 from absl import app, flags
 
+from launch import browser_flags
 from launch.entry import prepare
 
 F = flags.FLAGS
-flags.DEFINE_enum("env", "shop", ["shop", "miniwob"], "environment")
-flags.DEFINE_enum("split", "train", ["train", "test"], "task split")
-flags.DEFINE_integer("num_tasks", 0, "first N tasks of the split (0 = all)")
-flags.DEFINE_list("task_ids", [], "explicit task ids (overrides --num_tasks)")
-flags.DEFINE_list("families", [], "only these task families")
-flags.DEFINE_string("locale", "en", "shop catalogue locale: en | zh")
-flags.DEFINE_integer("runs", 4, "K: runs per task")
+browser_flags.define(split="train", runs=4, runs_help="K: runs per task", temperature=0.7,
+                     temperature_help="model / http policy sampling temperature", screenshots=True,
+                     out="data/episodes", out_help="output collection directory")
 flags.DEFINE_integer("tree_tasks", 0, "only the first N tasks get --runs runs (their trees), every other task one run; "
                      "0 = every task gets --runs")
 flags.DEFINE_enum("policy", "oracle", ["oracle", "model", "http"], "policy")
@@ -33,26 +30,14 @@ flags.DEFINE_float("loop", 0.1, "oracle: rate of redundant detours (link, then G
 flags.DEFINE_float("malformed", 0.03, "oracle: rate of malformed outputs")
 flags.DEFINE_float("premature_stop", 0.02, "oracle: rate of premature STOP")
 flags.DEFINE_string("model", "bundled", "model policy: checkpoint / HF directory / GGUF / 'bundled'")
-flags.DEFINE_float("temperature", 0.7, "model / http policy sampling temperature")
-flags.DEFINE_integer("max_tokens", 128, "model / http policy: tokens per step")
-flags.DEFINE_integer("max_batch", 8, "model policy: largest sampler batch")
 flags.DEFINE_string("http_url", "http://127.0.0.1:8000", "http policy: OpenAI-compatible server base URL")
 flags.DEFINE_string("http_model", "bundled", "http policy: model name on that server (launch.serve names it after --model)")
-flags.DEFINE_string("out", "data/episodes", "output collection directory")
 flags.DEFINE_integer("seed", 0, "collection seed (oracle mistakes, sampling)")
-flags.DEFINE_integer("contexts", 4, "parallel browser contexts")
 flags.DEFINE_integer("shard_index", 0, "this process's shard")
 flags.DEFINE_integer("num_shards", 1, "number of shards")
-flags.DEFINE_integer("max_steps", 30, "steps per episode")
-flags.DEFINE_integer("step_slack", 0, "> 0: an episode stops at min(max_steps, the task's optimal length + slack)")
-flags.DEFINE_integer("budget_tokens", 1024, "observation text budget (tokens)")
-flags.DEFINE_bool("screenshots", True, "save screenshots (the pHash is always recorded)")
 flags.DEFINE_bool("retry_errored", True, "re-run episodes that errored in an earlier run")
-flags.DEFINE_float("step_timeout_s", 180.0, "per-step watchdog")
-flags.DEFINE_float("episode_timeout_s", 1800.0, "per-episode watchdog")
 flags.DEFINE_list("allow_origins", [], "GOTO / navigation allowlist beyond the environment's own origin")
 flags.DEFINE_integer("recycle_after", 100, "episodes per browser before a fresh one")
-
 
 def make_policy(env):
     """The policy the flags name, through the one loader (``experiment.evaluate.load_policy``): a model trained by the
@@ -79,17 +64,10 @@ def main(argv):
     prepare(argv)
     import asyncio
 
-    from rollout.collect import CollectConfig, collect_async, select_tasks
-    from rollout.envs import make_env
+    from rollout.collect import CollectConfig, collect_async
     from rollout.harness.runner import HarnessConfig
 
-    env = make_env(F.env, **({"locale": F.locale} if F.env == "shop" else {}))
-    try:
-        tasks = select_tasks(env, F.split, F.num_tasks, F.task_ids, F.families)
-    except ValueError as e:
-        raise app.UsageError(str(e)) from e
-    if not tasks:
-        raise app.UsageError("no tasks selected")
+    env, tasks = browser_flags.env_and_tasks()
     policy, policy_meta = make_policy(env)
     harness = HarnessConfig(max_steps=F.max_steps, step_slack=F.step_slack, budget_tokens=F.budget_tokens, screenshots=F.screenshots,
                             step_timeout_s=F.step_timeout_s, episode_timeout_s=F.episode_timeout_s,
@@ -97,7 +75,7 @@ def main(argv):
     cfg = CollectConfig(out_dir=F.out, runs=F.runs, tree_tasks=F.tree_tasks, seed=F.seed, contexts=F.contexts,
                         shard_index=F.shard_index, num_shards=F.num_shards, retry_errored=F.retry_errored,
                         harness=harness)
-    meta = {"split": F.split, "locale": F.locale if F.env == "shop" else None, **policy_meta}
+    meta = {"split": F.split, "locale": browser_flags.locale(), **policy_meta}
 
     async def go():
         try:

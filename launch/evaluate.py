@@ -17,39 +17,25 @@ import os
 
 from absl import app, flags
 
+from launch import browser_flags
 from launch.entry import prepare
 
 F = flags.FLAGS
+browser_flags.define(split="test", runs=1, runs_help="runs per task per seed", temperature=0.0,
+                     temperature_help="model policy sampling temperature (0 = greedy)", screenshots=False,
+                     out="data/eval", out_help="output directory (seed<k>/ collections and eval.json)")
 flags.DEFINE_string("model", None, "training run directory / HF directory / .gguf / 'bundled' / "
                                    "oracle[:<wrong_choice>,<loop>,<malformed>,<premature_stop>]")
 flags.DEFINE_integer("step", None, "checkpoint step of a run directory (default: the latest)")
-flags.DEFINE_enum("env", "shop", ["shop", "miniwob"], "environment")
-flags.DEFINE_enum("split", "test", ["train", "test"], "task split (held-out: test)")
-flags.DEFINE_integer("num_tasks", 0, "first N tasks of the split, families interleaved (0 = all)")
-flags.DEFINE_list("task_ids", [], "explicit task ids (overrides --num_tasks)")
-flags.DEFINE_list("families", [], "only these task families")
-flags.DEFINE_string("locale", "en", "shop catalogue locale: en | zh")
 flags.DEFINE_list("seeds", ["0", "1", "2"], "one collection per seed")
-flags.DEFINE_integer("runs", 1, "runs per task per seed")
-flags.DEFINE_integer("contexts", 4, "parallel browser contexts")
-flags.DEFINE_integer("max_steps", 30, "steps per episode")
-flags.DEFINE_integer("step_slack", 0, "> 0: an episode stops at min(max_steps, the task's optimal length + slack)")
-flags.DEFINE_float("temperature", 0.0, "model policy sampling temperature (0 = greedy)")
 flags.DEFINE_float("top_p", 1.0, "model policy nucleus sampling (1 = off)")
-flags.DEFINE_integer("max_tokens", 128, "model policy: tokens per step")
 flags.DEFINE_bool("constrain", False, "model policy: valid-argument decoding (every bracketed group one the page or "
                   "the task offers: rollout/policies/constrain.py)")
-flags.DEFINE_integer("max_batch", 8, "model policy: largest sampler batch")
-flags.DEFINE_integer("budget_tokens", 1024, "observation text budget (tokens)")
 flags.DEFINE_integer("prompt_tokens", 0, "model policy prompt budget in the model's tokens (0 = the one saved "
                                          "with the model in policy.json, else 2 x --budget_tokens)")
 flags.DEFINE_enum("prompt_style", None, ["full", "compact"], "system text (default: saved with the model, else full)")
-flags.DEFINE_bool("screenshots", False, "save screenshots (the pHash is always recorded)")
-flags.DEFINE_float("step_timeout_s", 180.0, "per-step watchdog")
-flags.DEFINE_float("episode_timeout_s", 1800.0, "per-episode watchdog")
 flags.DEFINE_enum("redundancy", "either", ["either", "strict", "page"],
                   "which states are the same when counting redundant steps per episode (see experiment/evaluate.py)")
-flags.DEFINE_string("out", "data/eval", "output directory (seed<k>/ collections and eval.json)")
 flags.mark_flag_as_required("model")
 
 
@@ -57,8 +43,7 @@ def main(argv):
     prepare(argv)
     import asyncio
 
-    from rollout.envs import make_env
-    from experiment.evaluate import EvalConfig, evaluate_async, format_table, load_policy, select_tasks
+    from experiment.evaluate import EvalConfig, evaluate_async, format_table, load_policy
     from tgpo_jax.models.sampler import SamplingParams
 
     try:
@@ -71,13 +56,7 @@ def main(argv):
                      temperature=F.temperature, screenshots=F.screenshots, budget_tokens=F.budget_tokens,
                      step_timeout_s=F.step_timeout_s, episode_timeout_s=F.episode_timeout_s,
                      redundancy=F.redundancy)
-    env = make_env(F.env, **({"locale": F.locale} if F.env == "shop" else {}))
-    try:
-        tasks = select_tasks(env, F.split, F.num_tasks, F.task_ids, F.families)
-    except ValueError as e:
-        raise app.UsageError(str(e)) from None
-    if not tasks:
-        raise app.UsageError("no tasks selected")
+    env, tasks = browser_flags.env_and_tasks()
     params = SamplingParams(temperature=F.temperature, top_p=F.top_p, max_tokens=F.max_tokens, seed=0)
     try:
         from rollout.policies.prompt import saved_prompt
@@ -88,7 +67,7 @@ def main(argv):
                              step=F.step, env=env, prompt_style=F.prompt_style, constrain=F.constrain)
     except (FileNotFoundError, ValueError) as e:
         raise app.UsageError(str(e)) from None
-    meta = {"model": F.model, "step": F.step, "locale": F.locale if F.env == "shop" else None,
+    meta = {"model": F.model, "step": F.step, "locale": browser_flags.locale(),
             "max_tokens": F.max_tokens, "top_p": F.top_p, "constrain": F.constrain}
 
     async def go():

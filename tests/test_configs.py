@@ -66,3 +66,29 @@ def test_every_pipeline_preset_is_valid(preset):
     c.page_ids = "middle"
     with pytest.raises(ValueError, match="page_ids"):
         validate(c)
+
+
+def test_later_rounds_collect_their_own_runs_without_touching_round_one():
+    """rounds.runs / rounds.tree_tasks give rounds >= 2 K runs per task (the policy's own runs share states, so its
+    mistakes get pairs) while round 1's stage spec stays what it was: a finished round 1 is reused, not re-run."""
+    from configs.pipeline import get_config
+    from experiment.pipeline import Pipeline, validate
+
+    def plan(**rounds):
+        c = get_config("tiny")
+        c.rounds.update(count=2, **rounds)
+        validate(c)
+        p = Pipeline(c, progress=False)
+        return p, {s.name: s for s in p.stages()}
+
+    base, before = plan()
+    p, after = plan(runs=4, tree_tasks=10)
+    assert base.runs(2) == base.runs(1) == (base.cfg.collect.runs, base.cfg.collect.tree_tasks)
+    assert p.runs(1) == (p.cfg.collect.runs, p.cfg.collect.tree_tasks) and p.runs(2) == (4, 10)
+    assert after["collect-r1"].spec == before["collect-r1"].spec
+    assert after["collect-r2"].spec["collect"]["runs"] == 4 and after["collect-r2"].spec["collect"]["tree_tasks"] == 10
+    assert after["collect-r2"].spec != before["collect-r2"].spec
+    c = get_config("tiny")
+    c.rounds.update(count=2, runs=-1)
+    with pytest.raises(ValueError, match="rounds.runs"):
+        validate(c)

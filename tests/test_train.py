@@ -72,7 +72,7 @@ def test_resume_after_kill_is_exact(work, tmp_path):
     common = ["--config.train.max_steps=20", "--config.train.save_every=5"]
     straight = run_train_cli(work, "tgpo", tmp_path / "straight", common)
     assert straight.returncode == 0, straight.stderr[-3000:]
-    killed = run_train_cli(work, "tgpo", tmp_path / "resumed", common + ["--config.train.kill_after=12"])
+    killed = run_train_cli(work, "tgpo", tmp_path / "resumed", common, die_after=12)
     assert killed.returncode == 137, killed.stderr[-3000:]
     ck = Checkpointer(str(tmp_path / "resumed" / "checkpoints"))
     assert ck.latest_step() in (5, 10)  # killed after step 12: the step-15 save never happened

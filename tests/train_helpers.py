@@ -48,6 +48,20 @@ def train_cli(work, method, out, extra=()):
     return args, {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
 
 
-def run_train_cli(work, method, out, extra=(), timeout=600):
+def run_train_cli(work, method, out, extra=(), timeout=600, die_after=0):
+    """launch/train.py in a fresh process; ``die_after`` > 0: the same entry point, but the process dies like a
+    killed one (``os._exit(137)``: no cleanup, a save possibly in flight) after that training step."""
     args, env = train_cli(work, method, out, extra)
+    if die_after:
+        args[1:3] = ["-c", _DIE_AFTER.format(n=int(die_after))]
     return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+_DIE_AFTER = """
+import functools, os
+from absl import app
+import launch.train as entry
+from tgpo_jax.training import loop
+loop.train = functools.partial(loop.train, on_step=lambda step: os._exit(137) if step >= {n} else None)
+app.run(entry.main)
+"""

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import time
+from typing import Callable
 
 import jax
 
@@ -133,12 +134,14 @@ class TrainResult:
     trainer: Trainer  # its jitted steps, for callers that keep evaluating the state
 
 
-def train(cfg) -> dict:
-    """Run (or resume) one training job; returns its summary (JSON-safe: the final and eval metrics)."""
-    return fit(cfg).summary
+def train(cfg, on_step: Callable[[int], None] | None = None) -> dict:
+    """Run (or resume) one training job; returns its summary (JSON-safe: the final and eval metrics).
+    ``on_step(step)`` runs after each step, its checkpoint save included (callers' logging, or a test that kills
+    the process there)."""
+    return fit(cfg, on_step).summary
 
 
-def fit(cfg) -> TrainResult:
+def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
     """``train``, also returning the live final state and its trainer."""
     maybe_initialize_distributed(cfg)
     out_dir = os.path.abspath(cfg.train.output_dir)
@@ -233,8 +236,8 @@ def fit(cfg) -> TrainResult:
             if step % cfg.train.save_every == 0 or step == total or (period and step % period == 0):
                 ckpt.save(step, state, data_state=it.get_state())
             bar.update(1)
-            if cfg.train.kill_after and ran >= cfg.train.kill_after:
-                os._exit(137)  # testing aid: die like a killed process, no cleanup, saves possibly in flight
+            if on_step is not None:
+                on_step(step)
     finally:
         bar.close()
         ckpt.wait()

@@ -1,0 +1,34 @@
+"""Model names of a pipeline run: ``<method>[-r<round>][-s<seed>]`` and the labels Table 1 shows for them."""
+from __future__ import annotations
+
+DISPLAY = {"base": "base", "sft": "SFT", "kto": "KTO", "kto_tree": "KTO-Tree", "dpo": "DPO", "tgpo": "TGPO"}
+
+
+def model_name(method: str, r: int = 1, seed: int | None = None) -> str:
+    """``<method>[-r<round>][-s<seed>]`` (the seed only when the pipeline trains several)."""
+    name = method if r == 1 else f"{method}-r{r}"
+    return name if seed is None else f"{name}-s{seed}"
+
+
+def parse_name(name: str) -> tuple[str, int, int | None]:
+    """(method, round, seed) of a model name."""
+    rest, seed = name, None
+    if "-s" in rest and rest.rsplit("-s", 1)[1].isdigit():
+        rest, s = rest.rsplit("-s", 1)
+        seed = int(s)
+    method, r = rest, 1
+    if "-r" in rest and rest.rsplit("-r", 1)[1].isdigit():
+        method, rr = rest.rsplit("-r", 1)
+        r = int(rr)
+    return method, r, seed
+
+
+def method_label(name: str) -> str:
+    """The Table 1 row of a model: its method and round, seeds pooled ("TGPO", "TGPO (round 2)")."""
+    method, r, _ = parse_name(name)
+    return DISPLAY.get(method, method) + (f" (round {r})" if r > 1 else "")
+
+
+def display_name(name: str) -> str:
+    seed = parse_name(name)[2]
+    return method_label(name) + (f" [seed {seed}]" if seed is not None else "")

@@ -1,0 +1,110 @@
+"""What a finished pipeline run gives its user: the evaluations read back, the best model, Table 1's groups, the
+report and the export (stage bodies of ``experiment.pipeline.Pipeline``, which passes itself as ``p``)."""
+from __future__ import annotations
+
+import json
+import os
+
+from experiment.names import DISPLAY, display_name, method_label, parse_name
+from tgpo_jax.data.collate import METHODS
+from tgpo_jax.files import write_text_atomic
+
+
+def eval_results(p) -> dict[str, dict]:
+    out = {}
+    for name in p.evaluated():
+        with open(p.path("eval", name, "eval.json")) as f:
+            out[name] = json.load(f)
+    return out
+
+
+def best(p) -> str:
+    """The trained model to export: best on ``export.select`` (success: highest; steps: lowest), ties broken
+    by success, then fewer steps, then fewer redundant steps."""
+    sel = p.cfg.export.select
+    sign = 1 if sel == "success_rate" else -1
+    candidates = [(n, ev["mean"]) for n, ev in p.eval_results().items() if n != "base"]
+    if not candidates:
+        raise RuntimeError("no trained model was evaluated (eval.models has only 'base'): nothing to export")
+    return max(candidates, key=lambda nm: (sign * (nm[1][sel] or 0), nm[1]["success_rate"] or 0,
+                                           -(nm[1]["avg_steps"] or 0), -(nm[1]["redundant_steps"] or 0)))[0]
+
+
+def groups(p) -> dict[str, dict[int, dict]]:
+    """Table 1 rows: method label -> {training seed: evaluation} ("base" is the first seed's base)."""
+    out: dict[str, dict[int, dict]] = {}
+    for name, ev in p.eval_results().items():
+        seed = parse_name(name)[2]
+        out.setdefault(method_label(name), {})[p.seeds[0] if seed is None else seed] = ev
+    return out
+
+
+def report(p) -> dict:
+    """The report stage: Table 1 and 2, the comparisons and claims, learning curves and tree pages."""
+    from experiment import results
+    from rollout.recording import iter_episodes, read_tasks
+    from experiment.report import write_report
+    from trees.build import build_task_graph
+    from trees.render import write_html
+    from tgpo_jax.data.io import read_manifest
+    from tgpo_jax.training.metrics import read_metrics
+
+    out = p.path("report")
+    groups = p.groups()
+    first = p.tag(p.seeds[0])
+    curves = {display_name(n): read_metrics(p.path("runs", n)) for n, _, _, s in p.trained()
+              if p.tag(s) == first}
+    learning = {}
+    for name in p.curve_models():
+        with open(p.path("stages", f"curve-{name}.json")) as f:
+            curve = json.load(f)["result"]
+        learning[method_label(name)] = results.curve_points(curve, p.eval_results()[name])
+    dataset = dict(read_manifest(p.dataset(1)).extra or {})
+    trees = {}
+    if p.cfg.trees:
+        by_task: dict[str, list] = {}
+        for ep in iter_episodes(p.episodes(1)):
+            by_task.setdefault(ep.task_id, []).append(ep)
+        tasks = {t.task_id: t for t in read_tasks(p.episodes(1))}
+        tcfg = p.tree_config()
+        for tid in sorted(by_task, key=lambda t: (-len(by_task[t]), t))[: p.cfg.trees]:  # K-run trees first
+            rel = os.path.join("trees", f"{tid}.html")
+            task = tasks.get(tid)
+            write_html(build_task_graph(by_task[tid], task, tcfg), os.path.join(out, rel), title=f"Task {tid}",
+                       instruction=task.instruction if task else None)
+            trees[tid] = rel
+    trained = [n for n in p.evaluated() if n != "base"]
+    best = p.best() if trained else None
+    e = p.cfg.eval
+    decoding = "greedy decoding" if e.temperature == 0 else f"sampling at temperature {e.temperature}"
+    notes = [f"Exported model: {display_name(best)} (best {p.cfg.export.select} among the trained models)."
+             if best else "No trained model was evaluated: nothing to export.",
+             f"Training seeds: {list(p.seeds)} (seed = initialisation and data order); evaluation: "
+             f"{decoding}, evaluation seeds {list(e.seeds)}, {e.runs} run(s) per task.",
+             f"Trained methods: {', '.join(DISPLAY[m] for m in p.cfg.methods)}"
+             + ("" if set(p.cfg.methods) == set(METHODS) else
+                f" (this preset trains fewer than the full table; not trained: "
+                f"{', '.join(DISPLAY[m] for m in METHODS if m not in p.cfg.methods)})") + ".",
+             f"Configuration: {p.path('pipeline_config.json')}; stage timings: {p.path('stages')}.",
+             f"Rounds: {p.rounds}; behaviour policy of round 1: {p.cfg.collect.policy}."]
+    fams = results.families(groups)
+    paths = write_report(out, title=p.cfg.title, models={k: list(v.values()) for k, v in groups.items()},
+                         dataset=dataset, curves=curves, trees=trees, notes="\n".join(notes),
+                         rows=results.table(groups),
+                         family_rows={f: results.table(groups, f) for f in fams} if len(fams) > 1 else None,
+                         comparisons=results.comparisons(groups), claims=results.claims(groups),
+                         learning_curves=learning)
+    return {"best": best, **paths}
+
+
+def export(p) -> dict:
+    """The export stage: the best trained model (``best``) as a Hugging Face directory."""
+    from tgpo_jax.training.restore import export_run
+
+    best = p.best()
+    out_dir, line = export_run(p.path("runs", best), p.path("export"), dtype=p.cfg.export.dtype or None)
+    p.save_prompt(out_dir)
+    write_text_atomic(os.path.join(out_dir, "tgpo_pipeline.json"), json.dumps(
+        {"model": best, "method": parse_name(best)[0], "eval": p.eval_results()[best]["mean"],
+         "run_dir": p.path("runs", best)}, indent=1))
+    return {"best": best, "dir": out_dir, "summary": line}

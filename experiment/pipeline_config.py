@@ -1,0 +1,84 @@
+"""The pipeline configuration's checks: list fields as given on the command line made tuples (``normalize``), and
+clear errors for configurations that cannot run, before any work (``validate``)."""
+from __future__ import annotations
+
+import json
+
+from tgpo_jax.data.collate import METHODS, PREFERENCE
+
+
+def plain(cd) -> dict:
+    return json.loads(cd.to_json_best_effort()) if hasattr(cd, "to_json_best_effort") else dict(cd)
+
+
+def names(value) -> tuple:
+    """A tuple field as given in a config file or on the command line (``--config.methods=sft,tgpo`` arrives as
+    ``('sft,tgpo',)``): the comma-separated names, flattened."""
+    items = [value] if isinstance(value, (str, int)) else list(value)
+    return tuple(p.strip() if isinstance(p, str) else p for v in items
+                 for p in (str(v).split(",") if isinstance(v, str) else [v]) if not isinstance(p, str) or p.strip())
+
+
+def normalize(cfg) -> None:
+    for section, key in ((None, "methods"), ("eval", "models"), ("rounds", "methods"), ("tasks", "families"),
+                         ("eval", "seeds"), (None, "train_seeds"), ("eval", "curve_methods")):
+        node = cfg if section is None else cfg[section]
+        with node.ignore_type():
+            node[key] = names(node[key])
+    with cfg.eval.ignore_type():
+        cfg.eval.seeds = tuple(int(s) for s in cfg.eval.seeds)
+    with cfg.ignore_type():
+        cfg.train_seeds = tuple(int(s) for s in cfg.train_seeds)
+
+
+def validate(cfg) -> None:
+    """Clear errors for configurations that cannot run, before any work."""
+    bad = [m for m in cfg.methods if m not in METHODS]
+    if bad or "sft" not in cfg.methods:
+        raise ValueError(f"methods {list(cfg.methods)}: expected 'sft' plus any of {PREFERENCE} "
+                         "(the preference methods start from the SFT model)")
+    bad = [m for m in cfg.eval.models if m != "base" and m not in cfg.methods]
+    if bad:
+        raise ValueError(f"eval.models {bad}: expected 'base' or one of the trained methods {list(cfg.methods)}")
+    if cfg.rounds.count < 1:
+        raise ValueError(f"rounds.count={cfg.rounds.count}: must be >= 1")
+    if not cfg.train_seeds or len(set(cfg.train_seeds)) != len(cfg.train_seeds) or min(cfg.train_seeds) < 0:
+        raise ValueError(f"train_seeds={list(cfg.train_seeds)}: expected distinct non-negative integers")
+    if cfg.rounds.count > 1 and len(cfg.train_seeds) > 1:
+        raise ValueError("rounds.count > 1 with several train_seeds: each seed would need its own round-2 "
+                         "collection; run the rounds with one seed")
+    bad = [m for m in cfg.eval.curve_methods if m not in cfg.methods]
+    if bad:
+        raise ValueError(f"eval.curve_methods {bad}: expected trained methods {list(cfg.methods)}")
+    if cfg.eval.curve_methods and cfg.eval.curve_points < 2:
+        raise ValueError(f"eval.curve_points={cfg.eval.curve_points}: a curve needs at least 2 points")
+    if cfg.rounds.count > 1:
+        bad = [m for m in cfg.rounds.methods if m not in PREFERENCE or m not in cfg.methods]
+        if bad or not cfg.rounds.methods:
+            raise ValueError(f"rounds.methods {list(cfg.rounds.methods)}: expected a non-empty subset of {PREFERENCE}")
+        if cfg.rounds.behaviour not in cfg.rounds.methods:
+            raise ValueError(f"rounds.behaviour={cfg.rounds.behaviour!r} must be one of rounds.methods "
+                             f"{list(cfg.rounds.methods)} (its round r-1 model collects round r)")
+    if cfg.rounds.get("runs", 0) < 0 or cfg.rounds.get("tree_tasks", 0) < 0:
+        raise ValueError(f"rounds.runs={cfg.rounds.runs}, rounds.tree_tasks={cfg.rounds.tree_tasks}: expected >= 0 "
+                         "(0 = as round 1)")
+    if cfg.tasks.num_train < 1 or cfg.tasks.num_test < 1:
+        raise ValueError("tasks.num_train and tasks.num_test must be >= 1")
+    if cfg.pretrain_window < 0:
+        raise ValueError(f"pretrain_window={cfg.pretrain_window}: tokens per window, or 0 for no pretraining")
+    if cfg.prompt_tokens < 64:
+        raise ValueError(f"prompt_tokens={cfg.prompt_tokens}: too small for the system prompt and the task")
+    scratch = not cfg.sft.model.path
+    if scratch and cfg.collect.policy == "base":
+        raise ValueError("collect.policy='base' with a from-scratch model: its tokenizer is trained on the first "
+                         "collection, so round 1 needs another behaviour policy (e.g. the noisy oracle)")
+    if scratch and not cfg.sft.model.scratch:
+        raise ValueError("sft.model.path is empty and sft.model.scratch names no from-scratch preset")
+    if cfg.prompt_style not in ("full", "compact"):
+        raise ValueError(f"prompt_style={cfg.prompt_style!r}: expected 'full' or 'compact'")
+    from rollout.policies.prompt import PAGE_IDS
+
+    if cfg.page_ids not in PAGE_IDS:
+        raise ValueError(f"page_ids={cfg.page_ids!r}: expected one of {PAGE_IDS}")
+    if cfg.export.select not in ("success_rate", "avg_steps", "redundant_steps"):
+        raise ValueError(f"export.select={cfg.export.select!r}: expected success_rate, avg_steps or redundant_steps")

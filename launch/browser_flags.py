@@ -1,0 +1,54 @@
+"""The flags that ``launch.collect`` and ``launch.evaluate`` share (which tasks, how each episode runs, how a model
+samples), defined once with each launcher's own defaults, and the task selection both do with them."""
+from __future__ import annotations
+
+from absl import app, flags
+
+F = flags.FLAGS
+
+
+def define(*, split: str, runs: int, runs_help: str, temperature: float, temperature_help: str, screenshots: bool,
+           out: str, out_help: str) -> None:
+    # which tasks
+    flags.DEFINE_enum("env", "shop", ["shop", "miniwob"], "environment")
+    flags.DEFINE_enum("split", split, ["train", "test"], "task split (held-out: test)")
+    flags.DEFINE_integer("num_tasks", 0, "first N tasks of the split, families interleaved (0 = all)")
+    flags.DEFINE_list("task_ids", [], "explicit task ids (overrides --num_tasks)")
+    flags.DEFINE_list("families", [], "only these task families")
+    flags.DEFINE_string("locale", "en", "shop catalogue locale: en | zh")
+    flags.DEFINE_integer("runs", runs, runs_help)
+    # how each episode runs
+    flags.DEFINE_integer("contexts", 4, "parallel browser contexts")
+    flags.DEFINE_integer("max_steps", 30, "steps per episode")
+    flags.DEFINE_integer("step_slack", 0, "> 0: an episode stops at min(max_steps, the task's optimal length + slack)")
+    flags.DEFINE_integer("budget_tokens", 1024, "observation text budget (tokens)")
+    flags.DEFINE_bool("screenshots", screenshots, "save screenshots (the pHash is always recorded)")
+    flags.DEFINE_float("step_timeout_s", 180.0, "per-step watchdog")
+    flags.DEFINE_float("episode_timeout_s", 1800.0, "per-episode watchdog")
+    # how a model policy samples
+    flags.DEFINE_float("temperature", temperature, temperature_help)
+    flags.DEFINE_integer("max_tokens", 128, "model policy: tokens per step")
+    flags.DEFINE_integer("max_batch", 8, "model policy: largest sampler batch")
+    flags.DEFINE_string("out", out, out_help)
+
+
+def env_and_tasks():
+    """The environment and the tasks the flags select (a usage error when they select none)."""
+    from rollout.collect import select_tasks
+    from rollout.envs import make_env
+
+    env = make_env(F.env, **({"locale": F.locale} if F.env == "shop" else {}))
+    try:
+        tasks = select_tasks(env, F.split, F.num_tasks, F.task_ids, F.families)
+    except ValueError as e:
+        env.stop()
+        raise app.UsageError(str(e)) from None
+    if not tasks:
+        env.stop()
+        raise app.UsageError("no tasks selected")
+    return env, tasks
+
+
+def locale() -> str | None:
+    """The shop's catalogue locale for a run's metadata (None for other environments)."""
+    return F.locale if F.env == "shop" else None
