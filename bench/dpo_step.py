@@ -17,6 +17,8 @@ shapes run at ~1 GFLOP/s, and one bf16 step of this size takes tens of minutes.
 
 Each measurement runs in its own subprocess of this script (``--side=peak|ours|trl``), so memory peaks
 are separable; each prints one JSON line, and the parent prints a table.
+One file (≈ 460 lines) on purpose: both sides, the shared pairs and the table must be read together to check
+that the comparison is like for like.
 
 - tokens/s: logical tokens of the pairs per second of step wall time (median of the timed steps), the
   same count on both sides: sum over pairs of len(prompt + chosen) + len(prompt + rejected), which is

@@ -13,7 +13,7 @@ ArrayRecord shards, ``launch.train``'s Orbax run, ``launch.export``'s HF directo
 
 Stage bookkeeping (skip / resume / refuse on a changed configuration / --redo) is ``experiment.stages``; the
 configuration's checks ``experiment.pipeline_config``, model names ``experiment.names``, the report and export
-stages ``experiment.outputs``. What stays here (≈ 490 lines) is the plan and one method per stage body, so that a
+stages ``experiment.outputs``. What stays here (≈ 510 lines) is the plan and one method per stage body, so that a
 stage's spec, inputs and outputs read in one place.
 Model names: ``sft``, ``dpo``, ``kto``, ``kto_tree``, ``tgpo`` for round 1, ``<method>-r<r>`` for round r ≥ 2, and
 with several training seeds (``train_seeds``) ``<method>-s<seed>``: seed k initialises its own base (from-scratch

@@ -12,14 +12,13 @@ steps, compared at the displayed precision, ties all) is in bold.
 """
 from __future__ import annotations
 
-import html
-import math
 import os
 from dataclasses import dataclass, field
 
-from tgpo_jax.files import atomic_path, write_text_atomic
+from experiment.document import DASH, Heading, Image, Para, Table, num, to_html, to_markdown
+from experiment.plots import plot_curves, plot_learning, plot_steps, plot_success
+from tgpo_jax.files import write_text_atomic
 
-DASH = "—"
 
 # TGPO paper, Table 1 (C-WebShop, Qwen2.5-VL-72B backbone): success %, avg steps, redundant steps;
 # see docs/method.md §8.
@@ -40,14 +39,6 @@ COLUMNS = (
     ("redundant_steps", "Redundant steps", 1.0, 2, False),
 )
 
-# Training curves: plot name -> metric keys to look for (first one a run logged wins), y label.
-CURVES = (
-    ("loss", ("train/loss", "loss"), "training loss"),
-    ("reward_accuracy", ("train/rewards/accuracies", "rewards/accuracies", "train/reward_accuracy",
-                         "reward_accuracy"), "reward accuracy"),
-    ("eval_loss", ("eval/loss",), "held-out loss"),
-)
-
 # Dataset statistics shown first, in this order, with these labels; other scalar keys follow alphabetically.
 DATASET_KEYS = (
     ("tasks", "tasks"), ("episodes", "episodes"), ("successful_episodes", "successful episodes"),
@@ -63,14 +54,6 @@ _RATE_KEYS = {"success_rate", "label_conflict_rate"}
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Numbers
-
-
-def _num(v) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 @dataclass
@@ -111,8 +94,8 @@ def model_cells(ev: dict | None) -> dict[str, Cell]:
     per_seed = [s for s in (ev.get("per_seed") or []) if isinstance(s, dict)]
     out = {}
     for key, _, scale, dec, _ in COLUMNS:
-        seeds = [v * scale for v in (_num(s.get(key)) for s in per_seed) if v is not None]
-        v = _num(mean.get(key)) if key in mean else _num(ev.get(key))
+        seeds = [v * scale for v in (num(s.get(key)) for s in per_seed) if v is not None]
+        v = num(mean.get(key)) if key in mean else num(ev.get(key))
         if v is None and seeds:
             v = sum(seeds) / len(seeds) / scale
         c = _half_width(ci.get(key))
@@ -123,11 +106,11 @@ def model_cells(ev: dict | None) -> dict[str, Cell]:
 def _half_width(ci) -> float | None:
     """A CI as a half-width number or as experiment.evaluate's {"low", "high", "half_width"} dict (None: no CI)."""
     if isinstance(ci, dict):
-        h = _num(ci.get("half_width"))
-        if h is None and _num(ci.get("low")) is not None and _num(ci.get("high")) is not None:
-            h = (_num(ci["high"]) - _num(ci["low"])) / 2
+        h = num(ci.get("half_width"))
+        if h is None and num(ci.get("low")) is not None and num(ci.get("high")) is not None:
+            h = (num(ci["high"]) - num(ci["low"])) / 2
         return h
-    return _num(ci)
+    return num(ci)
 
 
 def best_keys(cells: dict[str, dict[str, Cell]]) -> dict[str, float | None]:
@@ -160,7 +143,7 @@ def _fmt_stat(key: str, v) -> str:
         return str(v)
     if isinstance(v, int):
         return str(v)
-    f = _num(v)
+    f = num(v)
     if f is None:
         return DASH if v is None else str(v)
     if key in _RATE_KEYS:
@@ -169,219 +152,8 @@ def _fmt_stat(key: str, v) -> str:
 
 
 def pct(v) -> str:
-    f = _num(v)
+    f = num(v)
     return DASH if f is None else f"{100 * f:.2f}%"
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Document model: a list of blocks rendered both to Markdown and to HTML.
-
-
-@dataclass
-class Heading:
-    text: str
-    level: int = 2
-
-
-@dataclass
-class Para:
-    text: str  # plain text (escaped for HTML)
-    links: list[tuple[str, str]] = field(default_factory=list)  # (label, href) appended as a list
-    pre: bool = False  # keep line breaks (free-form notes)
-
-
-@dataclass
-class Table:
-    header: list[str]
-    rows: list[list[tuple[str, bool]]]  # (text, bold)
-    caption: str = ""
-
-
-@dataclass
-class Image:
-    path: str  # relative to out_dir
-    alt: str
-
-
-def _md_cell(text: str, bold: bool) -> str:
-    t = text.replace("|", "\\|")
-    return f"**{t}**" if bold and text != DASH else t
-
-
-def to_markdown(blocks: list) -> str:
-    out = []
-    for b in blocks:
-        if isinstance(b, Heading):
-            out.append("#" * b.level + " " + b.text)
-        elif isinstance(b, Para):
-            if b.text:
-                out.append(b.text)
-            if b.links:
-                out.append("\n".join(f"- [{label}]({href})" for label, href in b.links))
-        elif isinstance(b, Table):
-            lines = ["| " + " | ".join(h.replace("|", "\\|") for h in b.header) + " |",
-                     "|" + "|".join(["---"] + ["---:"] * (len(b.header) - 1)) + "|"]
-            lines += ["| " + " | ".join(_md_cell(t, bold) for t, bold in row) + " |" for row in b.rows]
-            out.append("\n".join(lines))
-            if b.caption:
-                out.append(f"*{b.caption}*")
-        elif isinstance(b, Image):
-            out.append(f"![{b.alt}]({b.path})")
-    return "\n\n".join(out) + "\n"
-
-
-CSS = """
-body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; max-width: 980px; margin: 2em auto;
-       padding: 0 1em; color: #222; line-height: 1.45; }
-h1 { border-bottom: 2px solid #ddd; padding-bottom: .3em; }
-h2 { margin-top: 1.8em; border-bottom: 1px solid #eee; padding-bottom: .2em; }
-table { border-collapse: collapse; margin: .8em 0; }
-th, td { border: 1px solid #ccc; padding: .35em .8em; }
-th { background: #f4f4f4; }
-td:not(:first-child), th:not(:first-child) { text-align: right; }
-tr:nth-child(even) td { background: #fafafa; }
-caption { caption-side: bottom; font-size: .9em; color: #666; padding-top: .4em; text-align: left; }
-img { max-width: 100%; border: 1px solid #eee; margin: .5em 0; }
-.notes { white-space: pre-wrap; background: #f8f8f8; padding: .8em; border-radius: 4px; }
-""".strip()
-
-
-def to_html(blocks: list, title: str) -> str:
-    e = html.escape
-    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">', f"<title>{e(title)}</title>",
-           f"<style>\n{CSS}\n</style>", "</head>", "<body>"]
-    for b in blocks:
-        if isinstance(b, Heading):
-            out.append(f"<h{b.level}>{e(b.text)}</h{b.level}>")
-        elif isinstance(b, Para):
-            if b.text:
-                cls = ' class="notes"' if b.pre else ""
-                out.append(f"<p{cls}>{e(b.text)}</p>")
-            if b.links:
-                out.append("<ul>" + "".join(f'<li><a href="{e(href)}">{e(label)}</a></li>'
-                                            for label, href in b.links) + "</ul>")
-        elif isinstance(b, Table):
-            rows = ["<table>"]
-            if b.caption:
-                rows.append(f"<caption>{e(b.caption)}</caption>")
-            rows.append("<thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in b.header) + "</tr></thead>")
-            rows.append("<tbody>")
-            for row in b.rows:
-                cells = []
-                for i, (t, bold) in enumerate(row):
-                    tag = "th" if i == 0 else "td"
-                    txt = f"<strong>{e(t)}</strong>" if bold and t != DASH else e(t)
-                    cells.append(f"<{tag}>{txt}</{tag}>")
-                rows.append("<tr>" + "".join(cells) + "</tr>")
-            rows.append("</tbody></table>")
-            out.append("\n".join(rows))
-        elif isinstance(b, Image):
-            out.append(f'<figure><img src="{e(b.path)}" alt="{e(b.alt)}"></figure>')
-    out += ["</body>", "</html>"]
-    return "\n".join(out) + "\n"
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Files
-
-
-def _save_fig(fig, path: str) -> None:
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-
-
-def _figure(width: float = 7.0, height: float = 4.0):
-    # A bare Figure (no pyplot): renders with Agg, no display and no global figure state.
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height))
-    return fig, fig.add_subplot(1, 1, 1)
-
-
-def _plot_success(path: str, names: list[str], cells: dict[str, dict[str, Cell]]) -> None:
-    fig, ax = _figure(max(5.0, 1.1 * len(names) + 2), 4.0)
-    xs = list(range(len(names)))
-    vals = [cells[n]["success_rate"].value for n in names]
-    errs = [cells[n]["success_rate"].ci or 0.0 for n in names]
-    ax.bar(xs, [v if v is not None else 0.0 for v in vals], yerr=errs, capsize=4, color="#4C72B0",
-           edgecolor="black", linewidth=0.6)
-    for x, n, v, err in zip(xs, names, vals, errs):
-        seeds = cells[n]["success_rate"].seeds
-        if len(seeds) > 1:
-            ax.scatter([x] * len(seeds), seeds, s=10, color="black", alpha=0.6, zorder=3)
-        top = max([(v or 0.0) + err] + seeds)
-        ax.annotate(DASH if v is None else f"{v:.1f}", (x, top), textcoords="offset points", xytext=(0, 3),
-                    ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(xs, names)
-    ax.set_ylabel("success rate (%)")
-    ax.set_ylim(0, 110)
-    ax.set_title("Success rate (mean ± 95% CI)")
-    ax.grid(axis="y", alpha=0.3)
-    _save_fig(fig, path)
-
-
-def _plot_steps(path: str, names: list[str], cells: dict[str, dict[str, Cell]]) -> None:
-    fig, ax = _figure(max(5.0, 1.3 * len(names) + 2), 4.0)
-    w = 0.38
-    for off, key, label, color in ((-w / 2, "avg_steps", "average steps", "#55A868"),
-                                   (w / 2, "redundant_steps", "redundant steps", "#C44E52")):
-        vals = [cells[n][key].value for n in names]
-        errs = [cells[n][key].ci or 0.0 for n in names]
-        ax.bar([i + off for i in range(len(names))], [v if v is not None else 0.0 for v in vals], w, yerr=errs,
-               capsize=3, label=label, color=color, edgecolor="black", linewidth=0.6)
-    ax.set_xticks(list(range(len(names))), names)
-    ax.set_ylabel("steps per episode")
-    ax.set_title("Average and redundant steps (mean ± 95% CI)")
-    ax.legend()
-    ax.grid(axis="y", alpha=0.3)
-    _save_fig(fig, path)
-
-
-def _plot_learning(path: str, curves: dict[str, list[tuple[int, float]]]) -> None:
-    fig, ax = _figure(7.0, 4.0)
-    for label, pts in curves.items():
-        if pts:
-            xs, ys = zip(*pts)
-            ax.plot(xs, [100 * y for y in ys], marker="o", markersize=4, linewidth=1.4, label=label)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("held-out success (%)")
-    ax.set_ylim(0, 105)
-    ax.set_title("Success vs training steps")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    _save_fig(fig, path)
-
-
-def _curve_points(rows: list[dict], keys: tuple[str, ...]) -> list[tuple[float, float]]:
-    for key in keys:
-        pts = [(float(r["step"]), _num(r[key])) for r in rows if key in r and "step" in r]
-        pts = [(s, v) for s, v in pts if v is not None]
-        if pts:
-            return sorted(pts)
-    return []
-
-
-def _plot_curves(out_dir: str, curves: dict[str, list[dict]]) -> list[tuple[str, str]]:
-    """One PNG per metric that at least one run logged; returns [(file name, label)]."""
-    written = []
-    for name, keys, label in CURVES:
-        series = {run: _curve_points(rows or [], keys) for run, rows in curves.items()}
-        series = {run: pts for run, pts in series.items() if pts}
-        if not series:
-            continue
-        fig, ax = _figure(7.0, 4.0)
-        for run, pts in series.items():
-            xs, ys = zip(*pts)
-            ax.plot(xs, ys, marker="o" if len(pts) <= 20 else None, markersize=3, linewidth=1.4, label=run)
-        ax.set_xlabel("step")
-        ax.set_ylabel(label)
-        ax.set_title(f"Training curves: {label}")
-        ax.grid(alpha=0.3)
-        ax.legend()
-        fname = f"curves_{name}.png"
-        _save_fig(fig, os.path.join(out_dir, fname))
-        written.append((fname, label))
-    return written
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -504,10 +276,10 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
 
     caption += _decoding(models)
     plots = []
-    _plot_success(os.path.join(out_dir, "success.png"), names, cells)
-    _plot_steps(os.path.join(out_dir, "steps.png"), names, cells)
+    plot_success(os.path.join(out_dir, "success.png"), names, cells)
+    plot_steps(os.path.join(out_dir, "steps.png"), names, cells)
     plots += [os.path.join(out_dir, "success.png"), os.path.join(out_dir, "steps.png")]
-    curve_files = _plot_curves(out_dir, dict(curves or {}))
+    curve_files = plot_curves(out_dir, dict(curves or {}))
     plots += [os.path.join(out_dir, f) for f, _ in curve_files]
 
     blocks: list = [Heading(title, 1)]
@@ -538,7 +310,7 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
         blocks.append(Heading("Paired comparisons"))
         blocks.append(_comparison_table(comparisons))
     if learning_curves:
-        _plot_learning(os.path.join(out_dir, "learning.png"), learning_curves)
+        plot_learning(os.path.join(out_dir, "learning.png"), learning_curves)
         plots.append(os.path.join(out_dir, "learning.png"))
         blocks.append(Heading("Success vs training steps"))
         blocks.append(Para("Held-out success of training snapshots (first training seed) on a fixed subset of the "

@@ -13,7 +13,8 @@ pytest.importorskip("playwright")
 from rollout import browser_path  # noqa: E402
 from rollout.core import (ActionTimeout, Command, ErrorInfo, InvalidTarget, NavigationBlocked,  # noqa: E402
                           NoSuchElement)
-from rollout.harness.execute import Effect, Timeouts, execute, install_guards, origin_of  # noqa: E402
+from rollout.harness.execute import Effect, Timeouts, execute  # noqa: E402
+from rollout.harness.guards import install_guards, origin_of  # noqa: E402
 from rollout.harness.observe import install, observe, phash_png, render_observation  # noqa: E402
 
 PAGES = {

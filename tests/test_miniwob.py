@@ -13,7 +13,8 @@ pytest.importorskip("miniwob")
 from rollout import browser_path  # noqa: E402
 from rollout.core import Command  # noqa: E402
 from rollout.envs.miniwob import SUPPORTED, MiniWoBEnv, query_text  # noqa: E402
-from rollout.harness.execute import execute, install_guards  # noqa: E402
+from rollout.harness.execute import execute  # noqa: E402
+from rollout.harness.guards import install_guards  # noqa: E402
 from rollout.harness.observe import install, observe  # noqa: E402
 
 TASKS = ("click-button", "click-link", "enter-text", "focus-text", "click-checkboxes", "click-dialog", "click-test-2",

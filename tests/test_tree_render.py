@@ -10,7 +10,8 @@ import types
 import pytest
 
 from trees.graph import BranchValue, Edge, Node, StateRef, TaskGraph
-from trees.render import layers, q_colour, render_html, write_html
+from trees.layout import layers
+from trees.render import q_colour, render_html, write_html
 
 ORIGIN = "http://127.0.0.1:8765"
 

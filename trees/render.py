@@ -2,7 +2,7 @@
 
 ``render_html(graph)`` returns one HTML string with no external assets: an inline SVG of the merged graph
 (screenshot thumbnails embedded as base64 data URIs), inline CSS and a few lines of inline JavaScript (hover
-highlighting). Layout is a simple layered one: the layer (x position) of a node is its BFS depth from the root,
+highlighting). Layout (``trees.layout``) is a simple layered one: the layer (x position) of a node is its BFS depth from the root,
 nodes within a layer are ordered by first appearance. Forward edges are curves from left to right; back edges (to a
 node of the same or a smaller layer, i.e. correction loops) are arcs over the top; self-loops are small loops.
 Every drawn node is ``<g class="node" data-node=ID>``, every drawn edge ``<g class="edge" data-src data-dst>``.
@@ -10,7 +10,6 @@ Every drawn node is ``<g class="node" data-node=ID>``, every drawn edge ``<g cla
 from __future__ import annotations
 
 import base64
-import collections
 import html
 import io
 import logging
@@ -18,7 +17,8 @@ import math
 import os
 import urllib.parse
 
-from trees.graph import BranchValue, Edge, Node, TaskGraph
+from trees.graph import BranchValue, Edge, TaskGraph
+from trees.layout import GAP_X, LABEL_H, MARGIN, Box, arrowhead, bezier_point, edge_curves, layout
 from tgpo_jax.files import write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -28,11 +28,6 @@ Q_LOW, Q_MID, Q_HIGH = (0xd7, 0x30, 0x27), (0x9a, 0x9a, 0x9a), (0x1a, 0x98, 0x50
 NO_Q = "#5f6b7a"
 SUCCESS, FAILURE, ROOT = "#1a9850", "#d73027", "#2b6cd4"
 
-GAP_X = 230  # horizontal room between layers (edge labels live here)
-GAP_Y = 34
-MARGIN = 24
-END_W, END_H = 74, 34
-LABEL_H = 34  # text lines under a thumbnail
 MAX_THUMB_RATIO = 1.0  # thumbnails are cropped to at most square (tall full-page shots)
 
 
@@ -109,222 +104,7 @@ def thumbnail_data_uri(path: str | None, width: int, cache: dict | None = None) 
     return out
 
 
-# ---------------------------------------------------------------- layout
-def layers(graph: TaskGraph) -> dict[str, int]:
-    """BFS depth from the root; nodes the root does not reach go one layer past the deepest."""
-    out_edges: dict[str, list[str]] = collections.defaultdict(list)
-    for e in graph.edges:
-        out_edges[e.src].append(e.dst)
-    depth: dict[str, int] = {}
-    if graph.root in graph.nodes:
-        depth[graph.root] = 0
-        queue = collections.deque([graph.root])
-        while queue:
-            n = queue.popleft()
-            for d in out_edges[n]:
-                if d not in depth and d in graph.nodes:
-                    depth[d] = depth[n] + 1
-                    queue.append(d)
-    rest = [n for n in graph.nodes if n not in depth]
-    if rest:
-        extra = max(depth.values(), default=-1) + 1
-        for n in rest:
-            depth[n] = extra
-    return depth
-
-
-def _first_appearance(graph: TaskGraph) -> list[str]:
-    """Node ids in order of first appearance: BFS discovery from the root (edges in order), then the rest."""
-    order, seen = [], set()
-    out_edges: dict[str, list[str]] = collections.defaultdict(list)
-    for e in graph.edges:
-        out_edges[e.src].append(e.dst)
-    queue = collections.deque([graph.root] if graph.root in graph.nodes else [])
-    seen.update(queue)
-    while queue:
-        n = queue.popleft()
-        order.append(n)
-        for d in out_edges[n]:
-            if d not in seen and d in graph.nodes:
-                seen.add(d)
-                queue.append(d)
-
-    def first_state(nid):
-        st = graph.nodes[nid].states
-        return (min(st), nid) if st else ((1 << 60, 0), nid)
-
-    order += sorted((n for n in graph.nodes if n not in seen), key=first_state)
-    return order
-
-
-class _Box:
-    __slots__ = ("node", "x", "y", "w", "h", "thumb", "layer")
-
-    def __init__(self, node: Node, layer: int, w: float, h: float, thumb):
-        self.node, self.layer, self.w, self.h, self.thumb = node, layer, w, h, thumb
-        self.x = self.y = 0.0
-
-
-def _layout(graph: TaskGraph, thumb_width: int, cache: dict) -> dict[str, _Box]:
-    depth = layers(graph)
-    boxes: dict[str, _Box] = {}
-    placeholder_h = round(thumb_width * 9 / 16)
-    for nid in _first_appearance(graph):
-        node = graph.nodes[nid]
-        if node.is_end:
-            boxes[nid] = _Box(node, depth[nid], END_W, END_H, None)
-            continue
-        thumb = thumbnail_data_uri(node.screenshot, thumb_width, cache)
-        img_h = thumb[2] if thumb else placeholder_h
-        boxes[nid] = _Box(node, depth[nid], thumb_width + 12, img_h + 12 + LABEL_H, thumb)
-    n_layers = max((b.layer for b in boxes.values()), default=0) + 1
-    col_w = thumb_width + 12
-    per_layer: dict[int, list[_Box]] = collections.defaultdict(list)
-    for b in boxes.values():
-        per_layer[b.layer].append(b)
-    heights = {k: sum(b.h for b in v) + GAP_Y * (len(v) - 1) for k, v in per_layer.items()}
-    total_h = max(heights.values(), default=0)
-    for k in range(n_layers):
-        col = per_layer.get(k, [])
-        y = MARGIN + (total_h - heights.get(k, 0)) / 2  # centre each layer vertically
-        for b in col:
-            b.x = MARGIN + k * (col_w + GAP_X) + (col_w - b.w) / 2
-            b.y = y
-            y += b.h + GAP_Y
-    return boxes
-
-
-# ---------------------------------------------------------------- edge geometry
-def _bezier_point(p, t: float):
-    (x0, y0), (x1, y1), (x2, y2), (x3, y3) = p
-    u = 1 - t
-    a, b, c, d = u * u * u, 3 * u * u * t, 3 * u * t * t, t * t * t
-    return a * x0 + b * x1 + c * x2 + d * x3, a * y0 + b * y1 + c * y2 + d * y3
-
-
-def _arrowhead(p, size: float) -> str:
-    (x3, y3) = p[3]
-    for q in (p[2], p[1], p[0]):
-        dx, dy = x3 - q[0], y3 - q[1]
-        if abs(dx) + abs(dy) > 1e-6:
-            break
-    else:
-        dx, dy = 1.0, 0.0
-    n = math.hypot(dx, dy)
-    ux, uy = dx / n, dy / n
-    bx, by = x3 - ux * size, y3 - uy * size
-    px, py = -uy * size * 0.5, ux * size * 0.5
-    return f"M{x3:.1f},{y3:.1f} L{bx + px:.1f},{by + py:.1f} L{bx - px:.1f},{by - py:.1f} Z"
-
-
-def _edge_curves(graph: TaskGraph, boxes: dict[str, _Box]) -> list[tuple[Edge, str, tuple, int]]:
-    """(edge, kind, control points, index among its kind at the pair) per edge; kind 'forward' | 'back' | 'self'."""
-    fwd_out: dict[str, list[int]] = collections.defaultdict(list)
-    fwd_in: dict[str, list[int]] = collections.defaultdict(list)
-    kinds = []
-    for i, e in enumerate(graph.edges):
-        s, d = boxes.get(e.src), boxes.get(e.dst)
-        if s is None or d is None:
-            kinds.append(None)
-        elif e.src == e.dst:
-            kinds.append("self")
-        elif d.layer > s.layer:
-            kinds.append("forward")
-            fwd_out[e.src].append(i)
-            fwd_in[e.dst].append(i)
-        else:
-            kinds.append("back")
-    # Order ports by the other end's vertical position so parallel curves do not cross at the node.
-    for lst, other in ((fwd_out, "dst"), (fwd_in, "src")):
-        for k in lst:
-            lst[k].sort(key=lambda i: (boxes[getattr(graph.edges[i], other)].y, i))
-    # (boxes above, boxes below) in each node's layer.
-    columns: dict[int, list[_Box]] = collections.defaultdict(list)
-    for b in boxes.values():
-        columns[b.layer].append(b)
-    rank = {}
-    for col in columns.values():
-        col.sort(key=lambda b: b.y)
-        for i, b in enumerate(col):
-            rank[b.node.id] = (i, len(col) - 1 - i)
-    # Back edges between layers: over the top when both ends sit nearer the tops of their columns, else under
-    # the bottom; each gets the lowest level (arc height) not used by an arc over an overlapping layer span.
-    same_count: dict[tuple[str, str], int] = collections.Counter()
-    back_up: dict[int, bool] = {}
-    back_level: dict[int, int] = {}
-    back_x_out: dict[str, list[int]] = collections.defaultdict(list)
-    back_x_in: dict[str, list[int]] = collections.defaultdict(list)
-    spans = {}
-    for i, e in enumerate(graph.edges):
-        if kinds[i] == "back" and boxes[e.src].layer != boxes[e.dst].layer:
-            sl, dl = boxes[e.src].layer, boxes[e.dst].layer
-            spans[i] = (min(sl, dl), max(sl, dl))
-            back_up[i] = rank[e.src][0] + rank[e.dst][0] <= rank[e.src][1] + rank[e.dst][1]
-            back_x_out[e.src].append(i)
-            back_x_in[e.dst].append(i)
-    used: dict[tuple[bool, int], list[tuple[int, int]]] = collections.defaultdict(list)
-    for i in sorted(spans, key=lambda i: (spans[i][1] - spans[i][0], i)):
-        a, b = spans[i]
-        level = 0
-        while any(not (b < c or d < a) for c, d in used[(back_up[i], level)]):
-            level += 1
-        used[(back_up[i], level)].append((a, b))
-        back_level[i] = level
-    for lst, other in ((back_x_out, "dst"), (back_x_in, "src")):
-        for k in lst:
-            lst[k].sort(key=lambda i: (boxes[getattr(graph.edges[i], other)].x, i))
-    self_count: dict[str, int] = collections.Counter()
-    out = []
-    for i, e in enumerate(graph.edges):
-        kind = kinds[i]
-        if kind is None:
-            log.warning("edge %s -> %s references an unknown node; not drawn", e.src, e.dst)
-            continue
-        s, d = boxes[e.src], boxes[e.dst]
-        if kind == "forward":
-            so, di = fwd_out[e.src], fwd_in[e.dst]
-            sy = s.y + s.h * (so.index(i) + 1) / (len(so) + 1)
-            dy = d.y + d.h * (di.index(i) + 1) / (len(di) + 1)
-            x0, x3 = s.x + s.w, d.x
-            c = max(40.0, (x3 - x0) * 0.45)
-            pts = ((x0, sy), (x0 + c, sy), (x3 - c, dy), (x3, dy))
-        elif kind == "self":
-            k = self_count[e.src]
-            self_count[e.src] += 1
-            r = 34 + 16 * k
-            x0, y0 = s.x + s.w - 26 - 10 * k, s.y
-            x3, y3 = s.x + s.w, s.y + 22 + 10 * k
-            pts = ((x0, y0), (x0 + 4, y0 - r), (x3 + r, y3 - 4), (x3, y3))
-        else:  # back edge: an arc over the top (or under the bottom) of the layers it spans
-            if d.layer == s.layer:  # same layer: a bulge to the right
-                k = same_count[(e.src, e.dst)]
-                same_count[(e.src, e.dst)] += 1
-                x0, y0 = s.x + s.w, s.y + s.h * 0.3
-                x3, y3 = d.x + d.w, (d.y + d.h * 0.7) if d.y < s.y else (d.y + d.h * 0.3)
-                bulge = 70 + 0.15 * abs(y3 - y0) + 22 * k
-                pts = ((x0, y0), (x0 + bulge, y0), (x3 + bulge, y3), (x3, y3))
-            else:
-                lo_l, hi_l = spans[i]
-                span = [b for b in boxes.values() if lo_l <= b.layer <= hi_l]
-                so, di = back_x_out[e.src], back_x_in[e.dst]
-                # leave from the left half of the source's edge, arrive on the right half of the target's
-                x0 = s.x + s.w * (0.05 + 0.4 * (so.index(i) + 1) / (len(so) + 1))
-                x3 = d.x + d.w * (0.55 + 0.4 * (di.index(i) + 1) / (len(di) + 1))
-                lift = 30 + 24 * back_level[i]
-                if back_up[i]:
-                    y0, y3 = s.y, d.y
-                    peak = min(b.y for b in span) - lift
-                else:
-                    y0, y3 = s.y + s.h, d.y + d.h
-                    peak = max(b.y + b.h for b in span) + lift
-                c = (peak - 0.125 * (y0 + y3)) / 0.75  # the curve's midpoint reaches ``peak``
-                pts = ((x0, y0), (x0, c), (x3, c), (x3, y3))
-        out.append((e, kind, pts, self_count[e.src] - 1 if kind == "self" else 0))
-    return out
-
-
-# ---------------------------------------------------------------- drawing
-def _node_svg(b: _Box, graph: TaskGraph, thumb_width: int, episodes_of: dict[str, int]) -> str:
+def _node_svg(b: Box, graph: TaskGraph, thumb_width: int, episodes_of: dict[str, int]) -> str:
     n = b.node
     root = n.id == graph.root
     cls = ["node"]
@@ -397,8 +177,8 @@ def _edge_svg(e: Edge, kind: str, pts, k: int, bv: BranchValue | None, lo: float
     (x0, y0), (x1, y1), (x2, y2), (x3, y3) = pts
     # The arrow ends a little before the target so the head is not hidden under it.
     path = f"M{x0:.1f},{y0:.1f} C{x1:.1f},{y1:.1f} {x2:.1f},{y2:.1f} {x3:.1f},{y3:.1f}"
-    head = _arrowhead(pts, 7 + 1.3 * sw)
-    lx, ly = _bezier_point(pts, 0.5)
+    head = arrowhead(pts, 7 + 1.3 * sw)
+    lx, ly = bezier_point(pts, 0.5)
     anchor = "middle"
     if kind == "self":  # labels stacked above the node, ending left of the loops
         lx, ly, anchor = pts[0][0] - 8 + 10 * k, pts[0][1] - 6 - 14 * k, "end"
@@ -500,8 +280,8 @@ def render_html(graph: TaskGraph, *, title: str | None = None, thumb_width: int 
     if thumb_width < 16:
         raise ValueError(f"thumb_width must be at least 16, got {thumb_width}")
     cache: dict = {}
-    boxes = _layout(graph, thumb_width, cache)
-    curves = _edge_curves(graph, boxes)
+    boxes = layout(graph, thumb_width, lambda node: thumbnail_data_uri(node.screenshot, thumb_width, cache))
+    curves = edge_curves(graph, boxes)
     qs = [b.q for b in graph.branches.values() if b.q is not None and math.isfinite(b.q)]
     lo, hi = (min(qs), max(qs)) if qs else (0.0, 0.0)
     cmd_chars = max(14, int(GAP_X / 6.6) - 7)

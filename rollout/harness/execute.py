@@ -6,16 +6,8 @@ Waits end on events with hard caps, never on fixed sleeps:
 - if a navigation request started meanwhile, wait for its commit (``framenavigated``) or failure, then for the new
   document's ``domcontentloaded`` (each capped by ``navigation_ms``).
 
-Hermeticity: ``install_guards`` routes every http(s) request whose origin is not allowed (a regex the Playwright
-driver matches itself): sub-resources are aborted (``net::ERR_BLOCKED_BY_CLIENT``), navigation requests are answered
-``204 No Content`` so that the tab keeps its current document (an aborted navigation would commit Chrome's error
-page). ``execute`` watches the main frame's navigation requests while a command runs; one to a disallowed origin
-raises NavigationBlocked after the page is back on the site. ``GOTO`` is checked before navigating (scheme
-http/https and an allowed origin). Limitation: Playwright routes only the first request of a redirect chain, so an
-allowed URL that redirects out is not answered by the guard; ``execute`` detects the hop, goes back from the error
-(or foreign) page and raises NavigationBlocked, but on a machine with network the hop's request itself has left —
-launch Chromium with ``--host-resolver-rules="MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"`` where that matters. Popups are
-prevented by the page helper (``target=_blank`` links open in the same page; ``window.open`` navigates it).
+Hermeticity (requests outside the allowed origins) is ``rollout.harness.guards``; ``execute`` watches the main
+frame's navigation requests while a command runs and raises NavigationBlocked for one that leaves them.
 """
 from __future__ import annotations
 
@@ -26,11 +18,9 @@ import re
 import urllib.parse
 
 from rollout.core import ActionError, ActionTimeout, Command, InvalidTarget, NavigationBlocked, NoSuchElement
+from rollout.harness.guards import BLOCKED_FAILURE, is_allowed, norm_origins, origin_of
 from rollout.harness.observe import helper_call
 
-BLOCKED_ERROR = "blockedbyclient"
-BLOCKED_FAILURE = "net::ERR_BLOCKED_BY_CLIENT"
-BLOCKED_HEADER = "x-tgpo-blocked"
 _ID = re.compile(r"^(?:(f\d+(?:_\d+)?)\.)?(\d+)$")
 
 
@@ -48,66 +38,6 @@ class Timeouts:
     action_ms: int = 5000
     navigation_ms: int = 10000
     settle_ms: int = 2000
-
-
-# ---------------------------------------------------------------- origins
-def origin_of(url: str) -> str | None:
-    """``scheme://host[:port]`` lower-cased with the default port dropped; None for non-http(s) URLs."""
-    try:
-        u = urllib.parse.urlsplit(url.strip())
-    except ValueError:
-        return None
-    scheme = (u.scheme or "").lower()
-    if scheme not in ("http", "https") or not u.hostname:
-        return None
-    host = u.hostname.lower()
-    if ":" in host:
-        host = f"[{host}]"
-    try:
-        port = u.port
-    except ValueError:
-        return None
-    if port is None or (scheme, port) in (("http", 80), ("https", 443)):
-        return f"{scheme}://{host}"
-    return f"{scheme}://{host}:{port}"
-
-
-def _norm_origins(allowed_origins) -> set[str]:
-    out = set()
-    for o in allowed_origins:
-        n = origin_of(o)
-        if n:
-            out.add(n)
-    return out
-
-
-def is_allowed(url: str, allowed_origins) -> bool:
-    o = origin_of(url)
-    return o is not None and o in _norm_origins(allowed_origins)
-
-
-async def install_guards(context, allowed_origins) -> None:
-    """Abort every http(s) request whose origin is not in ``allowed_origins`` (data:/about:/blob: pass)."""
-    await context.route(blocked_pattern(allowed_origins), _abort)
-
-
-def blocked_pattern(allowed_origins) -> re.Pattern:
-    """A regex matching http(s) URLs outside the allowed origins. A regex (not a Python callable) lets the
-    Playwright driver match requests itself, so allowed requests never round-trip through Python."""
-    alts = "|".join(re.escape(o) for o in sorted(_norm_origins(allowed_origins)))
-    guard = f"(?!(?:{alts})(?:[/?#]|$))" if alts else ""
-    return re.compile(f"^{guard}https?://", re.IGNORECASE)
-
-
-async def _abort(route):
-    try:
-        if route.request.is_navigation_request():
-            # A 204 answer keeps the current document (an aborted navigation would commit Chrome's error page).
-            await route.fulfill(status=204, body="", headers={BLOCKED_HEADER: "1"})
-        else:
-            await route.abort(BLOCKED_ERROR)
-    except Exception:  # page closed meanwhile
-        pass
 
 
 # ---------------------------------------------------------------- element resolution
@@ -142,7 +72,7 @@ class _NavWatch:
 
     def __init__(self, page, allowed_origins=None):
         self.page = page
-        self.allowed = None if allowed_origins is None else _norm_origins(allowed_origins)
+        self.allowed = None if allowed_origins is None else norm_origins(allowed_origins)
         self.blocked_url: str | None = None
         self.blocked_redirect = False
         self.started = False
@@ -339,7 +269,7 @@ async def _execute(page, command: Command, allowed_origins, timeouts: Timeouts) 
             raise NavigationBlocked(f"GOTO only opens http(s) URLs, not {scheme or 'relative'!r} ones: {url}")
         if not is_allowed(url, allowed_origins):
             raise NavigationBlocked(f"GOTO {url}: origin {origin_of(url)} is not allowed "
-                                    f"(allowed: {', '.join(sorted(_norm_origins(allowed_origins)))})")
+                                    f"(allowed: {', '.join(sorted(norm_origins(allowed_origins)))})")
         with _NavWatch(page, allowed_origins) as watch:
             try:
                 await page.goto(url, wait_until="domcontentloaded", timeout=timeouts.navigation_ms)

@@ -14,7 +14,8 @@ import traceback
 
 from rollout.commands import parse_output
 from rollout.core import ActionError, CheckResult, Environment, HistoryItem, Observation, Policy, PolicyRequest, Task
-from rollout.harness.execute import Timeouts, execute, install_guards
+from rollout.harness.execute import Timeouts, execute
+from rollout.harness.guards import install_guards
 from rollout.harness.observe import install, observe, render_observation
 from rollout.harness.pool import BrowserPool
 from rollout.recording import EpisodeWriter
