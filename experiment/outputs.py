@@ -18,22 +18,22 @@ def eval_results(p) -> dict[str, dict]:
     return out
 
 
-def best(p) -> str:
+def best(p, evals: dict[str, dict] | None = None) -> str:
     """The trained model to export: best on ``export.select`` (success: highest; steps: lowest), ties broken
-    by success, then fewer steps, then fewer redundant steps."""
+    by success, then fewer steps, then fewer redundant steps. ``evals``: ``eval_results`` already read."""
     sel = p.cfg.export.select
     sign = 1 if sel == "success_rate" else -1
-    candidates = [(n, ev["mean"]) for n, ev in p.eval_results().items() if n != "base"]
+    candidates = [(n, ev["mean"]) for n, ev in (evals or eval_results(p)).items() if n != "base"]
     if not candidates:
         raise RuntimeError("no trained model was evaluated (eval.models has only 'base'): nothing to export")
     return max(candidates, key=lambda nm: (sign * (nm[1][sel] or 0), nm[1]["success_rate"] or 0,
                                            -(nm[1]["avg_steps"] or 0), -(nm[1]["redundant_steps"] or 0)))[0]
 
 
-def groups(p) -> dict[str, dict[int, dict]]:
+def groups(p, evals: dict[str, dict] | None = None) -> dict[str, dict[int, dict]]:
     """Table 1 rows: method label -> {training seed: evaluation} ("base" is the first seed's base)."""
     out: dict[str, dict[int, dict]] = {}
-    for name, ev in p.eval_results().items():
+    for name, ev in (evals or eval_results(p)).items():
         seed = parse_name(name)[2]
         out.setdefault(method_label(name), {})[p.seeds[0] if seed is None else seed] = ev
     return out
@@ -50,7 +50,8 @@ def report(p) -> dict:
     from tgpo_jax.training.metrics import read_metrics
 
     out = p.path("report")
-    groups = p.groups()
+    evals = eval_results(p)  # read once: groups, the curves and the best model use them
+    groups_ = groups(p, evals)
     first = p.tag(p.seeds[0])
     curves = {display_name(n): read_metrics(p.path("runs", n)) for n, _, _, s in p.trained()
               if p.tag(s) == first}
@@ -58,7 +59,7 @@ def report(p) -> dict:
     for name in p.curve_models():
         with open(p.path("stages", f"curve-{name}.json")) as f:
             curve = json.load(f)["result"]
-        learning[method_label(name)] = results.curve_points(curve, p.eval_results()[name])
+        learning[method_label(name)] = results.curve_points(curve, evals[name])
     dataset = dict(read_manifest(p.dataset(1)).extra or {})
     trees = {}
     if p.cfg.trees:
@@ -74,11 +75,11 @@ def report(p) -> dict:
                        instruction=task.instruction if task else None)
             trees[tid] = rel
     trained = [n for n in p.evaluated() if n != "base"]
-    best = p.best() if trained else None
+    best_ = best(p, evals) if trained else None
     e = p.cfg.eval
     decoding = "greedy decoding" if e.temperature == 0 else f"sampling at temperature {e.temperature}"
-    notes = [f"Exported model: {display_name(best)} (best {p.cfg.export.select} among the trained models)."
-             if best else "No trained model was evaluated: nothing to export.",
+    notes = [f"Exported model: {display_name(best_)} (best {p.cfg.export.select} among the trained models)."
+             if best_ else "No trained model was evaluated: nothing to export.",
              f"Training seeds: {list(p.seeds)} (seed = initialisation and data order); evaluation: "
              f"{decoding}, evaluation seeds {list(e.seeds)}, {e.runs} run(s) per task.",
              f"Trained methods: {', '.join(DISPLAY[m] for m in p.cfg.methods)}"
@@ -87,24 +88,25 @@ def report(p) -> dict:
                 f"{', '.join(DISPLAY[m] for m in METHODS if m not in p.cfg.methods)})") + ".",
              f"Configuration: {p.path('pipeline_config.json')}; stage timings: {p.path('stages')}.",
              f"Rounds: {p.rounds}; behaviour policy of round 1: {p.cfg.collect.policy}."]
-    fams = results.families(groups)
-    paths = write_report(out, title=p.cfg.title, models={k: list(v.values()) for k, v in groups.items()},
+    fams = results.families(groups_)
+    paths = write_report(out, title=p.cfg.title, models={k: list(v.values()) for k, v in groups_.items()},
                          dataset=dataset, curves=curves, trees=trees, notes="\n".join(notes),
-                         rows=results.table(groups),
-                         family_rows={f: results.table(groups, f) for f in fams} if len(fams) > 1 else None,
-                         comparisons=results.comparisons(groups), claims=results.claims(groups),
+                         rows=results.table(groups_),
+                         family_rows={f: results.table(groups_, f) for f in fams} if len(fams) > 1 else None,
+                         comparisons=results.comparisons(groups_), claims=results.claims(groups_),
                          learning_curves=learning)
-    return {"best": best, **paths}
+    return {"best": best_, **paths}
 
 
 def export(p) -> dict:
     """The export stage: the best trained model (``best``) as a Hugging Face directory."""
     from tgpo_jax.training.restore import export_run
 
-    best = p.best()
-    out_dir, line = export_run(p.path("runs", best), p.path("export"), dtype=p.cfg.export.dtype or None)
+    evals = eval_results(p)
+    name = best(p, evals)
+    out_dir, line = export_run(p.path("runs", name), p.path("export"), dtype=p.cfg.export.dtype or None)
     p.save_prompt(out_dir)
     write_text_atomic(os.path.join(out_dir, "tgpo_pipeline.json"), json.dumps(
-        {"model": best, "method": parse_name(best)[0], "eval": p.eval_results()[best]["mean"],
-         "run_dir": p.path("runs", best)}, indent=1))
-    return {"best": best, "dir": out_dir, "summary": line}
+        {"model": name, "method": parse_name(name)[0], "eval": evals[name]["mean"],
+         "run_dir": p.path("runs", name)}, indent=1))
+    return {"best": name, "dir": out_dir, "summary": line}

@@ -295,8 +295,8 @@ class Pipeline:
     def runs(self, r: int) -> tuple[int, int]:
         """(K runs, on the first N tasks: tree_tasks) of round r's collection (``rounds.runs`` for rounds >= 2)."""
         c, rd = self.cfg.collect, self.cfg.rounds
-        if r > 1 and rd.get("runs", 0):
-            return int(rd.runs), int(rd.get("tree_tasks", 0))
+        if r > 1 and rd.runs:
+            return int(rd.runs), int(rd.tree_tasks)
         return int(c.runs), int(c.tree_tasks)
 
     def reuse_episodes(self, src: str) -> dict:

@@ -59,7 +59,7 @@ def validate(cfg) -> None:
         if cfg.rounds.behaviour not in cfg.rounds.methods:
             raise ValueError(f"rounds.behaviour={cfg.rounds.behaviour!r} must be one of rounds.methods "
                              f"{list(cfg.rounds.methods)} (its round r-1 model collects round r)")
-    if cfg.rounds.get("runs", 0) < 0 or cfg.rounds.get("tree_tasks", 0) < 0:
+    if cfg.rounds.runs < 0 or cfg.rounds.tree_tasks < 0:
         raise ValueError(f"rounds.runs={cfg.rounds.runs}, rounds.tree_tasks={cfg.rounds.tree_tasks}: expected >= 0 "
                          "(0 = as round 1)")
     if cfg.tasks.num_train < 1 or cfg.tasks.num_test < 1:
