@@ -47,6 +47,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         kto_weights="auto",  # auto (from the class ratio) | fixed (desirable_weight / undesirable_weight)
         desirable_weight=1.0, undesirable_weight=1.0,
         focal_gamma=0.0,  # SFT only: -(1-p)^gamma log p per token (0 = plain NLL; tgpo_jax/losses.py sft_loss)
+        rpo_alpha=0.0,  # DPO / TGPO: + alpha * token-mean NLL of the chosen actions (RPO; losses.chosen_nll)
     ))
     c.optim = ml_collections.ConfigDict(dict(
         optimizer="adamw",  # adamw | sgd

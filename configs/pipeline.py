@@ -137,6 +137,8 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c.pretrain.optim.update(learning_rate=2e-3, warmup_fraction=0.05, schedule="cosine")
         for m in PREFERENCE:
             c[m].optim.learning_rate = 2e-4
+        for m in ("dpo", "tgpo"):  # the chosen-branch anchor: DPO 22 -> 42 %, TGPO 24 -> 36 % (BUILD_NOTES.md, issue 16)
+            c[m].loss.rpo_alpha = 1.0
     if preset == "large":
         c.tasks.update(num_train=400, num_test=100)
         c.collect.update(runs=2, tree_tasks=100)  # K = 2 runs on 100 tasks for trees, one on the rest

@@ -34,6 +34,10 @@ def test_unknown_preset_and_bad_values():
         LossConfig(method="dpo", focal_gamma=2.0)
     with pytest.raises(ValueError, match="focal_gamma=-1"):
         LossConfig(method="sft", reference="none", focal_gamma=-1.0)
+    with pytest.raises(ValueError, match="rpo_alpha=1.0: .* DPO / TGPO setting"):
+        LossConfig(method="kto", rpo_alpha=1.0)
+    with pytest.raises(ValueError, match="rpo_alpha=-0.5"):
+        LossConfig(method="tgpo", rpo_alpha=-0.5)
 
 
 

@@ -155,6 +155,7 @@ def _cli(*args):
                           timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.mark.slow  # browser end-to-end, > 40 s on 2 cores: the slow tier
 def test_cli_clean_oracle_exact_numbers_and_resume(tmp_path):
     out = str(tmp_path / "ev")
     args = ["--model=oracle", "--env=shop", f"--task_ids={','.join(SHORT)}", "--seeds=0,1", "--contexts=2",

@@ -12,6 +12,7 @@ from tgpo_jax.data.synthetic import synthetic_nodes
 from tgpo_jax.models.config import tiny_config
 from tgpo_jax.models.transformer import init_model
 from tgpo_jax.training.logprobs import naive_token_logprobs, segment_mask, slot_logprobs, token_logprobs
+from tgpo_jax.training.objective import LossConfig, objective, slot_token_counts
 
 
 def test_chunked_equals_naive_values_and_gradients():
@@ -121,3 +122,36 @@ def test_remat_gives_the_same_gradients(setup, spm_tokenizer):
     for a, b in zip(jax.tree.leaves(grads(model)), jax.tree.leaves(grads(remat))):
         scale = float(np.abs(np.asarray(a)).max())
         np.testing.assert_allclose(a, b, atol=1e-5 * scale, rtol=1e-4)
+
+
+@pytest.mark.parametrize("layout", ["packed", "plain"])
+def test_rpo_objective_adds_the_chosen_token_mean_nll(setup, spm_tokenizer, layout):
+    """slot_token_counts are the completions' token counts; rpo_alpha adds α·(−Σ log p(a_w) / Σ |a_w|) to DPO."""
+    model, nodes = setup
+    cc = CollateConfig(method="dpo", layout=layout, max_len=256, max_prompt_len=160, max_completion_len=32,
+                       max_branches=3, max_pairs=3)
+    exs = [build_example(n, spm_tokenizer, cc) for n in nodes]
+    batch = jax.tree.map(jnp.asarray, stack(exs))
+    counts = np.asarray(slot_token_counts(batch)).reshape(len(nodes), -1)
+    for i, node in enumerate(nodes):
+        _, comps, _ = tokenize_node(node, spm_tokenizer, cc)
+        for slot in range(3):
+            assert counts[i, slot] == len(comps[slot]), (i, slot)
+    pol = slot_logprobs(model, batch, chunk=64)[0]
+    ref = pol * 0.5  # any reference: the anchor term does not read it
+    plain_cfg, rpo_cfg = LossConfig(method="dpo"), LossConfig(method="dpo", rpo_alpha=0.7)
+    base, _ = objective(pol, ref, None, None, batch, plain_cfg)
+    loss, m = objective(pol, ref, None, None, batch, rpo_cfg)
+    # independent: sum the chosen slots' log-probs and token counts pair by pair
+    pol_np, s = np.asarray(pol).reshape(len(nodes), -1), counts.shape[1]
+    lp = toks = 0.0
+    for i, ex in enumerate(exs):
+        for p in range(len(ex["pair_valid"])):
+            if ex["pair_valid"][p]:
+                c = ex["pair_chosen"][p]
+                lp, toks = lp + pol_np[i, c], toks + counts[i, c]
+    nll = -lp / toks
+    assert toks > 0 and s == 3
+    np.testing.assert_allclose(float(m["nll/chosen"]), nll, rtol=1e-5)
+    np.testing.assert_allclose(float(loss), float(base) + 0.7 * nll, rtol=1e-5)
+    assert float(m["loss"]) == float(loss)

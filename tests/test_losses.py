@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tgpo_jax.losses import dpo_loss, kto_class_weights, kto_loss, sft_loss, tgpo_loss
+from tgpo_jax.losses import chosen_nll, dpo_loss, kto_class_weights, kto_loss, sft_loss, tgpo_loss
 
 ATOL = 1e-6
 RTOL = 1e-5
@@ -390,3 +390,13 @@ def test_sft_token_weight_is_a_weighted_mean():
     # weight 1 everywhere is the plain token mean
     ones = sft_loss(logps.astype(np.float32), mask, token_weight=np.ones((3, 7), np.float32))[0]
     np.testing.assert_allclose(float(ones), float(sft_loss(logps.astype(np.float32), mask)[0]), rtol=1e-6)
+
+
+def test_chosen_nll_is_a_token_mean_over_valid_pairs_only():
+    lp = np.array([-3.0, -8.0, np.nan, -1.0], np.float32)  # [P]; the padded entry holds garbage
+    tokens = np.array([3.0, 4.0, 99.0, 1.0], np.float32)
+    valid = np.array([True, True, False, True])
+    got, g = jax.value_and_grad(chosen_nll)(lp, tokens, valid)
+    np.testing.assert_allclose(float(got), 12.0 / 8.0, rtol=RTOL)
+    np.testing.assert_allclose(np.asarray(g), [-1 / 8, -1 / 8, 0.0, -1 / 8], rtol=RTOL)
+    assert float(chosen_nll(lp, tokens, np.zeros(4, bool))) == 0.0  # all padding: 0, not NaN

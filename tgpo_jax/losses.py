@@ -113,6 +113,21 @@ def tgpo_loss(
     )
 
 
+def chosen_nll(
+    policy_chosen: Array,  # [P] summed log πθ(a_w|s)
+    chosen_tokens: Array,  # [P] number of tokens in a_w
+    valid: Array,  # [P] bool
+) -> Array:
+    """Token-mean NLL of the chosen actions, ``−Σ log πθ(a_w|s) / Σ |a_w|`` over valid pairs (RPO's anchor).
+
+    Added as ``α·chosen_nll`` to DPO / TGPO (``loss.rpo_alpha``, docs/method.md §7). Why: Δ can grow by lowering the
+    chosen action's likelihood as long as the rejected one falls faster; on the embedded shop's trees that moves
+    mass onto neither branch (an early STOP), and the NLL term keeps the chosen branch likely."""
+    valid = jnp.asarray(valid, bool)
+    tokens = jnp.sum(_clean(chosen_tokens, valid))
+    return -jnp.sum(_clean(policy_chosen, valid)) / jnp.maximum(tokens, 1.0)
+
+
 def kto_loss(
     policy_logps: Array,  # [S] summed log πθ(a|s) per example
     ref_logps: Array,  # [S] summed log πref(a|s)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 
 from tgpo_jax import losses
@@ -20,12 +21,16 @@ class LossConfig:
     undesirable_weight: float = 1.0
     reference: str = "live"  # live | precomputed | behaviour | none (SFT)
     focal_gamma: float = 0.0  # SFT: focal exponent on each token's NLL (0 = plain NLL; tgpo_jax.losses.sft_loss)
+    rpo_alpha: float = 0.0  # DPO / TGPO: weight of the chosen actions' token-mean NLL (losses.chosen_nll; 0 = off)
 
     def __post_init__(self):
         if self.reference not in REFERENCE_MODES:
             raise ValueError(f"reference {self.reference!r}: expected one of {REFERENCE_MODES}")
         if not self.focal_gamma >= 0 or (self.focal_gamma and self.method != "sft"):
             raise ValueError(f"focal_gamma={self.focal_gamma}: must be >= 0, and is an SFT setting (method "
+                             f"{self.method})")
+        if not self.rpo_alpha >= 0 or (self.rpo_alpha and self.method not in ("dpo", "tgpo")):
+            raise ValueError(f"rpo_alpha={self.rpo_alpha}: must be >= 0, and is a DPO / TGPO setting (method "
                              f"{self.method})")
         if self.method != "sft" and self.reference == "none":
             raise ValueError(f"method {self.method} needs a reference (live, precomputed or behaviour)")
@@ -51,6 +56,14 @@ def reference_slots(batch: dict, cfg: LossConfig):
     raise ValueError(f"reference {cfg.reference!r} is not carried by the batch")
 
 
+def slot_token_counts(batch: dict):
+    """Number of completion tokens of every slot, [B*S] in the flattened slot order of ``slot_logprobs``."""
+    b, s = batch["slot_valid"].shape
+    slot = batch["slot"].reshape(b, -1)  # [B, R*L] per-example ids, -1 off-slot
+    ids = jnp.where(slot >= 0, slot + (jnp.arange(b, dtype=slot.dtype) * s)[:, None], b * s).reshape(-1)
+    return jax.ops.segment_sum(jnp.ones(ids.shape, jnp.float32), ids, num_segments=b * s + 1)[:b * s]
+
+
 def objective(policy_slots, ref_slots, token_lp, token_on, batch: dict, cfg: LossConfig):
     """policy_slots/ref_slots [B*S]; token_lp/token_on [B*R, L] -> (loss, metrics)."""
     if cfg.method == "sft":
@@ -62,9 +75,15 @@ def objective(policy_slots, ref_slots, token_lp, token_on, batch: dict, cfg: Los
         valid = batch["pair_valid"].reshape(-1)
         args = (policy_slots[c], policy_slots[r], ref_slots[c], ref_slots[r])
         if cfg.method == "tgpo":
-            return losses.tgpo_loss(*args, batch["pair_weight"].reshape(-1), valid, beta=cfg.beta)
-        return losses.dpo_loss(*args, valid, beta=cfg.beta, loss_type=cfg.dpo_loss_type,
-                               label_smoothing=cfg.label_smoothing)
+            loss, metrics = losses.tgpo_loss(*args, batch["pair_weight"].reshape(-1), valid, beta=cfg.beta)
+        else:
+            loss, metrics = losses.dpo_loss(*args, valid, beta=cfg.beta, loss_type=cfg.dpo_loss_type,
+                                            label_smoothing=cfg.label_smoothing)
+        if cfg.rpo_alpha:
+            nll = losses.chosen_nll(policy_slots[c], slot_token_counts(batch)[c], valid)
+            loss = loss + cfg.rpo_alpha * nll
+            metrics = {**metrics, "loss": loss, "nll/chosen": jax.lax.stop_gradient(nll)}
+        return loss, metrics
     items = _global(batch["item_slot"], s)
     kl = _global(jnp.maximum(batch["kl_slot"], 0), s)
     return losses.kto_loss(policy_slots[items], ref_slots[items], batch["item_desirable"].reshape(-1),
