@@ -88,6 +88,7 @@ def compile_cache(tmp_path):
     cc.reset_cache()
 
 
+@pytest.mark.slow  # a sweep of training runs, killed and resumed: the slow tier
 def test_sweep_runs_and_resumes(tmp_path, monkeypatch, compile_cache):
     from tgpo_jax.data.io import write_dataset
     from tgpo_jax.data.synthetic import ITEMS, synthetic_nodes

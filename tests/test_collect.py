@@ -46,7 +46,7 @@ def trajectories(out):
             for e in iter_episodes(str(out))}
 
 
-@pytest.mark.slow  # browser end-to-end, > 40 s on 2 cores: the slow tier
+@pytest.mark.slow  # browser end-to-end, > 20 s on 2 cores: the slow tier
 def test_clean_oracle_solves_every_family_and_wrong_choices_fail(shop, tmp_path):
     tasks = sample(shop, "train", 1) + sample(shop, "test", 1)
     assert {t.family for t in tasks} == {"webshop", "procedure", "multi_cart"}
@@ -71,7 +71,7 @@ def test_clean_oracle_solves_every_family_and_wrong_choices_fail(shop, tmp_path)
 SHORT = ("webshop", "procedure")  # the multi-item family is long: the oracle test above covers it
 
 
-@pytest.mark.slow  # browser end-to-end, > 40 s on 2 cores: the slow tier
+@pytest.mark.slow  # browser end-to-end, > 20 s on 2 cores: the slow tier
 def test_same_seed_same_trajectories_with_1_or_4_contexts(shop, tmp_path):
     tasks = sample(shop, "train", 1, SHORT)
     noise = OracleNoise(wrong_choice=0.25, loop=0.2, malformed=0.1, premature_stop=0.02)
@@ -167,6 +167,7 @@ def test_killed_browser_marks_hit_episodes_and_resume_completes(shop, tmp_path):
     assert trajectories(out) == trajectories(ref)
 
 
+@pytest.mark.slow  # browser end-to-end, > 20 s on 2 cores: the slow tier
 def test_policy_errors_are_contained_then_abort_the_run(shop, tmp_path):
     tasks = sample(shop, "train", 1, SHORT)
 
@@ -204,7 +205,7 @@ def test_policy_errors_are_contained_then_abort_the_run(shop, tmp_path):
     assert counts["errored"] == 1 and s["error"]["type"] == "watchdog" and s["steps"] == 0
 
 
-@pytest.mark.slow  # browser end-to-end, > 40 s on 2 cores: the slow tier
+@pytest.mark.slow  # browser end-to-end, > 20 s on 2 cores: the slow tier
 def test_shards_partition_the_episodes(shop, tmp_path):
     tasks = sample(shop, "train", 1, SHORT)
     parts = [shard_episodes(tasks, 3, i, 2) for i in range(2)]
@@ -221,6 +222,7 @@ def test_shards_partition_the_episodes(shop, tmp_path):
         run(shop, tasks, OraclePolicy(shop), tmp_path, runs=4, contexts=2)
 
 
+@pytest.mark.slow  # browser end-to-end, > 20 s on 2 cores: the slow tier
 def test_chinese_catalogue_oracle(tmp_path):
     with ShopEnv(seed=0, locale="zh") as zh:
         tasks = sample(zh, "train", 1, SHORT)
@@ -230,6 +232,7 @@ def test_chinese_catalogue_oracle(tmp_path):
         assert any("\u4e00" <= ch <= "\u9fff" for ch in e.steps[0]["observation"])  # the page is Chinese
 
 
+@pytest.mark.slow  # browser end-to-end, > 20 s on 2 cores: the slow tier
 def test_model_policy_records_behaviour_logprobs(shop, tmp_path, spm_tokenizer):
     import math
 
@@ -263,7 +266,7 @@ def _cli(*args):
                           timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.mark.slow  # browser end-to-end, > 40 s on 2 cores: the slow tier
+@pytest.mark.slow  # browser end-to-end, > 20 s on 2 cores: the slow tier
 def test_collect_cli_on_miniwob_resumes(tmp_path):
     out = str(tmp_path / "mw")
     args = ["--env=miniwob", "--split=test", "--families=click-button,enter-text,click-checkboxes", "--num_tasks=3",

@@ -36,6 +36,7 @@ def cfg(out, **kw):
     return EvalConfig(out_dir=str(out), progress=False, contexts=kw.pop("contexts", 4), **kw)
 
 
+@pytest.mark.slow  # browser end-to-end, > 20 s on 2 cores: the slow tier
 def test_noisy_oracle_spreads_over_seeds(shop, tmp_path):
     tasks = pick(shop)
     res = evaluate(shop, tasks, OraclePolicy(shop, OracleNoise(0.5, 0.3, 0, 0)),
@@ -155,7 +156,7 @@ def _cli(*args):
                           timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.mark.slow  # browser end-to-end, > 40 s on 2 cores: the slow tier
+@pytest.mark.slow  # browser end-to-end, > 20 s on 2 cores: the slow tier
 def test_cli_clean_oracle_exact_numbers_and_resume(tmp_path):
     out = str(tmp_path / "ev")
     args = ["--model=oracle", "--env=shop", f"--task_ids={','.join(SHORT)}", "--seeds=0,1", "--contexts=2",

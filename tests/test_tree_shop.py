@@ -29,6 +29,7 @@ def noisy_episodes(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # browser end-to-end, > 20 s on 2 cores: the slow tier
 def test_shop_trees_have_conflicts_and_pairs_that_point_at_success(noisy_episodes, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     r = subprocess.run([sys.executable, "-m", "launch.build_dataset", f"--episodes={noisy_episodes}",
