@@ -27,8 +27,10 @@ def _losses(out):
     return [r["train/loss"] for r in read_metrics(out) if "train/loss" in r]
 
 
-@pytest.mark.parametrize("method,meshes", [("tgpo", [(8, 1, 1), (2, 2, 2), (1, 4, 2)]), ("kto", [(2, 2, 2)])])
-def test_same_loss_and_gradients_on_every_mesh(work, method, meshes):
+@pytest.mark.parametrize("method,meshes,lora", [("tgpo", [(8, 1, 1), (2, 2, 2), (1, 4, 2)], 0),
+                                               ("kto", [(2, 2, 2)], 0), ("sft", [(2, 2, 2)], 0),
+                                               ("dpo", [(2, 2, 2)], 4)])
+def test_same_loss_and_gradients_on_every_mesh(work, method, meshes, lora):
     """Loss and gradients at the initial point and after one step, and the parameters after two steps.
 
     The update is plain gradient descent: its error is lr x the gradients' summation-order error, which the
@@ -36,6 +38,7 @@ def test_same_loss_and_gradients_on_every_mesh(work, method, meshes):
     full-size updates of either sign: an Adam step tests the optimiser, not the mesh.)"""
     lr, g_atol, g_rtol = 1e-2, 1e-5, 1e-4
     c = tiny_config(work, method, "/tmp/unused")
+    c.model.lora_rank = lora  # LoRA: only the adapters train, the live reference is the base with them off
     tok = load_tokenizer(work["tok"])
     src = NodeExamples(work["train"], tok, loop.collate_config(c))
     local = {k: np.stack([src[i][k] for i in range(8)]) for k in src[0]}
@@ -43,7 +46,8 @@ def test_same_loss_and_gradients_on_every_mesh(work, method, meshes):
     results = []
     for shape in [(1, 1, 1), *meshes]:
         mesh = shd.make_mesh(shape)
-        trainer = Trainer(shard_model(base, mesh), LossConfig(method=method, reference="live"),
+        loss_cfg = LossConfig(method=method, reference="none" if method == "sft" else "live")
+        trainer = Trainer(shard_model(base, mesh), loss_cfg,
                           OptimConfig(optimizer="sgd", learning_rate=lr, schedule="constant"), mesh)
         batch = to_global_batch(local, mesh, 1)
         grad_fn = jax.jit(jax.value_and_grad(
