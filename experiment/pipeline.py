@@ -184,8 +184,10 @@ class Pipeline:
                              tuple(f"collect-r{k}" for k in rounds) + tok_deps,
                              (self.dataset(r),), "merged trees, process rewards, node records"))
             out += self._training_stages(r)
-        eval_spec = {"eval": {k: v for k, v in _plain(c.eval).items() if not k.startswith("curve_")},
-                     **env_spec, **prompt_spec}
+        # one model's evaluation does not depend on which others are evaluated: adding a model to eval.models runs
+        # its evaluation only (the report and export, whose inputs change, go stale)
+        eval_cfg = {k: v for k, v in _plain(c.eval).items() if not k.startswith("curve_") and k != "models"}
+        eval_spec = {"eval": eval_cfg, **env_spec, **prompt_spec}
         for name in self.evaluated():
             deps = (name,) if name != "base" or self.scratch else ()
             out.append(Stage(f"eval-{name}", lambda n=name: self.evaluate(n), eval_spec, deps,

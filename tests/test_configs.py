@@ -58,6 +58,28 @@ def test_pipeline_gives_miniwob_a_seed_per_task():
     p.close()
 
 
+def test_adding_a_model_to_evaluate_keeps_the_other_evaluations():
+    """eval.models picks what is evaluated; one model's evaluation stage does not depend on it, so a finished
+    evaluation stays valid when another model is added (the report, whose inputs change, does not)."""
+    from configs.pipeline import get_config
+    from experiment.pipeline import Pipeline, validate
+    from experiment.stages import fingerprints
+
+    def prints(models):
+        c = get_config("tiny")
+        c.eval.models = models
+        validate(c)
+        return fingerprints(Pipeline(c, progress=False).stages())
+
+    few, more = prints(("sft", "tgpo")), prints(("sft", "tgpo", "kto"))
+    assert "eval-kto" in more and "eval-kto" not in few
+    assert few["eval-sft"] == more["eval-sft"] and few["eval-tgpo"] == more["eval-tgpo"]
+    assert few["report"] != more["report"]
+    c = get_config("tiny")
+    c.eval.max_steps += 1  # a setting of the evaluation itself still changes every evaluation
+    assert fingerprints(Pipeline(c, progress=False).stages())["eval-sft"] != few["eval-sft"]
+
+
 @pytest.mark.parametrize("preset", ["default", "tiny", "large", "smollm2", "miniwob"])
 def test_every_pipeline_preset_is_valid(preset):
     from configs.pipeline import get_config
