@@ -91,6 +91,26 @@ class StageRunner:
         self.redo = downstream(self.stages, redo) if redo else set()
         self.marker_dir = os.path.join(out_dir, "stages")
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        # A stage whose own configuration is unchanged but which now reads another set of stages (the report and
+        # export when a model is added to eval.models) holds derived output: it re-runs, with what follows it,
+        # except a stage whose own configuration changed (that one is still refused, naming the change).
+        changes = {s.name: self._dep_change(s) for s in self.stages}
+        self.regathered = {k: v for k, v in changes.items() if v}
+        if self.regathered:
+            self.redo |= {n for n in downstream(self.stages, list(self.regathered)) if not self._spec_changed(n)}
+
+    def _spec_changed(self, name: str) -> bool:
+        m = self.marker(name)
+        spec = next(s.spec for s in self.stages if s.name == name)
+        return m is not None and _canonical(m.get("spec")) != _canonical(spec)
+
+    def _dep_change(self, s: Stage) -> str:
+        """'+eval-kto' / '-eval-dpo' when the stage ran with the same configuration and other dependencies."""
+        m = self.marker(s.name)
+        if m is None or "deps" not in m or m.get("fingerprint") == self.prints[s.name] or self._spec_changed(s.name):
+            return ""
+        old, new = set(m["deps"]), set(s.deps)
+        return ", ".join([f"+{d}" for d in sorted(new - old)] + [f"-{d}" for d in sorted(old - new)])
 
     def marker_path(self, name: str) -> str:
         return os.path.join(self.marker_dir, f"{name}.json")
@@ -165,6 +185,8 @@ class StageRunner:
                     elif os.path.exists(p):
                         os.remove(p)
                 self.redo.discard(s.name)
+            if s.name in self.regathered:
+                self.log(f"{head}: reads other stages now ({self.regathered[s.name]}), running again")
             resumed = m is not None and m.get("status") == "running"
             self.log(f"{head}: {'resuming' if resumed else 'running'}" + (f" - {s.describe}" if s.describe else ""))
             record = {"name": s.name, "fingerprint": self.prints[s.name], "spec": s.spec, "deps": list(s.deps),

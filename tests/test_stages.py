@@ -60,6 +60,33 @@ def test_skip_resume_stale_and_redo(tmp_path):
     assert (tmp_path / "b").read_text() == "b"
 
 
+def test_a_stage_that_reads_more_stages_runs_again(tmp_path):
+    """The report reads every evaluation: when one is added (same configuration, another dependency set) the report
+    re-runs by itself, with what follows it; a changed configuration downstream is still refused."""
+    calls = []
+
+    def st(name, deps, spec=None):
+        return Stage(name, lambda: calls.append(name) or {}, spec or {"k": name}, deps, ())
+
+    def plan(evals, export_spec=None):
+        return [st("train", ()), *[st(e, ("train",)) for e in evals], st("report", tuple(evals)),
+                st("export", ("report",), export_spec)]
+
+    StageRunner(str(tmp_path), plan(["eval-a"]), log=lambda m: None).run()
+    assert calls == ["train", "eval-a", "report", "export"]
+    calls.clear()
+    logs = []
+    StageRunner(str(tmp_path), plan(["eval-a", "eval-b"]), log=logs.append).run()
+    assert calls == ["eval-b", "report", "export"]  # eval-a and train are kept
+    assert any("report: reads other stages now (+eval-b)" in m for m in logs)
+    calls.clear()
+    StageRunner(str(tmp_path), plan(["eval-a", "eval-b"]), log=lambda m: None).run()
+    assert calls == []
+    with pytest.raises(StaleStage, match="export"):  # export's own configuration changed: refused, not re-run
+        StageRunner(str(tmp_path), plan(["eval-a"], {"k": "other"}), log=lambda m: None).run()
+    assert calls == []
+
+
 def test_fingerprints_follow_dependencies():
     s = [Stage("a", lambda: {}, {"x": 1}), Stage("b", lambda: {}, {"y": 1}, ("a",)), Stage("c", lambda: {}, {}, ())]
     s2 = [Stage("a", lambda: {}, {"x": 2}), s[1], s[2]]
