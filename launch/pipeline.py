@@ -9,6 +9,7 @@ the interrupted one.
   python -m launch.pipeline --config.tgpo.loss.beta=0.2 --redo=tgpo   # change a stage, re-run it and what follows
   python -m launch.pipeline --list                             # the stages and their state
 A finished stage whose configuration changed is refused (the message names the changed keys) until --redo names it.
+Adding a model to --config.eval.models (or a method) runs only what is new; the report and export follow by themselves.
 """
 from __future__ import annotations
 
