@@ -9,6 +9,10 @@ F = flags.FLAGS
 
 def define(*, split: str, runs: int, runs_help: str, temperature: float, temperature_help: str, screenshots: bool,
            out: str, out_help: str) -> None:
+    from rollout.collect import CollectConfig
+    from rollout.harness.runner import HarnessConfig
+
+    h, c = HarnessConfig(), CollectConfig(out_dir="")  # the defaults live in the dataclasses, not here
     # which tasks
     flags.DEFINE_enum("env", "shop", ["shop", "miniwob"], "environment")
     flags.DEFINE_enum("split", split, ["train", "test"], "task split (held-out: test)")
@@ -18,13 +22,13 @@ def define(*, split: str, runs: int, runs_help: str, temperature: float, tempera
     flags.DEFINE_string("locale", "en", "shop catalogue locale: en | zh")
     flags.DEFINE_integer("runs", runs, runs_help)
     # how each episode runs
-    flags.DEFINE_integer("contexts", 4, "parallel browser contexts")
-    flags.DEFINE_integer("max_steps", 30, "steps per episode")
-    flags.DEFINE_integer("step_slack", 0, "> 0: an episode stops at min(max_steps, the task's optimal length + slack)")
-    flags.DEFINE_integer("budget_tokens", 1024, "observation text budget (tokens)")
+    flags.DEFINE_integer("contexts", c.contexts, "parallel browser contexts")
+    flags.DEFINE_integer("max_steps", h.max_steps, "steps per episode")
+    flags.DEFINE_integer("step_slack", h.step_slack, "> 0: an episode stops at min(max_steps, the task's optimal length + slack)")
+    flags.DEFINE_integer("budget_tokens", h.budget_tokens, "observation text budget (tokens)")
     flags.DEFINE_bool("screenshots", screenshots, "save screenshots (the pHash is always recorded)")
-    flags.DEFINE_float("step_timeout_s", 180.0, "per-step watchdog")
-    flags.DEFINE_float("episode_timeout_s", 1800.0, "per-episode watchdog")
+    flags.DEFINE_float("step_timeout_s", h.step_timeout_s, "per-step watchdog")
+    flags.DEFINE_float("episode_timeout_s", h.episode_timeout_s, "per-episode watchdog")
     # how a model policy samples
     flags.DEFINE_float("temperature", temperature, temperature_help)
     flags.DEFINE_integer("max_tokens", 128, "model policy: tokens per step")

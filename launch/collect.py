@@ -17,6 +17,7 @@ from absl import app, flags
 
 from launch import browser_flags
 from launch.entry import prepare
+from rollout.harness.runner import HarnessConfig
 
 F = flags.FLAGS
 browser_flags.define(split="train", runs=4, runs_help="K: runs per task", temperature=0.7,
@@ -37,7 +38,7 @@ flags.DEFINE_integer("shard_index", 0, "this process's shard")
 flags.DEFINE_integer("num_shards", 1, "number of shards")
 flags.DEFINE_bool("retry_errored", True, "re-run episodes that errored in an earlier run")
 flags.DEFINE_list("allow_origins", [], "GOTO / navigation allowlist beyond the environment's own origin")
-flags.DEFINE_integer("recycle_after", 100, "episodes per browser before a fresh one")
+flags.DEFINE_integer("recycle_after", HarnessConfig.recycle_after, "episodes per browser before a fresh one")
 
 def make_policy(env):
     """The policy the flags name, through the one loader (``experiment.evaluate.load_policy``): a model trained by the
@@ -65,7 +66,6 @@ def main(argv):
     import asyncio
 
     from rollout.collect import CollectConfig, collect_async
-    from rollout.harness.runner import HarnessConfig
 
     env, tasks = browser_flags.env_and_tasks()
     policy, policy_meta = make_policy(env)
