@@ -8,6 +8,9 @@ import pytest
 
 from conftest import CORPUS
 
+# two training runs, exported and loaded in transformers, > 60 s on 2 cores: the slow tier (.ci/run runs it)
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):

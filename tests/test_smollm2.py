@@ -8,6 +8,9 @@ from tgpo_jax.models.loading import bundled_smollm2_path, load_model
 from tgpo_jax.models.sampler import Sampler, SamplingParams
 from tgpo_jax.models.tokenizer import chat_ids, load_tokenizer
 
+# the real 135M model loaded twice (ours and transformers), > 60 s on 2 cores: the slow tier (.ci/run runs it)
+pytestmark = pytest.mark.slow
+
 CHAT = [{"role": "system", "content": "You are a web shopping agent."},
         {"role": "user", "content": "Write a short story about a robot who buys shoes online."}]
 

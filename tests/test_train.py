@@ -169,6 +169,7 @@ def test_other_methods_train(work, tmp_path):
         assert any(f.startswith("events.out.tfevents") for f in events)
 
 
+@pytest.mark.slow  # a run stopped mid-training and its checkpoints read back: the slow tier
 def test_non_finite_step_stops_with_last_checkpoint_intact(work, tmp_path, monkeypatch):
     from tgpo_jax.training import step as step_lib
 
