@@ -185,7 +185,7 @@ class Pipeline:
                              (self.dataset(r),), "merged trees, process rewards, node records"))
             out += self._training_stages(r)
         # one model's evaluation does not depend on which others are evaluated: adding a model to eval.models runs
-        # its evaluation only (the report and export, whose inputs change, go stale)
+        # its evaluation only (the report and export, which read the evaluations, re-run: experiment.stages)
         eval_cfg = {k: v for k, v in _plain(c.eval).items() if not k.startswith("curve_") and k != "models"}
         eval_spec = {"eval": eval_cfg, **env_spec, **prompt_spec}
         for name in self.evaluated():

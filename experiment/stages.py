@@ -94,23 +94,19 @@ class StageRunner:
         # A stage whose own configuration is unchanged but which now reads another set of stages (the report and
         # export when a model is added to eval.models) holds derived output: it re-runs, with what follows it,
         # except a stage whose own configuration changed (that one is still refused, naming the change).
-        changes = {s.name: self._dep_change(s) for s in self.stages}
-        self.regathered = {k: v for k, v in changes.items() if v}
-        if self.regathered:
-            self.redo |= {n for n in downstream(self.stages, list(self.regathered)) if not self._spec_changed(n)}
-
-    def _spec_changed(self, name: str) -> bool:
-        m = self.marker(name)
-        spec = next(s.spec for s in self.stages if s.name == name)
-        return m is not None and _canonical(m.get("spec")) != _canonical(spec)
-
-    def _dep_change(self, s: Stage) -> str:
-        """'+eval-kto' / '-eval-dpo' when the stage ran with the same configuration and other dependencies."""
-        m = self.marker(s.name)
-        if m is None or "deps" not in m or m.get("fingerprint") == self.prints[s.name] or self._spec_changed(s.name):
-            return ""
-        old, new = set(m["deps"]), set(s.deps)
-        return ", ".join([f"+{d}" for d in sorted(new - old)] + [f"-{d}" for d in sorted(old - new)])
+        markers = {s.name: self.marker(s.name) for s in self.stages}
+        spec_changed = {s.name for s in self.stages if markers[s.name] is not None
+                        and _canonical(markers[s.name].get("spec")) != _canonical(s.spec)}
+        self.regathered = {}  # stage -> '+eval-kto, -eval-dpo'
+        for s in self.stages:
+            m = markers[s.name]
+            if m is None or "deps" not in m or m.get("fingerprint") == self.prints[s.name] or s.name in spec_changed:
+                continue
+            old, new = set(m["deps"]), set(s.deps)
+            if old != new:
+                self.regathered[s.name] = ", ".join([f"+{d}" for d in sorted(new - old)] +
+                                                    [f"-{d}" for d in sorted(old - new)])
+        self.redo |= downstream(self.stages, list(self.regathered)) - spec_changed
 
     def marker_path(self, name: str) -> str:
         return os.path.join(self.marker_dir, f"{name}.json")

@@ -24,7 +24,8 @@ def define(*, split: str, runs: int, runs_help: str, temperature: float, tempera
     # how each episode runs
     flags.DEFINE_integer("contexts", c.contexts, "parallel browser contexts")
     flags.DEFINE_integer("max_steps", h.max_steps, "steps per episode")
-    flags.DEFINE_integer("step_slack", h.step_slack, "> 0: an episode stops at min(max_steps, the task's optimal length + slack)")
+    flags.DEFINE_integer("step_slack", h.step_slack,
+                         "> 0: an episode stops at min(max_steps, the task's optimal length + slack)")
     flags.DEFINE_integer("budget_tokens", h.budget_tokens, "observation text budget (tokens)")
     flags.DEFINE_bool("screenshots", screenshots, "save screenshots (the pHash is always recorded)")
     flags.DEFINE_float("step_timeout_s", h.step_timeout_s, "per-step watchdog")

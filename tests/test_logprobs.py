@@ -75,14 +75,19 @@ def independent_branch_logprob(model, prompt, completion):
     return float(sum(logp[p - 1 + i, t] for i, t in enumerate(completion)))
 
 
+def dpo_batch(nodes, tokenizer, layout):
+    """The nodes collated for DPO with three slots each: (collate config, per-node examples, stacked batch)."""
+    cc = CollateConfig(method="dpo", layout=layout, max_len=256, max_prompt_len=160, max_completion_len=32,
+                       max_branches=3, max_pairs=3)
+    exs = [build_example(n, tokenizer, cc) for n in nodes]
+    return cc, exs, jax.tree.map(jnp.asarray, stack(exs))
+
+
 @pytest.mark.parametrize("layout", ["packed", "plain"])
 def test_slot_logprobs_equal_separate_sequences(setup, spm_tokenizer, layout):
     model, nodes = setup
-    cc = CollateConfig(method="dpo", layout=layout, max_len=256, max_prompt_len=160, max_completion_len=32,
-                       max_branches=3, max_pairs=3)
-    exs = [build_example(n, spm_tokenizer, cc) for n in nodes]
-    got = np.asarray(jax.jit(lambda b: slot_logprobs(model, b, chunk=64)[0])(
-        jax.tree.map(jnp.asarray, stack(exs)))).reshape(len(nodes), -1)
+    cc, exs, batch = dpo_batch(nodes, spm_tokenizer, layout)
+    got = np.asarray(jax.jit(lambda b: slot_logprobs(model, b, chunk=64)[0])(batch)).reshape(len(nodes), -1)
     for i, node in enumerate(nodes):
         prompt, comps, _ = tokenize_node(node, spm_tokenizer, cc)
         # slots are assigned to the node's used branches in index order
@@ -128,10 +133,7 @@ def test_remat_gives_the_same_gradients(setup, spm_tokenizer):
 def test_rpo_objective_adds_the_chosen_token_mean_nll(setup, spm_tokenizer, layout):
     """slot_token_counts are the completions' token counts; rpo_alpha adds α·(−Σ log p(a_w) / Σ |a_w|) to DPO."""
     model, nodes = setup
-    cc = CollateConfig(method="dpo", layout=layout, max_len=256, max_prompt_len=160, max_completion_len=32,
-                       max_branches=3, max_pairs=3)
-    exs = [build_example(n, spm_tokenizer, cc) for n in nodes]
-    batch = jax.tree.map(jnp.asarray, stack(exs))
+    cc, exs, batch = dpo_batch(nodes, spm_tokenizer, layout)
     counts = np.asarray(slot_token_counts(batch)).reshape(len(nodes), -1)
     for i, node in enumerate(nodes):
         _, comps, _ = tokenize_node(node, spm_tokenizer, cc)
