@@ -10,6 +10,9 @@ from rollout.collect import CollectConfig, collect
 from rollout.envs.shop.env import ShopEnv
 from rollout.harness.runner import HarnessConfig
 from rollout.policies.oracle import OracleNoise, OraclePolicy
+from trees.build import build_task_graph
+from trees.dataset import load_episodes
+from trees.graph import StateRef
 from tgpo_jax.data.examples import preference_pairs
 from tgpo_jax.data.io import DatasetReader, read_manifest
 
@@ -59,3 +62,32 @@ def test_shop_trees_have_conflicts_and_pairs_that_point_at_success(noisy_episode
         row = json.loads(f.readline())
     assert set(row) >= {"prompt", "chosen", "rejected", "weight"} and row["chosen"][0]["role"] == "assistant"
     assert read_manifest(str(tmp_path / "ds")).config["tree"]["q_aggregate"] == "mean"
+
+
+@pytest.mark.slow  # browser end-to-end: the slow tier
+def test_an_undone_wrong_choice_gives_one_run_a_pair_at_the_decision(tmp_path):
+    """``recover``: a wrong click (result or sort) is followed by GO_BACK to the same node, where the plan then makes
+    the right choice; so one successful run holds both branches of the decision, and the right one is worth more."""
+    with ShopEnv(seed=0) as env:
+        tasks = [t for t in env.tasks("train") if t.family == "procedure"][:4]
+        counts = collect(env, tasks, OraclePolicy(env, OracleNoise(wrong_choice=0.5, recover=1.0), seed=3),
+                         CollectConfig(out_dir=str(tmp_path), runs=1, seed=3, contexts=2, progress=False,
+                                       harness=HarnessConfig(screenshots=False)))
+    assert counts["success"] == len(tasks), counts  # an undone mistake does not fail the task
+    by_task, _ = load_episodes(str(tmp_path))
+    undone = 0
+    for task_id, eps in by_task.items():
+        g = build_task_graph(eps)
+        (ep,) = eps
+        for t, s in enumerate(ep.steps):
+            if s["policy_info"].get("mistake") != "wrong_choice_undone":
+                continue
+            undone += 1
+            assert ep.steps[t + 1]["output"].rstrip().endswith("GO_BACK"), ep.steps[t + 1]["output"]
+            node = g.state_node[StateRef(0, t)]
+            assert g.state_node[StateRef(0, t + 2)] == node  # back where the mistake was made
+            wrong = next(b for (n, c), b in g.branches.items() if n == node and StateRef(0, t) in b.occurrences)
+            others = [b for (n, c), b in g.branches.items() if n == node and b is not wrong]
+            right = [b for b in others if b.goal_distance < wrong.goal_distance]
+            assert right and all(b.q > wrong.q for b in right), (task_id, t, wrong, others)
+    assert undone > 0

@@ -6,11 +6,17 @@ collection seed and the episode key — not on scheduling or the number of paral
   and carry on with it (the environment's ``mistake`` commits the plan's memory), usually a failure;
 - ``loop``: a redundant detour — follow an unrelated link, then ``GO_BACK`` (a correction loop);
 - ``malformed``: output that breaks the grammar (missing brackets, unknown verb, no command line);
-- ``premature_stop``: ``STOP`` before the task is done.
+- ``premature_stop``: ``STOP`` before the task is done;
+- ``recover``: the share of wrong choices that are noticed and undone: a wrong click (a wrong result, a wrong
+  sort) is followed by ``GO_BACK`` and the plan goes on as if it had not been made (its memory is not committed).
+  One run then holds the wrong and the right choice at the same state (the page it goes back to), so a single run
+  gives a preference pair exactly at the decision, not only at detours (docs/method.md §5). Wrong choices that do not
+  navigate (a wrong option) are never undone: the wrong SELECT would be the only branch of a successful run there.
 So runs of one task succeed and fail on shared states, which is what the tree needs.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import random
@@ -27,6 +33,7 @@ class OracleNoise:
     loop: float = 0.0
     malformed: float = 0.0
     premature_stop: float = 0.0
+    recover: float = 0.0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -57,7 +64,9 @@ class OraclePolicy:
     async def act(self, request: PolicyRequest) -> PolicyOutput:
         st = self._state(request.episode_key, request.step)
         rng, obs, n = st["rng"], request.observation, self.noise
-        draws = [rng.random() for _ in range(4)]  # always four draws: the stream never depends on the branch
+        # always the same number of draws: the stream never depends on the branch (a fifth only with recover > 0,
+        # so runs collected without it keep their trajectories)
+        draws = [rng.random() for _ in range(5 if n.recover else 4)]
         if st["pending"]:
             cmd = st["pending"].pop(0)
             return self._out(cmd, obs, "Going back: that page was not what I needed.")
@@ -72,8 +81,13 @@ class OraclePolicy:
                 st["pending"].append(Command("GO_BACK"))
                 return self._out(detour, obs, "Let me look at this page first.", mistake="loop")
         if draws[3] < n.wrong_choice:
-            cmd = self.env.mistake(request.task, obs, st["memory"], rng)
-            if cmd is not None:
+            undo = n.recover > 0 and draws[4] < n.recover
+            memory = copy.deepcopy(st["memory"]) if undo else st["memory"]
+            cmd = self.env.mistake(request.task, obs, memory, rng)
+            if cmd is not None and undo and cmd.name == "CLICK":
+                st["pending"].append(Command("GO_BACK"))
+                return self._out(cmd, obs, None, mistake="wrong_choice_undone", task=request.task)
+            if cmd is not None and not undo:
                 return self._out(cmd, obs, None, mistake="wrong_choice", task=request.task)
         return self._out(self.env.oracle(request.task, obs, st["memory"]), obs, None, task=request.task)
 
