@@ -61,6 +61,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         seed=0, chunk=128,
         log_every=1, eval_every=0, eval_batches=0,  # eval_every 0 = at the end only; eval_batches 0 = all
         save_every=50, keep=3, async_checkpoint=True, progress=True,
+        restart=False,  # True: a run directory with another configuration's checkpoints is moved aside, not resumed
         curve_points=0,  # > 0: also save and keep a checkpoint every total/curve_points steps (learning curves)
     ))
     c.mesh = ml_collections.ConfigDict(dict(shape=(1, -1, 1)))  # (data, fsdp, tensor); -1 takes the rest

@@ -54,6 +54,8 @@ def select_tasks(env: Environment, split: str, num_tasks: int = 0, task_ids: Seq
                  families: Sequence[str] = ()) -> list[Task]:
     """The tasks of a split: only ``families`` if given;
     ``task_ids`` in their order if given; else the first ``num_tasks`` (0 = all) with families interleaved."""
+    if num_tasks < 0:
+        raise ValueError(f"num_tasks={num_tasks}: the number of tasks to take, >= 0 (0 = the whole split)")
     tasks = env.tasks(split)
     if families:
         unknown = set(families) - {t.family for t in tasks}
@@ -101,7 +103,7 @@ async def collect_async(env: Environment, tasks: list[Task], policy: Policy, cfg
     counts = collections.Counter()
     todo = collections.deque()
     for task, run in mine:
-        status = episode_status(cfg.out_dir, task.task_id, run)
+        status = episode_status(cfg.out_dir, task.task_id, run, repair=True)
         if status in FINISHED or (status == "errored" and not cfg.retry_errored):
             counts["skipped"] += 1
         else:

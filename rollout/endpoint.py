@@ -3,15 +3,25 @@ verifier both post through it. Stdlib HTTP only.
 
 Connection errors, timeouts, 5xx and 429 are retried with exponential backoff, then raised as ``EndpointError``
 naming the URL and the cause; other 4xx answers raise at once with the server's own message.
+
+An API key travels only over https or to a loopback address (``allow_insecure_key`` / ``$TGPO_ALLOW_INSECURE_KEY=1``
+to send it anyway): a key given explicitly for a plain-http remote URL is an error, one picked up from
+``$OPENAI_API_KEY`` is then left out. Redirects are not followed (urllib would carry the key to the new host).
 """
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import time
 import urllib.error
 import urllib.request
+from urllib.parse import urlsplit
+
+from rollout.httpd import is_loopback
+
+log = logging.getLogger(__name__)
 
 
 class EndpointError(RuntimeError):
@@ -40,11 +50,36 @@ def _error_message(body: bytes) -> str:
         return body.decode("utf-8", "replace")[:500]
 
 
+def key_safe(url: str) -> bool:
+    """https, or plain http to a loopback host: where an API key may travel."""
+    u = urlsplit(url)
+    return u.scheme == "https" or is_loopback(u.hostname or "")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        raise urllib.error.HTTPError(req.full_url, code, f"redirect to {newurl} not followed", headers, fp)
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 class ChatEndpoint:
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 120, retries: int = 3,
-                 backoff_s: float = 0.5):
+                 backoff_s: float = 0.5, allow_insecure_key: bool | None = None):
         self.url = chat_url(base_url)
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        if allow_insecure_key is None:
+            allow_insecure_key = os.environ.get("TGPO_ALLOW_INSECURE_KEY") == "1"
+        if api_key and not key_safe(self.url) and not allow_insecure_key:
+            raise EndpointError(f"refusing to send an API key to {self.url} over plain http (readable on the way): "
+                                "use https, a loopback address, or allow_insecure_key / TGPO_ALLOW_INSECURE_KEY=1")
+        if api_key is None:
+            api_key = os.environ.get("OPENAI_API_KEY")
+            if api_key and not key_safe(self.url) and not allow_insecure_key:
+                log.warning("$OPENAI_API_KEY is set but %s is plain http to another host: the key is not sent",
+                            self.url)
+                api_key = None
+        self.api_key = api_key
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
 
     def post_once(self, body: dict) -> dict:
@@ -54,10 +89,10 @@ class ChatEndpoint:
             headers["Authorization"] = f"Bearer {self.api_key}"
         req = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
+            with _OPENER.open(req, timeout=self.timeout_s) as r:
                 raw = r.read()
         except urllib.error.HTTPError as e:
-            msg = _error_message(e.read())
+            msg = _error_message(e.read() or b"") or str(e.reason)
             retryable = e.code >= 500 or e.code == 429
             raise EndpointError(f"{self.url} answered {e.code}: {msg}", status=e.code, retryable=retryable) from e
         except (urllib.error.URLError, OSError) as e:  # refused, unreachable, timed out

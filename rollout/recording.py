@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import shutil
+import time
 from typing import Iterator
 
 from rollout.core import Task
 from tgpo_jax.files import write_json_atomic, write_text_atomic  # noqa: F401 (write_json_atomic: re-exported)
+
+log = logging.getLogger(__name__)
 
 FINISHED = ("success", "failure")
 STATUSES = FINISHED + ("errored",)
@@ -82,10 +86,27 @@ def read_summary(path: str) -> dict | None:
         raise RecordingError(f"corrupt episode summary {f}: {e}") from e
 
 
-def episode_status(out_dir: str, task_id: str, run: int) -> str | None:
-    """'success' | 'failure' | 'errored' for a sealed episode, None if absent or interrupted."""
-    s = read_summary(episode_dir(out_dir, task_id, run))
-    return None if s is None else s["status"]
+def episode_status(out_dir: str, task_id: str, run: int, repair: bool = False) -> str | None:
+    """'success' | 'failure' | 'errored' for a sealed episode, None if absent, interrupted or damaged (a summary
+    that is not JSON or names no known status). ``repair``: a damaged episode is moved to
+    ``<out_dir>/damaged/<task>/<run>-<time>`` (kept, out of the way), so a resumed collection runs it again."""
+    path = episode_dir(out_dir, task_id, run)
+    try:
+        s = read_summary(path)
+        if s is None:
+            return None
+        if s.get("status") in STATUSES:
+            return s["status"]
+        problem = f"{os.path.join(path, 'summary.json')} has no known status ({s.get('status')!r})"
+    except (RecordingError, OSError, AttributeError) as e:
+        problem = str(e)
+    if repair:
+        dst = os.path.join(out_dir, "damaged", task_dir_name(task_id),
+                           f"{run:03d}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        os.rename(path, dst)
+        log.warning("damaged episode: %s; moved to %s, it runs again", problem, dst)
+    return None
 
 
 @dataclasses.dataclass
@@ -145,6 +166,6 @@ def check_collection(out_dir: str, meta: dict) -> None:
         if diff:
             raise RecordingError(
                 f"{out_dir} holds a collection with other settings ({', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in sorted(diff.items()))}); "
-                "use another --out or --overwrite")
+                "use another --out, or move that directory aside to start over")
         return
     write_json_atomic(path, meta)

@@ -6,19 +6,24 @@
                                 returns the sampled tokens' log-probs; top alternatives are not offered)
     GET  /v1/models, GET /health
 
-Requests are served one at a time on the sampler (a lock). Log-probs are the model's own (temperature-1) log-probs
+Requests are served one at a time on the sampler (a lock), over ``rollout.httpd``'s limits (connections at once,
+socket timeout, body size). A bind beyond loopback must be asked for (``allow_remote``) and can require an API key
+(``Authorization: Bearer <key>``). Log-probs are the model's own (temperature-1) log-probs
 of the sampled tokens, EOS included when generation ended with it, so their sum is the behaviour log-prob that
 ``ModelPolicy`` reports. Unsupported fields get a 400 answer in OpenAI's error shape.
 """
 from __future__ import annotations
 
+import hmac
 import json
 import logging
+import math
 import secrets
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from rollout.httpd import BodyError, BoundedHTTPServer, LimitedHandler, is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +45,10 @@ def _number(body: dict, key: str, kind, default, lo=None, hi=None):
     v = body.get(key)
     if v is None:
         return default
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not float(v).is_integer()):
-        raise RequestError(f"'{key}' must be {'an integer' if kind is int else 'a number'}, got {v!r}", param=key)
+    if (isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v))
+            or (kind is int and not float(v).is_integer())):
+        raise RequestError(f"'{key}' must be {'an integer' if kind is int else 'a finite number'}, got {v!r}",
+                           param=key)
     v = kind(v)
     if (lo is not None and v < lo) or (hi is not None and v > hi):
         raise RequestError(f"'{key}' must be in [{lo}, {hi}], got {v}", param=key)
@@ -50,25 +57,36 @@ def _number(body: dict, key: str, kind, default, lo=None, hi=None):
 
 class ModelServer:
     def __init__(self, sampler, tokenizer, model_name: str, host: str = "127.0.0.1", port: int = 0, *,
-                 default_max_tokens: int = DEFAULT_MAX_TOKENS):
+                 default_max_tokens: int = DEFAULT_MAX_TOKENS, api_key: str | None = None,
+                 allow_remote: bool = False, max_connections: int | None = None,
+                 socket_timeout: float | None = None):
+        if not is_loopback(host) and not allow_remote:
+            raise ValueError(f"host={host!r} is reachable from other machines and this server has no TLS: pass "
+                             "allow_remote=True (launch.serve --allow_remote), ideally with an API key (--api_key)")
+        if not is_loopback(host) and not api_key:
+            log.warning("serving on %s without an API key: anyone who reaches it can use the model", host)
         self.sampler, self.tokenizer, self.model_name = sampler, tokenizer, model_name
         self.host, self.port = host, port
+        self.api_key = api_key or None
+        self.max_connections = max_connections
+        self.socket_timeout = socket_timeout
         self.default_max_tokens = default_max_tokens
         self.created = int(time.time())
         self._lock = threading.Lock()
-        self._httpd: ThreadingHTTPServer | None = None
+        self._httpd: BoundedHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
-    def bind(self) -> ThreadingHTTPServer:
+    def bind(self) -> BoundedHTTPServer:
         if self._httpd is None:
             server = self
 
             class Handler(_Handler):
                 owner = server
+                timeout = server.socket_timeout or _Handler.timeout
 
-            self._httpd = ThreadingHTTPServer((self.host, self.port), Handler)
-            self._httpd.daemon_threads = True
+            kw = {"max_connections": self.max_connections} if self.max_connections else {}
+            self._httpd = BoundedHTTPServer((self.host, self.port), Handler, **kw)
             self.port = self._httpd.server_address[1]
         return self._httpd
 
@@ -138,12 +156,13 @@ class ModelServer:
             raise RequestError("'stop' must be a string or a list of strings", param="stop")
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         key = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-        max_tokens = _number({key: max_tokens}, key, int, self.default_max_tokens, lo=1)
-        seed = _number(body, "seed", int, None)
+        context = self.sampler.cfg.max_position_embeddings
+        max_tokens = _number({key: max_tokens}, key, int, min(self.default_max_tokens, context), lo=1, hi=context)
+        seed = _number(body, "seed", int, None, lo=-(2 ** 63), hi=2 ** 64 - 1)
         params = SamplingParams(
             temperature=_number(body, "temperature", float, 1.0, lo=0.0, hi=2.0),
             top_p=_number(body, "top_p", float, 1.0, lo=1e-9, hi=1.0),
-            top_k=max(_number(body, "top_k", int, 0, lo=-1), 0),  # vLLM's -1 = off
+            top_k=max(_number(body, "top_k", int, 0, lo=-1, hi=self.sampler.cfg.vocab_size), 0),  # vLLM's -1 = off
             max_tokens=max_tokens, stop=stop,
             seed=(seed & 0x7FFFFFFF) if seed is not None else secrets.randbits(31))
         return params
@@ -219,6 +238,10 @@ class ModelServer:
         if isinstance(prompt, str):
             ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            vocab = self.sampler.cfg.vocab_size
+            bad = [t for t in prompt if not 0 <= t < vocab]
+            if bad:
+                raise RequestError(f"token ids must be in [0, {vocab}); got {bad[:5]}", param="prompt")
             ids = list(prompt)
         else:
             raise RequestError("'prompt' must be one string or one list of token ids", param="prompt")
@@ -249,9 +272,8 @@ class ModelServer:
                           "total_tokens": n_prompt + n_completion}}
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LimitedHandler):
     owner: ModelServer
-    protocol_version = "HTTP/1.1"
 
     def log_message(self, fmt, *args):  # quiet: through logging, not stderr
         log.debug("%s - " + fmt, self.address_string(), *args)
@@ -267,7 +289,21 @@ class _Handler(BaseHTTPRequestHandler):
     def _error(self, e: RequestError) -> None:
         self._send(e.status, e.body())
 
+    def _authorised(self) -> bool:
+        key = self.owner.api_key
+        if key is None:
+            return True
+        given = self.headers.get("Authorization") or ""
+        if hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+            return True
+        self.close_connection = True
+        self._error(RequestError("a valid API key is required (Authorization: Bearer <key>)", status=401,
+                                 code="invalid_api_key"))
+        return False
+
     def do_GET(self):
+        if not self._authorised():
+            return
         path = self.path.split("?", 1)[0].rstrip("/")
         if path in ("/health", "/v1/health"):
             self._send(200, {"status": "ok", "model": self.owner.model_name})
@@ -280,14 +316,20 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0].rstrip("/")
         route = {"/v1/chat/completions": self.owner.chat, "/v1/completions": self.owner.completion}.get(path)
         try:
-            n = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(n) if n else b""
+            try:
+                raw = self.read_body()
+            except BodyError as e:
+                raise RequestError(e.message, status=e.status) from None
+            if not self._authorised():
+                return
             if route is None:
                 raise RequestError(f"no route POST {path}", status=404, code="not_found")
             try:
                 body = json.loads(raw or b"null")
             except ValueError as e:
                 raise RequestError(f"the body is not valid JSON: {e}") from e
+            except RecursionError:
+                raise RequestError("the body's JSON is nested too deeply") from None
             self._send(200, route(body))
         except RequestError as e:
             self._error(e)

@@ -167,6 +167,22 @@ def test_killed_browser_marks_hit_episodes_and_resume_completes(shop, tmp_path):
     assert trajectories(out) == trajectories(ref)
 
 
+@pytest.mark.slow  # kill/resume, learning, multi-process or > 1 min: the slow tier
+def test_damaged_summaries_are_moved_aside_and_run_again_on_resume(shop, tmp_path):
+    tasks = sample(shop, "train", 1, SHORT)
+    out, ref = tmp_path / "out", tmp_path / "ref"
+    run(shop, tasks, OraclePolicy(shop, OracleNoise(loop=0.2), seed=1), ref, runs=2, contexts=2, seed=1)
+    run(shop, tasks, OraclePolicy(shop, OracleNoise(loop=0.2), seed=1), out, runs=2, contexts=2, seed=1)
+    cut = out / "episodes" / os.listdir(out / "episodes")[0] / "000" / "summary.json"
+    cut.write_text(cut.read_text()[:40])  # a kill mid-write
+    no_status = out / "episodes" / os.listdir(out / "episodes")[1] / "001" / "summary.json"
+    no_status.write_text(json.dumps({k: v for k, v in json.loads(no_status.read_text()).items() if k != "status"}))
+    again = run(shop, tasks, OraclePolicy(shop, OracleNoise(loop=0.2), seed=1), out, runs=2, contexts=2, seed=1)
+    assert again["skipped"] == 2 * len(tasks) - 2 and again.get("success", 0) + again.get("failure", 0) == 2
+    assert len(list((out / "damaged").rglob("summary.json"))) == 2  # kept, out of the way
+    assert trajectories(out) == trajectories(ref)
+
+
 @pytest.mark.slow  # browser end-to-end, > 20 s on 2 cores: the slow tier
 def test_policy_errors_are_contained_then_abort_the_run(shop, tmp_path):
     tasks = sample(shop, "train", 1, SHORT)

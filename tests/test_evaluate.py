@@ -66,6 +66,8 @@ def test_select_tasks(shop):
     assert {t.family for t in select_tasks(shop, "test", families=["procedure"])} == {"procedure"}
     with pytest.raises(ValueError, match="unknown task families"):
         select_tasks(shop, "test", families=["nope"])
+    with pytest.raises(ValueError, match="num_tasks=-1"):  # not "all but the last"
+        select_tasks(shop, "test", -1)
 
 
 def test_mean_ci95():
@@ -135,9 +137,10 @@ def test_load_policy_dispatch_and_errors(shop, tmp_path):
     o = load_policy("oracle:0.1,0.2,0,0.05", params=p, env=shop)
     assert isinstance(o, OraclePolicy) and o.noise == OracleNoise(0.1, 0.2, 0.0, 0.05)
     assert load_policy("oracle", params=p, env=shop).noise == OracleNoise()
+    assert load_policy("oracle:0.1,0.2,0,0.05,0.5", params=p, env=shop).noise.recover == 0.5
     with pytest.raises(ValueError, match="needs the environment"):
         load_policy("oracle", params=p)
-    with pytest.raises(ValueError, match="four rates"):
+    with pytest.raises(ValueError, match="four or five rates"):
         load_policy("oracle:0.1,0.2", params=p, env=shop)
     missing = str(tmp_path / "no-such-run")
     with pytest.raises(FileNotFoundError, match="no-such-run.*nothing exists there.*training run directory"):

@@ -4,6 +4,7 @@ import dataclasses
 import json
 import re
 import socket
+import threading
 import time
 import urllib.request
 
@@ -355,6 +356,150 @@ def test_server_rejects_n2_with_a_clear_error(server):
     bad = OpenAIPolicy(server.base_url, "other-model", budget_tokens=BUDGET, retries=0)
     with pytest.raises(PolicyError, match="404.*other-model"):
         asyncio.run(bad.act(make_request()))
+
+
+def _raw(base_url: str, data: bytes, timeout: float = 10.0) -> tuple[int, bytes]:
+    """Send raw bytes to the server, -> (status, body) of its answer."""
+    host, port = base_url.split("//")[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as c:
+        c.sendall(data)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        head, _, body = buf.partition(b"\r\n\r\n")
+        n = int(next((ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")),
+                     b"0"))
+        while len(body) < n:
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+    return int(head.split(b" ")[1]), body
+
+
+def _post(path: str, body: bytes, length: str | None = None) -> bytes:
+    n = str(len(body)) if length is None else length
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {n}\r\n"
+            "Connection: close\r\n\r\n").encode() + body
+
+
+@pytest.mark.parametrize("body,status,message", [
+    (b'{"prompt": "a", "max_tokens": 2, "temperature": NaN}', 400, b"finite number"),
+    (b'{"prompt": "a", "max_tokens": 2, "temperature": Infinity}', 400, b"finite number"),
+    (b'{"prompt": [1, 99999999], "max_tokens": 2}', 400, b"token ids must be in"),
+    (b'{"prompt": [-1], "max_tokens": 2}', 400, b"token ids must be in"),
+    (b'{"prompt": "a", "max_tokens": 9223372036854775808}', 400, b"max_tokens"),
+    (b'{"prompt": "a", "max_tokens": 2, "seed": 9223372036854775808}', 200, b"text_completion"),
+    (b'{"prompt": "a", "max_tokens": 2, "seed": 99999999999999999999999}', 400, b"seed"),
+    (b"[" * 100000 + b"]" * 100000, 400, b"nested too deeply"),
+])
+def test_server_answers_hostile_fields_with_a_4xx(server, body, status, message):
+    code, answer = _raw(server.base_url, _post("/v1/completions", body))
+    assert code == status and message in answer, answer[:300]
+
+
+@pytest.mark.parametrize("length,status", [("1000000000000", 413), ("-1", 400), ("1e12", 400)])
+def test_server_refuses_bodies_it_should_not_read(server, length, status):
+    t0 = time.perf_counter()
+    code, answer = _raw(server.base_url, _post("/v1/completions", b"{}", length))
+    assert code == status and time.perf_counter() - t0 < 5, answer  # at once: nothing read, no thread held
+
+
+def test_server_bounds_connections_drops_idle_ones_and_checks_the_key(sampler, spm_tokenizer):
+    import threading
+
+    with pytest.raises(ValueError, match="allow_remote"):
+        ModelServer(sampler, spm_tokenizer, "tiny", host="0.0.0.0")
+    s = ModelServer(sampler, spm_tokenizer, "tiny", max_connections=3, socket_timeout=1.0, api_key="sesame")
+    base = s.start()
+    try:
+        threads0 = threading.active_count()
+        health = b"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sesame\r\nConnection: close\r\n\r\n"
+        assert _raw(base, health)[0] == 200
+        assert _raw(base, health.replace(b"sesame", b"wrong"))[0] == 401
+        assert _raw(base, _post("/v1/completions", b'{"prompt": "a"}'))[0] == 401  # no key
+        idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(3)]  # hold every slot
+        time.sleep(0.3)
+        assert _raw(base, health)[0] == 503  # a fourth is turned away, not given a thread
+        short = _post("/v1/completions", b'{"prompt": "a"}', "100")  # promises 100 bytes, sends 15
+        time.sleep(1.5)  # the idle sockets time out and free their threads
+        code, answer = _raw(base, short.replace(b"Connection: close", b"Authorization: Bearer sesame"), timeout=5)
+        assert code == 408 and b"not sent within" in answer
+        assert _raw(base, health)[0] == 200
+        for c in idle:
+            c.close()
+        time.sleep(0.5)
+        assert threading.active_count() <= threads0 + 1
+    finally:
+        s.stop()
+
+
+@pytest.mark.slow  # a load test: the slow tier
+def test_server_under_load_answers_every_request_and_returns_to_baseline(server):
+    import load_helpers as lh
+
+    valid = lh.post("/v1/completions", b'{"prompt": "CLICK", "max_tokens": 1, "temperature": 0}')
+    mix = [valid, lh.get("/health"), lh.get("/nope"), lh.post("/v1/completions", b"{not json"),
+           lh.post("/v1/completions", b'{"prompt": "a", "temperature": NaN}'),
+           lh.post("/v1/completions", b"{}", "-1"), lh.post("/v1/completions", b"{}", "1000000000000"),
+           lh.post("/v1/chat/completions", b'{"messages": 3}'), b"GARBAGE\r\n\r\n"]
+    host, port = "127.0.0.1", server.port
+    lh.hammer(host, port, mix * 5, connections=10)  # warm: compiles, caches
+    threads0, rss0 = threading.active_count(), lh.rss_mb()
+    codes = lh.hammer(host, port, (mix * 223)[:2000], connections=50)
+    assert sum(codes.values()) == 2000
+    assert set(codes) <= {200, 400, 404, 413}, codes  # every answer a valid response or a 4xx
+    assert codes[200] >= 2 * 2000 // len(mix) - 2
+    assert lh.settle(threads0) <= 0
+    assert lh.rss_mb() - rss0 < 100, (rss0, lh.rss_mb())
+
+
+def test_api_keys_travel_only_over_https_or_loopback(monkeypatch, caplog):
+    from rollout.endpoint import ChatEndpoint, EndpointError
+
+    monkeypatch.delenv("TGPO_ALLOW_INSECURE_KEY", raising=False)
+    assert ChatEndpoint("https://api.example.com/v1", api_key="k").api_key == "k"
+    assert ChatEndpoint("http://127.0.0.1:8000", api_key="k").api_key == "k"
+    assert ChatEndpoint("http://localhost:8000", api_key="k").api_key == "k"
+    with pytest.raises(EndpointError, match="plain http"):
+        ChatEndpoint("http://10.0.0.5:8000", api_key="k")
+    assert ChatEndpoint("http://10.0.0.5:8000", api_key="k", allow_insecure_key=True).api_key == "k"
+    monkeypatch.setenv("OPENAI_API_KEY", "from-env")
+    assert ChatEndpoint("http://10.0.0.5:8000").api_key is None and "not sent" in caplog.text
+    assert ChatEndpoint("https://api.example.com").api_key == "from-env"
+
+
+def test_endpoint_does_not_follow_redirects_with_the_key():
+    import http.server
+
+    from rollout.endpoint import ChatEndpoint, EndpointError
+
+    hits = []
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            hits.append(self.headers.get("Authorization"))
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(307 if self.path.startswith("/v1") else 200)
+            self.send_header("Location", f"http://127.0.0.1:{self.server.server_address[1]}/elsewhere")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        ep = ChatEndpoint(f"http://127.0.0.1:{srv.server_address[1]}", api_key="k", retries=0)
+        with pytest.raises(EndpointError, match="307.*not followed"):
+            ep.post({"messages": []})
+        assert hits == ["Bearer k"]  # one request: the redirect target never saw the key
+    finally:
+        srv.shutdown()
 
 
 def test_unreachable_server_raises_after_retries():

@@ -531,3 +531,53 @@ def test_mistakes_lead_to_failure(env, env_zh, locale):
             assert mistaken and not r.success, t.task_id
             # the plan carries the mistake through to the end of the episode (a wrong purchase / cart)
             assert steps <= t.optimal_steps + 1 and (r.done or fam == "procedure"), (t.task_id, steps)
+
+
+# ---------------------------------------------------------------- limits
+def test_sessions_expire_when_idle_and_the_least_recently_used_go_past_the_cap(monkeypatch):
+    from rollout.envs.shop import server as srv
+
+    clock = [1000.0]
+    monkeypatch.setattr(srv.time, "monotonic", lambda: clock[0])
+    st = srv.ShopState(ttl=60.0, max_sessions=3)
+    a, b = st.new("a"), st.new("b")
+    clock[0] += 30
+    assert st.touch(a)  # a used at 1030, b last at 1000
+    clock[0] += 40  # 1070: b idle 70 s > ttl, a idle 40 s
+    st.new("c")
+    assert set(st.sessions) == {"a", "c"} and not st.touch(b)
+    st.new("d")
+    st.new("e")  # the cap: a (least recently used) goes
+    assert list(st.sessions) == ["c", "d", "e"]
+
+
+def test_shop_refuses_bad_bodies_at_once(env):
+    import time
+
+    import load_helpers as lh
+
+    host, port = env.server.server_address[:2]
+    for length, status in (("-1", 400), ("1000000000000", 413), ("abc", 400)):
+        t0 = time.perf_counter()
+        assert lh.request(host, port, lh.post("/search?q=x", b"", length)) == status
+        assert time.perf_counter() - t0 < 5
+    assert lh.request(host, port, lh.post("/search?q=x", b"a=1")) == 200  # a real form body is read and ignored
+
+
+@pytest.mark.slow  # a load test: the slow tier
+def test_shop_under_load_answers_every_request_and_returns_to_baseline(env):
+    import threading
+
+    import load_helpers as lh
+
+    host, port = env.server.server_address[:2]
+    mix = [lh.get("/"), lh.get("/search?q=running+shoes&sort=price_asc"), lh.get("/item/1"), lh.get("/item/999999"),
+           lh.get("/add?item=abc"), lh.get("/search?page=x"), lh.post("/search?q=x", b"", "-1"),
+           lh.post("/", b"", "1000000000000"), b"GARBAGE\r\n\r\n", lh.get("/../../etc/passwd")]
+    lh.hammer(host, port, mix * 5, connections=10)
+    threads0, rss0, sessions0 = threading.active_count(), lh.rss_mb(), len(env.server.state.sessions)
+    codes = lh.hammer(host, port, (mix * 200)[:2000], connections=50)
+    assert sum(codes.values()) == 2000 and set(codes) <= {200, 303, 400, 404, 413}, codes
+    assert lh.settle(threads0) <= 0
+    assert lh.rss_mb() - rss0 < 100, (rss0, lh.rss_mb())
+    assert len(env.server.state.sessions) - sessions0 <= 2000  # one per cookie-less request, freed by expiry

@@ -1,4 +1,5 @@
 """The training loop: mesh equivalence, exact resume after a kill, learning, references, LoRA, NaN stop."""
+import json
 import os
 
 import jax
@@ -189,6 +190,84 @@ def test_non_finite_step_stops_with_last_checkpoint_intact(work, tmp_path, monke
     restored = ck.manager.restore(2)["state"]
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(restored["params"]))
     ck.close()
+
+
+def test_an_update_that_overflows_the_parameters_is_neither_applied_nor_saved(work, tmp_path):
+    """Finite loss and gradient, but lr 1e39 takes the parameters past float32: the step is refused like a NaN
+    loss and nothing is saved (before, the guard passed it and step 1's checkpoint was all inf)."""
+    c = tiny_config(work, "dpo", tmp_path / "big", **{"train.max_steps": 3, "train.save_every": 1,
+                                                     "optim.learning_rate": 1e39, "optim.schedule": "constant",
+                                                     "optim.warmup_fraction": 0.0})
+    with pytest.raises(loop.TrainingDiverged, match=r"step 1: .*updated parameters.*Last good checkpoint: none"):
+        loop.train(c)
+    ck = Checkpointer(str(tmp_path / "big" / "checkpoints"))
+    assert ck.latest_step() is None
+    ck.close()
+
+
+@pytest.mark.slow  # kill/resume, learning, multi-process or > 1 min: the slow tier
+def test_resume_refuses_another_configuration_and_restart_moves_the_old_run_aside(work, tmp_path):
+    out = tmp_path / "run"
+    loop.train(tiny_config(work, "dpo", out, **{"train.max_steps": 2, "train.save_every": 1}))
+    other = tiny_config(work, "kto", out, **{"train.max_steps": 4, "optim.learning_rate": 1e-2})
+    with pytest.raises(loop.ConfigChanged, match=r"key\(s\) changed: .*method: 'dpo' -> 'kto'.*"
+                                                  r"optim.learning_rate: 0.003 -> 0.01.*train.restart=True"):
+        loop.train(other)
+    assert json.loads((out / "config.json").read_text())["method"] == "dpo"  # the old run's config kept
+    # logging and saving knobs may change on resume: steps 3-4 continue the run
+    more = tiny_config(work, "dpo", out, **{"train.max_steps": 2, "train.save_every": 1, "train.log_every": 2})
+    assert loop.train(more)["final_step"] == 2  # already done: resumed at 2, nothing left
+    other.train.restart = True
+    assert loop.train(other)["final_step"] == 4
+    (aside,) = [p for p in out.iterdir() if p.name.startswith("replaced-")]
+    assert json.loads((aside / "config.json").read_text())["method"] == "dpo"
+    old = Checkpointer(str(aside / "checkpoints"))
+    assert old.latest_step() == 2
+    old.close()
+    assert json.loads((out / "config.json").read_text())["method"] == "kto"
+
+
+@pytest.mark.slow  # kill/resume, learning, multi-process or > 1 min: the slow tier
+def test_resume_skips_a_damaged_step_and_a_cut_metrics_line_and_ends_as_an_undisturbed_run(work, tmp_path):
+    over = {"train.max_steps": 4, "train.save_every": 1, "train.async_checkpoint": False}
+    ref = loop.fit(tiny_config(work, "dpo", tmp_path / "ref", **over))
+
+    class Killed(Exception):
+        pass
+
+    def die_at_3(step):
+        if step == 3:
+            raise Killed
+
+    out = tmp_path / "run"
+    with pytest.raises(Killed):
+        loop.train(tiny_config(work, "dpo", out, **over), on_step=die_at_3)
+    state_dir = out / "checkpoints" / "3"
+    biggest = max((p for p in state_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    biggest.write_bytes(biggest.read_bytes()[: biggest.stat().st_size // 2])  # step 3 truncated
+    with open(out / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3, "train/lo')  # a write cut short
+    res = loop.fit(tiny_config(work, "dpo", out, **over))
+    assert res.summary["final_step"] == 4
+    assert [p.name.split("-")[0] for p in (tmp_path / "run" / "checkpoints-damaged").iterdir()] == ["3"]
+    for a, b in zip(jax.tree.leaves(ref.state["params"]), jax.tree.leaves(res.state["params"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # steps 3-4 redone from step 2, exactly
+    assert [r["step"] for r in read_metrics(str(out))] == [r["step"] for r in read_metrics(str(tmp_path / "ref"))]
+
+
+def test_config_changes_names_nested_keys_and_ignores_resume_free_ones():
+    saved = {"method": "sft", "optim": {"learning_rate": 1.0}, "train": {"progress": True, "seed": 0},
+             "mesh": {"shape": [1, -1, 1]}}
+    now = {"method": "sft", "optim": {"learning_rate": 2.0}, "train": {"progress": False, "seed": 0, "new": 1},
+           "mesh": {"shape": [8, 1, 1]}}
+    assert loop.config_changes(saved, now) == ["optim.learning_rate", "train.new"]
+    assert loop.config_changes(saved, saved) == []
+
+
+@pytest.mark.parametrize("key,value", [("train.batch_size", 0), ("optim.grad_accum", 0), ("train.batch_size", -8)])
+def test_a_batch_size_below_one_is_an_error(work, tmp_path, key, value):
+    with pytest.raises(ValueError, match=rf"{key}={value}: must be a positive integer"):
+        loop.train(tiny_config(work, "dpo", tmp_path / "x", **{key: value}))
 
 
 def test_batch_that_does_not_divide_the_mesh_is_an_error(work, tmp_path):

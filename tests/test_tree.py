@@ -292,3 +292,12 @@ def test_judge_verifier_over_screenshots_replaces_builtin_checks(tmp_path):
         assert any('CLICK [20] on link "Sort: Price low to high"' in text for text in seen) and judge.calls == len(seen) > 0
     finally:
         server.shutdown()
+
+
+@pytest.mark.parametrize("answer,verdict", [("yes", True), ("No.", False), (" YES \n", True), ("no", False),
+                                            ("yes, the page says the task is done", None), ("Yes! I", None),
+                                            ("yesno", None), ("", None), ("maybe", None), ("nope", None)])
+def test_judge_verdicts_are_parsed_strictly(answer, verdict):
+    from trees.verify import parse_verdict
+
+    assert parse_verdict(answer) is verdict

@@ -255,13 +255,23 @@ class DatasetReader:
 
     def read_bytes(self, i: int) -> bytes:
         k, j = self._locate(i)
-        return self._reader(k).read([j])[0]
+        return self._read(k, j)
 
     def __getitem__(self, i: int) -> NodeRecord:
         k, j = self._locate(i)
-        raw = self._reader(k).read([j])[0]
-        g = j + self._starts[k]
-        return decode_record(raw, f"{self.paths[k]} record {j} (global index {g})")
+        return decode_record(self._read(k, j), self._where(k, j))
+
+    def _where(self, k: int, j: int) -> str:
+        return f"{self.paths[k]} record {j} (global index {j + self._starts[k]})"
+
+    def _read(self, k: int, j: int) -> bytes:
+        try:
+            return self._reader(k).read([j])[0]
+        except DatasetError:
+            raise
+        except Exception as e:  # Riegeli's C++ status (a hash mismatch, a cut chunk) names neither file nor record
+            raise DatasetError(f"{self._where(k, j)}: cannot be read ({str(e).splitlines()[0][:300]}); the shard is "
+                               "damaged: rebuild the dataset (launch.build_dataset) or restore the file") from e
 
     def _locate(self, i: int) -> tuple[int, int]:
         if not isinstance(i, int):

@@ -46,7 +46,7 @@ class NodeExamples:
         if not 0.0 <= copy_swap <= 1.0:
             raise ValueError(f"copy_swap={copy_swap}: a probability in [0, 1]")
         self.data_dir, self.tokenizer, self.cfg = data_dir, tokenizer, cfg
-        self.reader = DatasetReader(data_dir)
+        self.reader = DatasetReader(data_dir, verify=True)  # shards' sha256 vs the manifest: a damaged file is named
         self.copy_swap = copy_swap
         self.copy_pools = dict((self.reader.manifest.extra or {}).get("copy_pools") or {})
         if copy_swap and not self.copy_pools:

@@ -8,11 +8,20 @@ abstract target carrying each array's sharding, so a run resumes onto the same m
 from __future__ import annotations
 
 import json
+import logging
 import os
+import time
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointDamaged(RuntimeError):
+    """No kept checkpoint step could be read back."""
 
 
 class Checkpointer:
@@ -43,6 +52,35 @@ class Checkpointer:
         out = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
                                                                    meta=ocp.args.JsonRestore()))
         return out["state"], out["meta"]
+
+    def restore_intact(self, state_like: dict[str, Any]) -> tuple[dict[str, Any], dict, list[int]]:
+        """The newest step that reads back whole, newest first; a damaged step (a deleted or truncated file) is
+        moved to ``<directory>-damaged/`` (kept for inspection, out of the manager's way: the run saves that step
+        again) and the next older one is tried. -> (state, meta, damaged steps)."""
+        damaged: list[int] = []
+        errors: list[str] = []
+        for step in sorted(self.manager.all_steps(), reverse=True):
+            try:
+                state, meta = self.restore(state_like, step)
+                if damaged:
+                    log.warning("checkpoint step(s) %s in %s were damaged (moved to %s-damaged); resumed from step %d",
+                                damaged, self.directory, self.directory, step)
+                return state, meta, damaged
+            except Exception as e:  # noqa: BLE001 - Orbax raises many kinds (structure, zstd, missing file)
+                damaged.append(step)
+                errors.append(f"step {step}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+                self._move_aside(step)
+        raise CheckpointDamaged(f"no intact checkpoint in {self.directory}: " + "; ".join(errors)
+                                + f" (moved to {self.directory}-damaged/)")
+
+    def _move_aside(self, step: int) -> None:
+        src = os.path.join(self.directory, str(step))
+        if not os.path.isdir(src):
+            return
+        dst_dir = self.directory + "-damaged"
+        os.makedirs(dst_dir, exist_ok=True)
+        os.rename(src, os.path.join(dst_dir, f"{step}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"))
+        self.manager.reload()
 
     def wait(self) -> None:
         self.manager.wait_until_finished()

@@ -148,7 +148,10 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
     os.makedirs(out_dir, exist_ok=True)
     mesh = shd.make_mesh(tuple(cfg.mesh.shape))
     n_batch = mesh.shape["data"] * mesh.shape["fsdp"]
-    micro = cfg.train.batch_size // max(cfg.optim.grad_accum, 1)
+    for key, value in (("train.batch_size", cfg.train.batch_size), ("optim.grad_accum", cfg.optim.grad_accum)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{key}={value!r}: must be a positive integer")
+    micro = cfg.train.batch_size // cfg.optim.grad_accum
     if cfg.train.batch_size % cfg.optim.grad_accum or micro % n_batch:
         raise ValueError(f"batch_size {cfg.train.batch_size} / grad_accum {cfg.optim.grad_accum} = {micro} "
                          f"examples per micro-batch must divide over the mesh's data x fsdp = {n_batch} devices")
@@ -156,6 +159,7 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
         value = cfg[section][key]
         if value and os.path.exists(value):  # the saved config must work from any working directory
             cfg[section][key] = os.path.abspath(value)
+    check_resume(out_dir, cfg)
     if jax.process_index() == 0:
         write_text_atomic(os.path.join(out_dir, "config.json"), cfg.to_json_best_effort(indent=2))
 
@@ -209,7 +213,7 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
     it = iter(ds)
     start = 0
     if ckpt.latest_step() is not None:
-        state, meta = ckpt.restore(state)
+        state, meta, _ = ckpt.restore_intact(state)
         it.set_state(meta["data_state"])
         start = int(meta["step"])
         _truncate_metrics(writer.path, start)
@@ -224,9 +228,12 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
             local = next(it)
             state, m = trainer.train_step(state, to_global_batch(local, mesh, cfg.optim.grad_accum))
             if not bool(m["finite"]):
-                raise TrainingDiverged(f"step {step + 1}: non-finite loss {float(m['loss'])} / grad norm "
-                                       f"{float(m['grad_norm'])}; the update was not applied. Last good checkpoint: "
-                                       f"step {ckpt.latest_step()} in {ckpt.directory}")
+                ckpt.wait()
+                good = ckpt.latest_step()
+                raise TrainingDiverged(f"step {step + 1}: non-finite loss {float(m['loss'])}, grad norm "
+                                       f"{float(m['grad_norm'])} or updated parameters; the update was not applied. "
+                                       "Last good checkpoint: " + (f"step {good} in {ckpt.directory}" if good is not None
+                                                                   else "none saved yet"))
             step += 1
             ran += 1
             if step % cfg.train.log_every == 0 or step == total:
@@ -254,12 +261,82 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
     return TrainResult(summary=summary, state=state, trainer=trainer)
 
 
+# keys a resumed run may change: logging, saving, progress and layout, none of which changes what is computed
+RESUME_FREE = ("train.output_dir", "train.progress", "train.log_every", "train.save_every", "train.keep",
+               "train.async_checkpoint", "train.eval_every", "train.eval_batches", "train.chunk", "train.restart",
+               "mesh.", "distributed.")
+
+
+class ConfigChanged(ValueError):
+    """A run directory holds checkpoints of another configuration."""
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def config_changes(saved: dict, now: dict) -> list[str]:
+    """Dotted keys whose values differ between two configs (as JSON), less those in ``RESUME_FREE``."""
+    a, b = _flat(saved), _flat(now)
+    return sorted(k for k in set(a) | set(b)
+                  if a.get(k, "<absent>") != b.get(k, "<absent>") and not k.startswith(RESUME_FREE))
+
+
+def check_resume(out_dir: str, cfg) -> None:
+    """Resuming into a directory whose checkpoints another configuration wrote is refused, the changed keys named;
+    ``train.restart=True`` starts over instead, with the old run moved aside (nothing is deleted)."""
+    ck_dir, saved_path = os.path.join(out_dir, "checkpoints"), os.path.join(out_dir, "config.json")
+    has_ckpt = os.path.isdir(ck_dir) and any(n.isdigit() for n in os.listdir(ck_dir))
+    if not has_ckpt or jax.process_index() != 0:
+        return
+    if cfg.train.get("restart", False):
+        aside = os.path.join(out_dir, "replaced-" + time.strftime("%Y%m%dT%H%M%S", time.gmtime()))
+        os.makedirs(aside)
+        for name in ("checkpoints", "config.json", "metrics.jsonl", "summary.json", "reference"):
+            if os.path.exists(os.path.join(out_dir, name)):
+                os.rename(os.path.join(out_dir, name), os.path.join(aside, name))
+        log.warning("train.restart: the previous run in %s moved to %s; starting over", out_dir, aside)
+        return
+    if not os.path.exists(saved_path):
+        return  # checkpoints from before config.json was written: nothing to compare
+    try:
+        with open(saved_path) as f:
+            saved = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigChanged(f"{saved_path} is unreadable ({e}); it holds checkpoints of a run whose configuration "
+                            "cannot be compared. Use another train.output_dir, or --config.train.restart=True to move "
+                            "that run aside and start over") from None
+    changed = config_changes(saved, json.loads(cfg.to_json_best_effort()))
+    if changed:
+        a, b = _flat(saved), _flat(json.loads(cfg.to_json_best_effort()))
+        diff = "; ".join(f"{k}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}" for k in changed[:8])
+        raise ConfigChanged(f"{out_dir} holds checkpoints of another configuration ({len(changed)} key(s) changed: "
+                            f"{diff}{' ...' if len(changed) > 8 else ''}). Resuming would mix two runs: use another "
+                            "train.output_dir, or --config.train.restart=True to move that run aside and start over")
+
+
 def _truncate_metrics(path: str, step: int) -> None:
     """Drop metric rows logged after the checkpoint we resume from (they will be logged again)."""
     if not os.path.exists(path) or jax.process_index() != 0:
         return
+    rows = []
     with open(path) as f:
-        rows = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:  # a line cut short by a kill mid-write: dropped, its step is logged again
+                log.warning("%s line %d is not JSON (a write cut short); dropped", path, n)
+                continue
+            if row.get("step", step + 1) <= step:
+                rows.append(line if line.endswith("\n") else line + "\n")
     write_text_atomic(path, "".join(rows))
 
 

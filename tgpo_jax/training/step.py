@@ -132,11 +132,12 @@ class Trainer:
         grads = jax.tree.map(lambda g: g / a, grads)
         metrics = jax.tree.map(lambda m: m / a, metrics)
         grad_norm = optax.global_norm(grads)
-        finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
         updates, opt_state = self.tx.update(grads, state["opt_state"], state["params"])
         if mask is not None:
             updates = jax.tree.map(jnp.multiply, updates, mask)
         params = optax.apply_updates(state["params"], updates)
+        # the updated parameters too: a finite gradient times a huge learning rate can overflow them
+        finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm) & jnp.isfinite(optax.global_norm(params))
         # a non-finite step changes nothing: the host stops the run with the last good state intact
         keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)  # noqa: E731
         rng = jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state["rng"]))[0])

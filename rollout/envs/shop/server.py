@@ -9,7 +9,9 @@ URL scheme (all GET):
     /buy?item=<id>&<opt>=<v>…           places a one-item order → 303 /order/<n>
     /cart, /remove?line=<i> (→ /cart), /checkout[?error=1], /place_order?name=..&address=.. → 303 /order/<n>
     /order/<n>                          confirmation (id="order-confirmation"); n counts per session from 1
-Sessions: cookie ``sid``; a request without a known sid gets a new session (Set-Cookie).
+Sessions: cookie ``sid``; a request without a known sid gets a new session (Set-Cookie). A session unused for
+``SESSION_TTL`` seconds is freed, and past ``MAX_SESSIONS`` the least recently used go first. The server runs on
+``rollout.httpd``'s limits (connections at once, socket timeout, body size).
 """
 from __future__ import annotations
 
@@ -17,11 +19,15 @@ import dataclasses
 import re
 import secrets
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
 from urllib.parse import parse_qs, urlsplit
 
 from rollout.envs.shop import pages
 from rollout.envs.shop.search import SORTS
+from rollout.httpd import BodyError, BoundedHTTPServer, LimitedHandler
+
+SESSION_TTL = 3600.0  # seconds a session may stay unused (an episode lasts minutes)
+MAX_SESSIONS = 20000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,20 +53,42 @@ class Order:
 class Session:
     cart: list[Line] = dataclasses.field(default_factory=list)
     orders: list[Order] = dataclasses.field(default_factory=list)
+    used: float = dataclasses.field(default_factory=time.monotonic)
 
 
 class ShopState:
     """Sessions by sid, guarded by one lock. ``snapshot`` gives a consistent copy for checks."""
 
-    def __init__(self):
+    def __init__(self, ttl: float = SESSION_TTL, max_sessions: int = MAX_SESSIONS):
         self.lock = threading.Lock()
-        self.sessions: dict[str, Session] = {}
+        self.sessions: dict[str, Session] = {}  # insertion order = least recently used first (``touch`` moves)
+        self.ttl, self.max_sessions = ttl, max_sessions
 
     def new(self, sid: str | None = None) -> str:
         sid = sid or secrets.token_hex(16)
         with self.lock:
-            self.sessions[sid] = Session()
+            self._expire()
+            self.sessions.pop(sid, None)
+            self.sessions[sid] = Session(used=time.monotonic())
         return sid
+
+    def _expire(self) -> None:
+        """Drop sessions idle past ``ttl``, then the least recently used down to ``max_sessions - 1`` (lock held)."""
+        now = time.monotonic()
+        for sid in [k for k, s in self.sessions.items() if now - s.used > self.ttl]:
+            del self.sessions[sid]
+        while len(self.sessions) >= self.max_sessions:
+            del self.sessions[next(iter(self.sessions))]
+
+    def touch(self, sid: str) -> bool:
+        """Mark a session used (it moves to the back of the eviction order); False if it is unknown."""
+        with self.lock:
+            s = self.sessions.pop(sid, None)
+            if s is None:
+                return False
+            s.used = time.monotonic()
+            self.sessions[sid] = s
+            return True
 
     def snapshot(self, sid: str) -> tuple[tuple[Line, ...], tuple[Order, ...]]:
         with self.lock:
@@ -106,8 +134,7 @@ class ShopServer:
         class Handler(_Handler):
             server_shop = shop
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = BoundedHTTPServer((host, port), Handler, max_connections=256)  # several browsers' pools
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="shop-server", daemon=True)
         self.thread.start()
 
@@ -137,9 +164,10 @@ class ShopServer:
         return tuple(out)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LimitedHandler):
     server_shop: ShopServer
-    protocol_version = "HTTP/1.1"
+    timeout = 120.0  # a browser's idle keep-alive connection is freed after this
+    max_body = 64 << 10  # forms are GET: a POST body is read and ignored
 
     def log_message(self, *args):  # quiet
         pass
@@ -149,10 +177,8 @@ class _Handler(BaseHTTPRequestHandler):
         st = self.server_shop.state
         for part in (self.headers.get("Cookie") or "").split(";"):
             k, _, v = part.strip().partition("=")
-            if k == "sid" and v:
-                with st.lock:
-                    if v in st.sessions:
-                        return v, False
+            if k == "sid" and v and st.touch(v):
+                return v, False
         return st.new(), True
 
     def _send(self, status: int, body: str = "", location: str | None = None) -> None:
@@ -173,9 +199,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_POST(self):  # forms are GET; accept POST the same way (body ignored)
-        n = int(self.headers.get("Content-Length") or 0)
-        if n:
-            self.rfile.read(n)
+        try:
+            self.read_body()
+        except BodyError as e:
+            self._new_sid = False
+            return self._send(e.status, pages.message(self.server_shop.L, self.server_shop.locale, e.message))
         self.do_GET()
 
     def do_GET(self):
