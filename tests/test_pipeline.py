@@ -159,3 +159,77 @@ def test_rerun_skips_and_changed_config_is_refused(run):
     listing = pipeline(out, "--config.tgpo.loss.beta=0.5", "--list")
     states = dict(line.split()[:2] for line in listing.stdout.splitlines())
     assert states["tgpo"] == "stale" and states["tgpo-r2"] == "stale" and states["sft"] == "done"
+
+
+def test_faults_name_the_damaged_file_or_end_in_the_same_artefacts(run):
+    """Fault injection on the finished run (last in this module: it re-runs SFT): a cut stage marker and a damaged
+    shard are refused with the file named; the SFT stage killed at a random step, then resumed, ends with the losses
+    of the undisturbed run."""
+    import glob
+    import random
+    import signal
+    import time
+
+    out, _ = run
+    before = [r["train/loss"] for r in _rows(out, "sft")]  # the undisturbed run's losses
+    assert len(before) > 1
+    marker = os.path.join(out, "stages", "sft.json")
+    good = open(marker).read()
+    with open(marker, "w") as f:
+        f.write(good[:25])  # a kill mid-write
+    p = pipeline(out)
+    assert p.returncode == 2 and "stages/sft.json is unreadable" in p.stderr and "--redo=sft" in p.stderr
+    with open(marker, "w") as f:
+        f.write(good)
+
+    shard = sorted(glob.glob(os.path.join(out, "datasets", "round1", "*.array_record")))[0]
+    intact = open(shard, "rb").read()
+    flipped = bytearray(intact)
+    flipped[len(flipped) // 2] ^= 0xFF
+    with open(shard, "wb") as f:
+        f.write(flipped)
+    p = pipeline(out, "--redo=sft")
+    assert p.returncode == 2 and os.path.basename(shard) in p.stderr and "sha256" in p.stderr, p.stderr[-2000:]
+    with open(shard, "wb") as f:
+        f.write(intact)
+
+    kill_at = random.Random(os.getpid()).randrange(1, len(before))  # a random step of the run
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    args = [sys.executable, "-m", "launch.pipeline", "--config=configs/pipeline.py:tiny", f"--config.out={out}",
+            "--config.rounds.count=2", "--progress=false", "--redo=sft"]
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+
+    def running() -> bool:  # the redo has removed the old run and marked the stage running
+        try:
+            return json.load(open(marker)).get("status") == "running"
+        except ValueError:
+            return False
+
+    while proc.poll() is None and time.monotonic() < deadline and not running():
+        time.sleep(0.05)
+    while proc.poll() is None and time.monotonic() < deadline and len(_rows(out, "sft")) < kill_at:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the SFT stage ended before the kill: nothing was tested"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    again = pipeline(out)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "sft: resuming" in again.stderr, (kill_at, again.stderr[-2000:])
+    after = [r["train/loss"] for r in _rows(out, "sft")]
+    np.testing.assert_allclose(after, before, rtol=1e-6, err_msg=f"killed at step {kill_at}")
+
+
+def _rows(out, run_name):
+    path = os.path.join(out, "runs", run_name, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    rows = []
+    for line in open(path):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if "train/loss" in row:
+            rows.append(row)
+    return rows

@@ -216,8 +216,10 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
         state, meta, _ = ckpt.restore_intact(state)
         it.set_state(meta["data_state"])
         start = int(meta["step"])
-        _truncate_metrics(writer.path, start)
         log.info("resumed from step %d", start)
+    # rows logged after the step we start from (a killed run's, even one killed before its first checkpoint) go:
+    # they are logged again
+    _truncate_metrics(writer.path, start)
 
     summary = {"method": cfg.method, "steps": total, "per_epoch": per_epoch, "dataset": dataclasses.asdict(train_src.stats),
                "kto_class_weights": [w_d, w_u], "weight_scale": train_src.weight_scale}
