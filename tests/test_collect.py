@@ -257,8 +257,9 @@ def test_model_policy_records_behaviour_logprobs(shop, tmp_path, spm_tokenizer):
     from tgpo_jax.models.sampler import Sampler, SamplingParams
     from tgpo_jax.models.transformer import init_model
 
+    # the full system text and the task are never cut; with this tiny vocabulary a prompt runs past 1,024 tokens
     cfg = tiny_config("llama", vocab_size=len(spm_tokenizer), eos_token_id=spm_tokenizer.eos_token_id,
-                      max_position_embeddings=1024)
+                      max_position_embeddings=2048)
     policy = ModelPolicy(Sampler(init_model(cfg, seed=0), spm_tokenizer, bucket=512), spm_tokenizer,
                          params=SamplingParams(temperature=1.0, max_tokens=8, seed=0), budget_tokens=400)
     tasks = sample(shop, "train", 1, SHORT)
