@@ -180,8 +180,17 @@ def test_non_finite_step_stops_with_last_checkpoint_intact(work, tmp_path, monke
         loss, m = real(*args, **kw)
         return loss * np.nan, m
 
-    c = tiny_config(work, "dpo", tmp_path / "nan", **{"train.max_steps": 6, "train.save_every": 1})
-    loop.train(tiny_config(work, "dpo", tmp_path / "nan", **{"train.max_steps": 2, "train.save_every": 1}))
+    class Stop(Exception):
+        pass
+
+    def stop_after_2(step):
+        if step == 2:
+            raise Stop
+
+    c = tiny_config(work, "dpo", tmp_path / "nan", **{"train.max_steps": 6, "train.save_every": 1,
+                                                     "train.async_checkpoint": False})
+    with pytest.raises(Stop):  # two good steps, saved; then the same run goes on with a poisoned loss
+        loop.train(c, on_step=stop_after_2)
     monkeypatch.setattr(step_lib, "objective", poisoned)
     with pytest.raises(loop.TrainingDiverged, match=r"step 3: non-finite loss.*Last good checkpoint: step 2"):
         loop.train(c)
