@@ -11,17 +11,32 @@ import time
 import psutil
 
 
-def request(host: str, port: int, data: bytes, timeout: float = 30.0) -> int:
-    """Send one request on its own connection; -> the answer's status code (0: closed without an answer)."""
+def exchange(host: str, port: int, data: bytes, timeout: float = 30.0) -> tuple[int, bytes]:
+    """Send one request on its own connection; -> (status, body) of the answer (0: closed without an answer)."""
     with socket.create_connection((host, port), timeout=timeout) as c:
         c.sendall(data)
         buf = b""
-        while b"\r\n" not in buf:
-            chunk = c.recv(4096)
+        while b"\r\n\r\n" not in buf:
+            chunk = c.recv(65536)
             if not chunk:
-                return 0
+                break
             buf += chunk
-        return int(buf.split(b" ")[1])
+        head, _, body = buf.partition(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/"):
+            return 0, buf
+        n = int(next((ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")),
+                     b"0"))
+        while len(body) < n:
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+    return int(head.split(b" ")[1]), body
+
+
+def request(host: str, port: int, data: bytes, timeout: float = 30.0) -> int:
+    """``exchange``'s status only."""
+    return exchange(host, port, data, timeout)[0]
 
 
 def hammer(host: str, port: int, requests: list[bytes], connections: int = 50) -> collections.Counter:

@@ -8,6 +8,7 @@ import threading
 import time
 import urllib.request
 
+import load_helpers as lh
 import pytest
 
 from rollout.core import ErrorInfo, HistoryItem, Observation, PolicyRequest, Task
@@ -359,31 +360,8 @@ def test_server_rejects_n2_with_a_clear_error(server):
 
 
 def _raw(base_url: str, data: bytes, timeout: float = 10.0) -> tuple[int, bytes]:
-    """Send raw bytes to the server, -> (status, body) of its answer."""
     host, port = base_url.split("//")[1].split(":")
-    with socket.create_connection((host, int(port)), timeout=timeout) as c:
-        c.sendall(data)
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            chunk = c.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-        head, _, body = buf.partition(b"\r\n\r\n")
-        n = int(next((ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")),
-                     b"0"))
-        while len(body) < n:
-            chunk = c.recv(65536)
-            if not chunk:
-                break
-            body += chunk
-    return int(head.split(b" ")[1]), body
-
-
-def _post(path: str, body: bytes, length: str | None = None) -> bytes:
-    n = str(len(body)) if length is None else length
-    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {n}\r\n"
-            "Connection: close\r\n\r\n").encode() + body
+    return lh.exchange(host, int(port), data, timeout)
 
 
 @pytest.mark.parametrize("body,status,message", [
@@ -397,14 +375,14 @@ def _post(path: str, body: bytes, length: str | None = None) -> bytes:
     (b"[" * 100000 + b"]" * 100000, 400, b"nested too deeply"),
 ])
 def test_server_answers_hostile_fields_with_a_4xx(server, body, status, message):
-    code, answer = _raw(server.base_url, _post("/v1/completions", body))
+    code, answer = _raw(server.base_url, lh.post("/v1/completions", body))
     assert code == status and message in answer, answer[:300]
 
 
 @pytest.mark.parametrize("length,status", [("1000000000000", 413), ("-1", 400), ("1e12", 400)])
 def test_server_refuses_bodies_it_should_not_read(server, length, status):
     t0 = time.perf_counter()
-    code, answer = _raw(server.base_url, _post("/v1/completions", b"{}", length))
+    code, answer = _raw(server.base_url, lh.post("/v1/completions", b"{}", length))
     assert code == status and time.perf_counter() - t0 < 5, answer  # at once: nothing read, no thread held
 
 
@@ -420,11 +398,11 @@ def test_server_bounds_connections_drops_idle_ones_and_checks_the_key(sampler, s
         health = b"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sesame\r\nConnection: close\r\n\r\n"
         assert _raw(base, health)[0] == 200
         assert _raw(base, health.replace(b"sesame", b"wrong"))[0] == 401
-        assert _raw(base, _post("/v1/completions", b'{"prompt": "a"}'))[0] == 401  # no key
+        assert _raw(base, lh.post("/v1/completions", b'{"prompt": "a"}'))[0] == 401  # no key
         idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(3)]  # hold every slot
         time.sleep(0.3)
         assert _raw(base, health)[0] == 503  # a fourth is turned away, not given a thread
-        short = _post("/v1/completions", b'{"prompt": "a"}', "100")  # promises 100 bytes, sends 15
+        short = lh.post("/v1/completions", b'{"prompt": "a"}', "100")  # promises 100 bytes, sends 15
         time.sleep(1.5)  # the idle sockets time out and free their threads
         code, answer = _raw(base, short.replace(b"Connection: close", b"Authorization: Bearer sesame"), timeout=5)
         assert code == 408 and b"not sent within" in answer
@@ -439,8 +417,6 @@ def test_server_bounds_connections_drops_idle_ones_and_checks_the_key(sampler, s
 
 @pytest.mark.slow  # a load test: the slow tier
 def test_server_under_load_answers_every_request_and_returns_to_baseline(server):
-    import load_helpers as lh
-
     valid = lh.post("/v1/completions", b'{"prompt": "CLICK", "max_tokens": 1, "temperature": 0}')
     mix = [valid, lh.get("/health"), lh.get("/nope"), lh.post("/v1/completions", b"{not json"),
            lh.post("/v1/completions", b'{"prompt": "a", "temperature": NaN}'),

@@ -269,8 +269,8 @@ def test_config_changes_names_nested_keys_and_ignores_resume_free_ones():
              "mesh": {"shape": [1, -1, 1]}}
     now = {"method": "sft", "optim": {"learning_rate": 2.0}, "train": {"progress": False, "seed": 0, "new": 1},
            "mesh": {"shape": [8, 1, 1]}}
-    assert loop.config_changes(saved, now) == ["optim.learning_rate", "train.new"]
-    assert loop.config_changes(saved, saved) == []
+    assert loop.config_changes(saved, now) == {"optim.learning_rate": (1.0, 2.0), "train.new": ("<absent>", 1)}
+    assert loop.config_changes(saved, saved) == {}
 
 
 @pytest.mark.parametrize("key,value", [("train.batch_size", 0), ("optim.grad_accum", 0), ("train.batch_size", -8)])

@@ -53,10 +53,10 @@ class Checkpointer:
                                                                    meta=ocp.args.JsonRestore()))
         return out["state"], out["meta"]
 
-    def restore_intact(self, state_like: dict[str, Any]) -> tuple[dict[str, Any], dict, list[int]]:
+    def restore_intact(self, state_like: dict[str, Any]) -> tuple[dict[str, Any], dict]:
         """The newest step that reads back whole, newest first; a damaged step (a deleted or truncated file) is
         moved to ``<directory>-damaged/`` (kept for inspection, out of the manager's way: the run saves that step
-        again) and the next older one is tried. -> (state, meta, damaged steps)."""
+        again) and the next older one is tried. -> (state, meta)."""
         damaged: list[int] = []
         errors: list[str] = []
         for step in sorted(self.manager.all_steps(), reverse=True):
@@ -65,7 +65,7 @@ class Checkpointer:
                 if damaged:
                     log.warning("checkpoint step(s) %s in %s were damaged (moved to %s-damaged); resumed from step %d",
                                 damaged, self.directory, self.directory, step)
-                return state, meta, damaged
+                return state, meta
             except Exception as e:  # noqa: BLE001 - Orbax raises many kinds (structure, zstd, missing file)
                 damaged.append(step)
                 errors.append(f"step {step}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")

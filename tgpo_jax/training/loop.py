@@ -213,7 +213,7 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
     it = iter(ds)
     start = 0
     if ckpt.latest_step() is not None:
-        state, meta, _ = ckpt.restore_intact(state)
+        state, meta = ckpt.restore_intact(state)
         it.set_state(meta["data_state"])
         start = int(meta["step"])
         log.info("resumed from step %d", start)
@@ -283,11 +283,11 @@ def _flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def config_changes(saved: dict, now: dict) -> list[str]:
-    """Dotted keys whose values differ between two configs (as JSON), less those in ``RESUME_FREE``."""
+def config_changes(saved: dict, now: dict) -> dict[str, tuple]:
+    """{dotted key: (saved value, value now)} where two configs (as JSON) differ, less the ``RESUME_FREE`` keys."""
     a, b = _flat(saved), _flat(now)
-    return sorted(k for k in set(a) | set(b)
-                  if a.get(k, "<absent>") != b.get(k, "<absent>") and not k.startswith(RESUME_FREE))
+    return {k: (a.get(k, "<absent>"), b.get(k, "<absent>")) for k in sorted(set(a) | set(b))
+            if a.get(k, "<absent>") != b.get(k, "<absent>") and not k.startswith(RESUME_FREE)}
 
 
 def check_resume(out_dir: str, cfg) -> None:
@@ -316,15 +316,14 @@ def check_resume(out_dir: str, cfg) -> None:
                             "that run aside and start over") from None
     changed = config_changes(saved, json.loads(cfg.to_json_best_effort()))
     if changed:
-        a, b = _flat(saved), _flat(json.loads(cfg.to_json_best_effort()))
-        diff = "; ".join(f"{k}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}" for k in changed[:8])
+        diff = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in list(changed.items())[:8])
         raise ConfigChanged(f"{out_dir} holds checkpoints of another configuration ({len(changed)} key(s) changed: "
                             f"{diff}{' ...' if len(changed) > 8 else ''}). Resuming would mix two runs: use another "
                             "train.output_dir, or --config.train.restart=True to move that run aside and start over")
 
 
 def _truncate_metrics(path: str, step: int) -> None:
-    """Drop metric rows logged after the checkpoint we resume from (they will be logged again)."""
+    """Drop metric rows logged after the step the run starts from (they will be logged again)."""
     if not os.path.exists(path) or jax.process_index() != 0:
         return
     rows = []
