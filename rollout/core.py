@@ -114,6 +114,15 @@ class Observation:
     phash: str | None = None  # imagehash pHash, hex
     error: ErrorInfo | None = None  # the last action's error
     truncated: bool = False  # text was cut to the budget
+    # the site's own origin (http://127.0.0.1:PORT): its URLs are shown and recorded site-relative, so the page
+    # text, the trees' node keys and the training prompts do not depend on the port a run happened to get
+    origin: str = ""
+
+    @property
+    def shown_url(self) -> str:
+        from rollout.urls import site_relative
+
+        return site_relative(self.url, self.origin)
 
     def by_id(self, element_id: str) -> Element | None:
         for e in self.elements:

@@ -18,6 +18,17 @@ DROPPED_PREFIXES = ("utm_",)
 _PATH_SESSION = re.compile(r";(jsessionid|phpsessid|sid|sessionid)=[^/;]*", re.I)
 
 
+def site_relative(url: str, origin: str) -> str:
+    """``url`` without ``origin`` when it is on that origin ("/search?q=x"), else unchanged."""
+    origin = (origin or "").rstrip("/")
+    if not origin or not url.startswith(origin):
+        return url
+    rest = url[len(origin):]
+    if rest and rest[0] not in "/?#":  # another port or host that merely starts alike (…:8080 vs …:80)
+        return url
+    return rest if rest.startswith("/") else "/" + rest
+
+
 def normalize_url(url: str, essential: Mapping[str, Sequence[str]] | None = None) -> str:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()

@@ -8,7 +8,7 @@ from rollout.commands import format_output, parse_command, parse_output
 from rollout.core import (Command, MalformedCommand, MissingId, Task, UnknownCommand)
 from rollout.recording import (EpisodeWriter, RecordingError, check_collection, episode_dir, episode_status,
                                iter_episodes, read_tasks, write_tasks)
-from rollout.urls import normalize_url
+from rollout.urls import normalize_url, site_relative
 
 ALL = [Command("CLICK", "12"), Command("TYPE", "3", "red shoes [size 9]"), Command("SELECT", "f1.4", "Large"),
        Command("CLEAR", "7"), Command("SCROLL", arg="UP"), Command("SCROLL", arg="DOWN"),
@@ -97,3 +97,14 @@ def test_recording_seal_resume_and_errors(tmp_path):
         check_collection(out, {"runs": 3})
     with open(os.path.join(out, "collection.json")) as f:
         assert json.load(f) == {"runs": 2}
+
+
+def test_site_relative_urls():
+    """The site's own URLs lose their origin (so the run's port never reaches a prompt); others stay whole."""
+    o = "http://127.0.0.1:4040"
+    assert site_relative(o + "/search?q=a b", o) == "/search?q=a b"
+    assert site_relative(o, o) == "/" and site_relative(o + "?x=1", o + "/") == "/?x=1"
+    assert site_relative("http://127.0.0.1:40401/", o) == "http://127.0.0.1:40401/"  # another port, same prefix
+    assert site_relative("https://example.com/a", o) == "https://example.com/a"
+    assert site_relative(o + "/a", "") == o + "/a"
+    assert normalize_url(site_relative(o + "/search?utm_source=x&q=b", o)) == "/search?q=b"

@@ -359,6 +359,11 @@ async def test_effects(h):
     assert eff.expected_change and page.url == h.origin + "/page2"
     eff = await execute(page, Command("GOTO", arg=h.origin + "/page2"), allowed_origins=h.allowed)
     assert eff.navigated and eff.expected_change and not eff.url_changed  # a reload
+    # the page's URL is shown site-relative, so a site-relative GOTO opens it on the current origin
+    obs = await observe(page, with_screenshot=False, origin=h.origin)
+    assert obs.shown_url == "/page2" and render_observation(obs).startswith("URL: /page2\n")
+    eff = await execute(page, Command("GOTO", arg="/page2?x=1"), allowed_origins=h.allowed)
+    assert eff.url_changed and page.url == h.origin + "/page2?x=1"
     await page.context.close()
 
 

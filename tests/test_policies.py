@@ -254,9 +254,9 @@ class CountingSampler:
     def __init__(self, inner):
         self.inner, self.calls, self.cfg = inner, [], inner.cfg
 
-    def generate(self, prompts, params):
+    def generate(self, prompts, params, row_seeds=None):
         self.calls.append(len(prompts))
-        return self.inner.generate(prompts, params)
+        return self.inner.generate(prompts, params, row_seeds=row_seeds)
 
 
 def test_model_policy_batches_concurrent_requests(sampler, spm_tokenizer):
@@ -287,7 +287,7 @@ def test_model_policy_batches_concurrent_requests(sampler, spm_tokenizer):
 
 def test_model_policy_errors_reach_every_caller(spm_tokenizer):
     class Broken:
-        def generate(self, prompts, params):
+        def generate(self, prompts, params, row_seeds=None):
             raise RuntimeError("device on fire")
 
     policy = ModelPolicy(Broken(), spm_tokenizer, params=GREEDY, budget_tokens=BUDGET)
@@ -499,9 +499,9 @@ def test_constrained_model_policy_writes_only_what_the_step_offers(sampler, spm_
         def __init__(self, inner):
             self.inner, self.cfg, self.got = inner, inner.cfg, []
 
-        def generate(self, prompts, params, constraints=None):
+        def generate(self, prompts, params, constraints=None, row_seeds=None):
             self.got.append(constraints)
-            return self.inner.generate(prompts, params, constraints)
+            return self.inner.generate(prompts, params, constraints, row_seeds)
 
     base = make_request(instruction="search for [red running shoes]")
     els = (Element(id="1", role="textbox", name="Search"), Element(id="2", role="combobox", name="size",

@@ -207,3 +207,20 @@ def test_constraint_decides_eos_and_a_dead_end_ends_the_row(model):
     assert toks == [] and lps == [] and reason == "length"
     with pytest.raises(ValueError, match="one per prompt"):
         Sampler(model).generate_ids(PROMPTS, SamplingParams(max_tokens=2), [dead])
+
+
+@pytest.mark.parametrize("constrained", [False, True])
+def test_a_rows_sample_is_the_same_in_any_batch(model, constrained):
+    """Each row samples from its own seed: alone, beside another row, or in another position, a row draws the same
+    tokens (a resumed collection batches its episodes differently); another seed draws others."""
+    params = SamplingParams(temperature=1.0, max_tokens=8, seed=0)
+    s = Sampler(model)
+
+    def gen(prompts, seeds):
+        allow = [_Allow(range(0, 256, 3)) for _ in prompts] if constrained else None
+        return [x[0] for x in s.generate_ids(prompts, params, allow, row_seeds=seeds)]
+
+    both = gen(PROMPTS[:2], [11, 22])
+    assert gen(PROMPTS[1:2], [22]) == [both[1]]
+    assert gen([PROMPTS[1], PROMPTS[0]], [22, 11]) == [both[1], both[0]]
+    assert gen(PROMPTS[1:2], [23]) != [both[1]]

@@ -264,6 +264,8 @@ async def _execute(page, command: Command, allowed_origins, timeouts: Timeouts) 
 
     if name == "GOTO":
         url = (command.arg or "").strip()
+        if url.startswith("/") and not url.startswith("//"):  # a site-relative URL, as the page's URL is shown
+            url = urllib.parse.urljoin(page.url, url)
         scheme = urllib.parse.urlsplit(url).scheme.lower()
         if scheme not in ("http", "https"):
             raise NavigationBlocked(f"GOTO only opens http(s) URLs, not {scheme or 'relative'!r} ones: {url}")

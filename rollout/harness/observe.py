@@ -170,7 +170,7 @@ async def _frame_owner_id(frame) -> str | None:
 
 
 async def observe(page, *, budget_tokens: int = 1024, chars_per_token: int = 4, screenshot_path: str | None = None,
-                  error: ErrorInfo | None = None, with_screenshot: bool = True) -> Observation:
+                  error: ErrorInfo | None = None, with_screenshot: bool = True, origin: str = "") -> Observation:
     """Inject ids in every frame and read the page as an Observation (see the module docstring)."""
     snaps = await _snapshot_all(page)
     # Per-frame node lists; child frames are spliced after their iframe node (indented under it).
@@ -232,12 +232,12 @@ async def observe(page, *, budget_tokens: int = 1024, chars_per_token: int = 4, 
                     f.write(png)
                 shot_path = str(screenshot_path)
     return Observation(url=page.url, title=title or "", text=text, elements=tuple(elements), screenshot=shot_path,
-                       phash=phash, error=error, truncated=truncated)
+                       phash=phash, error=error, truncated=truncated, origin=origin)
 
 
 def render_observation(obs: Observation) -> str:
     """The observation as the policy reads it."""
-    head = f"URL: {obs.url}\nTitle: {obs.title}\n"
+    head = f"URL: {obs.shown_url}\nTitle: {obs.title}\n"
     if obs.error is not None:
         head += f"Last action error ({obs.error.kind}): {obs.error.message}\n"
     return head + obs.text

@@ -61,7 +61,7 @@ def _check_json(c: CheckResult) -> dict:
 
 
 def _state_json(obs: Observation, check: CheckResult, essential) -> dict:
-    return {"url": obs.url, "norm_url": normalize_url(obs.url, essential), "title": obs.title,
+    return {"url": obs.shown_url, "norm_url": normalize_url(obs.shown_url, essential), "title": obs.title,
             "observation": render_observation(obs), "truncated": obs.truncated, "screenshot": obs.screenshot,
             "phash": obs.phash, "obs_error": None if obs.error is None else dataclasses.asdict(obs.error),
             "check": _check_json(check)}
@@ -73,6 +73,7 @@ async def run_episode(pool: BrowserPool, env: Environment, task: Task, run: int,
     key = f"{task.task_id}/{run}"
     writer = EpisodeWriter(out_dir, task.task_id, run, screenshots=cfg.screenshots)
     allowed = tuple(env.allowed_origins()) + tuple(cfg.extra_origins)
+    site = env.origin  # shown and recorded site-relative (Observation.origin)
     essential = env.essential_query_params()
     timeouts = cfg.timeouts()
     summary = {"task_id": task.task_id, "run": run, "episode_key": key, "env": task.env, "family": task.family,
@@ -97,7 +98,7 @@ async def run_episode(pool: BrowserPool, env: Environment, task: Task, run: int,
     async def look(name: str, error) -> tuple[Observation, CheckResult, float, float]:
         path, rel = shot(name)
         t0 = time.perf_counter()
-        obs = await observe(page, budget_tokens=cfg.budget_tokens, screenshot_path=path, error=error)
+        obs = await observe(page, budget_tokens=cfg.budget_tokens, screenshot_path=path, error=error, origin=site)
         alive()
         if rel is not None:
             obs = dataclasses.replace(obs, screenshot=rel)

@@ -44,12 +44,11 @@ def cut_after_command(completion, tokenizer):
     return Completion(completion.tokens[:n], completion.logprobs[:n], completion.text[:cut], "stop")
 
 
-def batch_seed(base: int, requests) -> int:
-    """A sampling seed from the batch's requests (episode keys, steps, collection seeds): batches that repeat
-    sample the same; different batches never share a seed by accident."""
-    h = hashlib.sha256(str(base).encode())
-    for r in requests:
-        h.update(f"|{r.episode_key}:{r.step}:{r.seed}".encode())
+def request_seed(base: int, request) -> int:
+    """A sampling seed from one request (episode key, step, collection seed): the same step of the same episode
+    samples the same whatever else is in its batch (a resumed collection batches differently), and different
+    steps never share a seed by accident."""
+    h = hashlib.sha256(f"{base}|{request.episode_key}:{request.step}:{request.seed}".encode())
     return int.from_bytes(h.digest()[:4], "little") & 0x7FFFFFFF
 
 
@@ -159,20 +158,19 @@ class ModelPolicy:
                     for r in requests]
         prompts = [chat_ids(self.tokenizer, m) for m in messages]
         params = self.params
-        if params.temperature > 0:
-            params = dataclasses.replace(params, seed=batch_seed(params.seed, requests))
+        seeds = [request_seed(params.seed, r) for r in requests]
         self.generate_calls += 1
         if self.constrain:
             from rollout.policies.constrain import constraints_for
 
             eos = self.sampler.cfg.eos_token_ids or ()
-            completions = self.sampler.generate(prompts, params,
+            completions = self.sampler.generate(prompts, params, row_seeds=seeds,
                                                 constraints=constraints_for(requests, self.tokenizer, eos))
         else:
-            completions = self.sampler.generate(prompts, params)
+            completions = self.sampler.generate(prompts, params, row_seeds=seeds)
         dt = time.perf_counter() - t0
         outs = []
-        for m, prompt, c in zip(messages, prompts, completions):
+        for m, prompt, c, seed in zip(messages, prompts, completions, seeds):
             raw_reason = c.finish_reason
             if self.stop_after_command:
                 c = cut_after_command(c, self.tokenizer)
@@ -180,6 +178,6 @@ class ModelPolicy:
                 text=c.text, logprob=float(sum(c.logprobs)), num_tokens=len(c.tokens),
                 info={"finish_reason": c.finish_reason, "prompt_tokens": len(prompt),
                       "cut_after_command": c.finish_reason == "stop" and raw_reason != "stop",
-                      "batch_size": len(requests), "seed": params.seed, "latency_s": dt,
+                      "batch_size": len(requests), "seed": seed, "latency_s": dt,
                       "messages": m}))
         return outs

@@ -146,9 +146,11 @@ class Sampler:
         model = nnx.merge(self.graphdef, state)
 
         def step(carry, _):
-            cache, logits, key_valid, pos, index, done, rng = carry
-            rng, sub = jax.random.split(rng)
-            tok = sample_logits(logits, sub, *filters)  # [B]
+            cache, logits, key_valid, pos, index, done, rng = carry  # rng: one key per row [B]
+            pairs = jax.vmap(jax.random.split)(rng)  # [B, 2]
+            rng, sub = pairs[:, 0], pairs[:, 1]
+            # each row draws from its own key: what a row samples does not depend on the rows beside it
+            tok = jax.vmap(lambda lg, k: sample_logits(lg[None], k, *filters)[0])(logits, sub)  # [B]
             logp = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), tok[:, None], -1)[:, 0]
             tok = jnp.where(done, self.pad_id, tok)
             logp = jnp.where(done, 0.0, logp)
@@ -173,9 +175,11 @@ class Sampler:
 
     # ------------------------------------------------------------------ public API
     def generate_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams = SamplingParams(),
-                     constraints: Sequence[TokenConstraint] | None = None):
+                     constraints: Sequence[TokenConstraint] | None = None, row_seeds: Sequence[int] | None = None):
         """-> list of (tokens, logprobs, finish_reason) per prompt; EOS/stop handling included. With
-        ``constraints`` (one per prompt) every token is one its row's constraint allows."""
+        ``constraints`` (one per prompt) every token is one its row's constraint allows. Each row samples from its
+        own seed, ``row_seeds[i]`` (default: ``params.seed`` and the row's index), so a row's sample is the same in
+        any batch (a resumed collection batches its episodes differently)."""
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("generate needs at least one non-empty prompt")
         if constraints is not None and len(constraints) != len(prompts):
@@ -183,6 +187,9 @@ class Sampler:
         if params.stop and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer to decode with")
         b = len(prompts)
+        if row_seeds is not None and len(row_seeds) != b:
+            raise ValueError(f"{len(row_seeds)} row seeds for {len(prompts)} prompts: one per prompt")
+        seeds = [int(x) for x in row_seeds] if row_seeds is not None else None
         p = _bucket(max(len(x) for x in prompts), self.bucket)
         steps = _bucket(params.max_tokens, self.chunk)
         cache_len = p + steps
@@ -197,9 +204,15 @@ class Sampler:
             valid[i, p - len(x):] = True
         cache, logits, key_valid, pos = self._prefill(self.state, jnp.asarray(tokens), jnp.asarray(valid), cache_len)
         if constraints is not None:
-            return self._generate_constrained(params, constraints, (cache, logits, key_valid, pos, jnp.int32(p)))
+            return self._generate_constrained(params, constraints, (cache, logits, key_valid, pos, jnp.int32(p)),
+                                              seeds)
         done = jnp.zeros((b,), bool)
-        carry = (cache, logits, key_valid, pos, jnp.int32(p), done, jax.random.key(params.seed))
+        if seeds is None:
+            base = jax.random.key(params.seed)
+            keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(b))
+        else:
+            keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
+        carry = (cache, logits, key_valid, pos, jnp.int32(p), done, keys)
         eos = jnp.asarray(self.cfg.eos_token_ids or (-1,), jnp.int32)
         out_tok = [[] for _ in range(b)]
         out_lp = [[] for _ in range(b)]
@@ -231,11 +244,11 @@ class Sampler:
             carry = carry[:5] + (jnp.asarray(host_done),) + carry[6:]
         return [(t, lp, r or "length") for t, lp, r in zip(out_tok, out_lp, reason)]
 
-    def _generate_constrained(self, params: SamplingParams, constraints, state):
+    def _generate_constrained(self, params: SamplingParams, constraints, state, seeds=None):
         """Host-driven decoding, one token per row per step, each allowed by its row's constraint."""
         cache, logits, key_valid, pos, index = state
         b = len(constraints)
-        rng = np.random.default_rng(params.seed)
+        rngs = [np.random.default_rng(seeds[i] if seeds is not None else (params.seed, i)) for i in range(b)]
         eos = set(self.cfg.eos_token_ids or ())
         out_tok, out_lp, reason = [[] for _ in range(b)], [[] for _ in range(b)], [None] * b
         for _ in range(params.max_tokens):
@@ -244,7 +257,7 @@ class Sampler:
             for i in range(b):
                 if reason[i] is not None:
                     continue
-                tok = choose_allowed(host[i], constraints[i], params.temperature, params.top_k, params.top_p, rng)
+                tok = choose_allowed(host[i], constraints[i], params.temperature, params.top_k, params.top_p, rngs[i])
                 if tok is None:  # the grammar has no way on: end the row as it stands
                     reason[i] = "constraint"
                     continue
@@ -275,11 +288,12 @@ class Sampler:
         return len(toks)  # pragma: no cover - the full text contains it
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams = SamplingParams(),
-                 constraints: Sequence[TokenConstraint] | None = None) -> list[Completion]:
+                 constraints: Sequence[TokenConstraint] | None = None,
+                 row_seeds: Sequence[int] | None = None) -> list[Completion]:
         if self.tokenizer is None:
             raise ValueError("generate() decodes text and needs a tokenizer; use generate_ids() without one")
         out = []
-        for toks, lps, reason in self.generate_ids(prompts, params, constraints):
+        for toks, lps, reason in self.generate_ids(prompts, params, constraints, row_seeds):
             body = toks[:-1] if reason == "eos" else toks
             text = self.tokenizer.decode(body, skip_special_tokens=False)
             if reason == "stop":
