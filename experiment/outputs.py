@@ -13,8 +13,12 @@ from tgpo_jax.files import write_text_atomic
 def eval_results(p) -> dict[str, dict]:
     out = {}
     for name in p.evaluated():
-        with open(p.path("eval", name, "eval.json")) as f:
-            out[name] = json.load(f)
+        path = p.path("eval", name, "eval.json")
+        try:
+            with open(path) as f:
+                out[name] = json.load(f)
+        except ValueError as e:  # the message names the file: the stage runner adds which stage rewrites it
+            raise ValueError(f"{path} is not JSON ({e})") from None
     return out
 
 

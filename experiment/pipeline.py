@@ -417,6 +417,7 @@ class Pipeline:
                            thought_chars=self.cfg.history_thoughts, page_ids=self.cfg.page_ids,
                            include_invalid=d.include_invalid, overwrite=True)
         rounds = range(1, r + 1) if self.cfg.rounds.accumulate else (r,)
+        repaired = {k: n for k in rounds if (n := self.repair_episodes(k))}
         pools: dict[str, set] = {}  # every training task's typed strings: what copy-swap augmentation draws from
         for task in self.env.tasks("train"):
             for text, kind in self.env.typed_strings(task).items():
@@ -426,7 +427,24 @@ class Pipeline:
                                 copy_pools={k: sorted(v) for k, v in pools.items()})
         summary.pop("copy_pools", None)  # in the manifest; the stage marker keeps the counts only
         summary["broken_episodes"] = len(summary["broken_episodes"])
+        if repaired:
+            summary["recollected"] = repaired
         return summary
+
+    def repair_episodes(self, r: int) -> int:
+        """Round r's damaged episodes (a summary or steps file changed or cut after the episode was sealed) are
+        moved to ``episodes/round<r>/damaged/`` and collected again (the collection's resume runs exactly those,
+        with their own seeds), so the dataset never silently loses one. -> how many."""
+        from rollout.recording import set_aside
+        from trees.dataset import load_episodes
+
+        _, broken = load_episodes(self.episodes(r))
+        for b in broken:
+            set_aside(self.episodes(r), b["path"], b["error"])
+        if broken:
+            log.warning("round %d: %d damaged episode(s) set aside; collecting them again", r, len(broken))
+            self.collect(r)
+        return len(broken)
 
     def train_config(self, name: str, method: str, init: str, r: int, seed: int = 0):
         t = self.cfg[method].copy_and_resolve_references()

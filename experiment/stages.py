@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -27,6 +28,16 @@ from tgpo_jax.files import write_text_atomic
 
 class StaleStage(RuntimeError):
     """A finished (or started) stage was run with a different configuration than the current one."""
+
+
+class DamagedInput(RuntimeError):
+    """A stage failed reading a file another stage wrote: the message names the file and the ``--redo`` that
+    rewrites it."""
+
+
+# the errors a damaged or missing file gives (JSON, datasets, checkpoints, episodes, safetensors: ValueError or
+# OSError subclasses, or a library's own RuntimeError)
+READ_ERRORS = (ValueError, OSError, KeyError, RuntimeError)
 
 
 @dataclasses.dataclass
@@ -142,6 +153,19 @@ class StageRunner:
                          "describe": s.describe})
         return rows
 
+    def producer(self, message: str, reader: str) -> tuple[str, str] | None:
+        """(stage, output path) of the earlier stage whose output ``message`` names (the longest matching path),
+        None if it names none."""
+        best = None
+        for s in self.stages:
+            if s.name == reader:
+                break
+            for p in s.outputs:
+                named = p and re.search(re.escape(p) + r"(?![\w-]|\.\w)", message)  # not a longer name's prefix
+                if named and (best is None or len(p) > len(best[1])):
+                    best = (s.name, p)
+        return best
+
     def check(self) -> None:
         """Refuse before any work when a finished stage's configuration changed (nothing is run or deleted)."""
         problems = []
@@ -189,7 +213,15 @@ class StageRunner:
                       "status": "running", "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
             self._write(s.name, record)
             t0 = time.perf_counter()
-            result = s.run() or {}
+            try:
+                result = s.run() or {}
+            except READ_ERRORS as e:
+                source = self.producer(str(e), s.name)
+                if source is None:
+                    raise
+                raise DamagedInput(f"{s.name}: {e}\n{source[1]} was written by stage {source[0]}, and reading it "
+                                   f"failed: re-run that stage with --redo={source[0]} (and what follows it), "
+                                   "or restore the file") from e
             record.update(status="done", result=result, seconds=time.perf_counter() - t0,
                           finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
             self._write(s.name, record)

@@ -40,7 +40,7 @@ def main(argv):
         absl_logging.set_verbosity(absl_logging.WARNING)
         logging.getLogger().setLevel(logging.WARNING)
     from experiment.pipeline import Pipeline
-    from experiment.stages import StaleStage
+    from experiment.stages import DamagedInput, StaleStage
 
     try:
         pipe = Pipeline(_CONFIG.value, progress=F.progress)
@@ -53,7 +53,7 @@ def main(argv):
         if F.until:
             print(json.dumps({"out": pipe.out, "stopped_after": F.until, "stages": len(results)}))
             return
-    except (StaleStage, ValueError) as e:
+    except (StaleStage, DamagedInput, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     print(json.dumps({"out": pipe.out, "report": results["report"].get("markdown"),

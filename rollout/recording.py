@@ -15,6 +15,7 @@ Errored episodes (browser crash, watchdog) have ``status == "errored"``; resume 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -52,6 +53,7 @@ class EpisodeWriter:
             shutil.rmtree(self.dir)  # an interrupted or errored earlier attempt
         os.makedirs(os.path.join(self.dir, "screens") if screenshots else self.dir, exist_ok=True)
         self._steps = open(os.path.join(self.dir, "steps.jsonl"), "w", encoding="utf-8")
+        self._digest = hashlib.sha256()  # sealed into the summary: a reader detects any later change of the steps
         self.num_steps = 0
 
     def screenshot_path(self, name: str) -> tuple[str, str]:
@@ -60,15 +62,17 @@ class EpisodeWriter:
         return os.path.join(self.dir, rel), rel
 
     def step(self, record: dict) -> None:
-        self._steps.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
+        line = json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n"
+        self._steps.write(line)
         self._steps.flush()
+        self._digest.update(line.encode("utf-8"))
         self.num_steps += 1
 
     def finish(self, summary: dict) -> None:
         if summary.get("status") not in STATUSES:
             raise ValueError(f"bad episode status {summary.get('status')!r}")
         self._steps.close()
-        write_json_atomic(os.path.join(self.dir, "summary.json"), summary)
+        write_json_atomic(os.path.join(self.dir, "summary.json"), {**summary, "steps_sha256": self._digest.hexdigest()})
 
     def close(self) -> None:
         if not self._steps.closed:
@@ -101,12 +105,20 @@ def episode_status(out_dir: str, task_id: str, run: int, repair: bool = False) -
     except (RecordingError, OSError, AttributeError) as e:
         problem = str(e)
     if repair:
-        dst = os.path.join(out_dir, "damaged", task_dir_name(task_id),
-                           f"{run:03d}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        os.rename(path, dst)
-        log.warning("damaged episode: %s; moved to %s, it runs again", problem, dst)
+        set_aside(out_dir, path, problem)
     return None
+
+
+def set_aside(out_dir: str, path: str, problem: str) -> str:
+    """Move the damaged episode ``path`` to ``<out_dir>/damaged/<task>/<run>-<time>`` (kept for inspection, out of
+    the way: a resumed collection runs that episode again). -> the new path."""
+    task, run = os.path.split(os.path.normpath(path))
+    dst = os.path.join(out_dir, "damaged", os.path.basename(task),
+                       f"{run}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    os.rename(path, dst)
+    log.warning("damaged episode: %s; moved to %s, it runs again", problem, dst)
+    return dst
 
 
 @dataclasses.dataclass
@@ -129,6 +141,19 @@ def read_steps(path: str) -> list[dict]:
             except json.JSONDecodeError as e:
                 raise RecordingError(f"corrupt step {i} in {path}/steps.jsonl: {e}") from e
     return steps
+
+
+def verify_steps(path: str, summary: dict) -> None:
+    """Raise RecordingError when ``steps.jsonl`` is not the file the episode sealed (``steps_sha256`` in the
+    summary; recordings made before it are not checked)."""
+    want = summary.get("steps_sha256")
+    if want is None:
+        return
+    with open(os.path.join(path, "steps.jsonl"), "rb") as f:
+        got = hashlib.sha256(f.read()).hexdigest()
+    if got != want:
+        raise RecordingError(f"{path}/steps.jsonl was changed after the episode was sealed (sha256 {got[:12]}…, "
+                             f"the summary says {want[:12]}…)")
 
 
 def iter_episodes(out_dir: str, include_errored: bool = False) -> Iterator[EpisodeRecord]:

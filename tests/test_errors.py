@@ -10,12 +10,16 @@ from tgpo_jax.models.config import ModelConfig, UnsupportedModelError, tiny_conf
 from tgpo_jax.models.hf_export import export_hf
 from tgpo_jax.models.loading import load_model
 from tgpo_jax.models.transformer import init_model
-from tgpo_jax.models.weights import CheckpointError
+from tgpo_jax.models.weights import CHECKSUMS, CheckpointError
 
 
 @pytest.fixture
 def exported(tmp_path):
-    return export_hf(init_model(tiny_config()), str(tmp_path / "ckpt"))
+    """An exported model as a user edits it by hand: without the export's checksums (which an edit would fail), so
+    the loader's own checks speak."""
+    out = export_hf(init_model(tiny_config()), str(tmp_path / "ckpt"))
+    os.remove(os.path.join(out, CHECKSUMS))
+    return out
 
 
 def _edit_config(path, **changes):

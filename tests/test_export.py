@@ -97,3 +97,25 @@ def test_interrupted_export_leaves_previous_directory(tmp_path, monkeypatch):
         export_hf(model, out)
     assert sorted(os.listdir(out)) == before
     assert [d for d in os.listdir(tmp_path) if d.startswith(".export-")] == []
+
+
+def test_a_damaged_export_is_refused_naming_the_file(tmp_path):
+    """The export records each safetensors file's sha256: a byte flipped inside a tensor (which safetensors itself
+    reads as a weight) and a cut file are refused naming the file."""
+    from tgpo_jax.models.weights import CHECKSUMS, CheckpointError
+
+    out = export_hf(init_model(tiny_config()), str(tmp_path / "m"))
+    st = os.path.join(out, "model.safetensors")
+    with open(os.path.join(out, CHECKSUMS)) as f:
+        assert set(json.load(f)["sha256"]) == {"model.safetensors"}
+    intact = open(st, "rb").read()
+    flipped = bytearray(intact)
+    flipped[-5] ^= 0x01  # inside the last tensor's data: the header still parses
+    open(st, "wb").write(bytes(flipped))
+    with pytest.raises(CheckpointError, match="model.safetensors: its sha256 does not match"):
+        load_model(out)
+    os.remove(os.path.join(out, CHECKSUMS))  # a directory we did not write: read without the check
+    load_model(out)
+    open(st, "wb").write(intact[:100])
+    with pytest.raises(CheckpointError, match="model.safetensors: not a readable safetensors file"):
+        load_model(out)

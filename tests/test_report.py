@@ -213,3 +213,15 @@ def test_caption_states_valid_argument_decoding(tmp_path):
     assert "Decoding: valid-argument (" in caption(models(True, True), "all")
     assert "valid-argument for some rows only" in caption(models(True, False), "mixed")
     assert "valid-argument" not in caption(models(False, False), "none")
+
+
+def test_a_cut_metrics_line_is_skipped_and_named(tmp_path, caplog):
+    """The report reads a run killed mid-write: the cut line is skipped with a warning naming file and line."""
+    from tgpo_jax.training.metrics import read_metrics
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "train/loss": 2.0}\n{"step": 2, "train/loss": 1.5}\n'
+                                            '{"step": 3, "train/lo')
+    with caplog.at_level("WARNING"):
+        rows = read_metrics(str(tmp_path))
+    assert [r["step"] for r in rows] == [1, 2]
+    assert f"{tmp_path / 'metrics.jsonl'} line 3 is not JSON" in caplog.text

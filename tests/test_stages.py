@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from experiment.stages import Stage, StageRunner, StaleStage, diff, downstream, fingerprints
+from experiment.stages import DamagedInput, Stage, StageRunner, StaleStage, diff, downstream, fingerprints
 
 
 def make(tmp_path, calls, spec_b=None, fail_c=False):
@@ -102,3 +102,39 @@ def test_fingerprints_follow_dependencies():
 def test_diff_names_nested_changes():
     assert diff({"a": {"b": 1, "c": 2}}, {"a": {"b": 1, "c": 3, "d": 4}}) == ["a.c: 2 -> 3", "a.d: (absent) -> 4"]
     assert diff([1, 2], [1, 2]) == []
+
+
+def test_a_damaged_input_names_the_stage_that_rewrites_it(tmp_path):
+    """A stage failing on a file an earlier stage wrote says which stage and which --redo rewrites it; an error
+    about no earlier output stays as it was."""
+    out = str(tmp_path)
+    shard = os.path.join(out, "data", "shard-0")
+
+    def write():
+        os.makedirs(os.path.dirname(shard), exist_ok=True)
+        with open(shard, "w") as f:
+            f.write('{"ok": 1}')
+        return {}
+
+    def read():
+        with open(shard) as f:
+            try:
+                json.load(f)
+            except ValueError as e:
+                raise ValueError(f"{shard} is not JSON ({e})") from None
+        return {}
+
+    def stages():
+        return [Stage("data", write, {}, (), (os.path.join(out, "data"),)),
+                Stage("dat", lambda: {}, {}, (), (os.path.join(out, "dat"),)),  # a prefix of 'data': not named
+                Stage("train", read, {}, ("data",), (os.path.join(out, "train"),))]
+
+    StageRunner(out, stages(), log=lambda m: None).run()
+    with open(shard, "w") as f:
+        f.write('{"ok": ')  # cut short
+    with pytest.raises(DamagedInput) as e:
+        StageRunner(out, stages(), redo=["train"], log=lambda m: None).run()
+    msg = str(e.value)
+    assert shard in msg and "written by stage data" in msg and "--redo=data" in msg
+    assert StageRunner(out, stages()).producer(f"{out}/dat/x missing", "train") == ("dat", os.path.join(out, "dat"))
+    assert StageRunner(out, stages()).producer("no path here", "train") is None

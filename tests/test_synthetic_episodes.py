@@ -6,7 +6,7 @@ import os
 import pytest
 
 from rollout.commands import parse_output
-from rollout.recording import iter_episodes, read_tasks
+from rollout.recording import iter_episodes, read_tasks, verify_steps
 from trees.synthetic import write_synthetic_collection
 from rollout.urls import normalize_url
 
@@ -15,7 +15,7 @@ STATE_KEYS = {"url", "norm_url", "title", "observation", "truncated", "screensho
 STEP_KEYS = STATE_KEYS | {"step", "output", "thought", "command", "command_name", "target", "format_ok", "error",
                           "effect", "logprob", "num_tokens", "policy_info", "timings"}
 SUMMARY_KEYS = {"task_id", "run", "episode_key", "env", "family", "split", "policy", "seed", "optimal_steps", "status",
-                "success", "score", "steps", "end_reason", "final", "error", "duration_s", "started_at"}
+                "success", "score", "steps", "end_reason", "final", "error", "duration_s", "started_at", "steps_sha256"}
 CHECK_KEYS = {"success", "score", "progress", "done"}
 EFFECT_KEYS = {"url_changed", "dom_changed", "navigated", "expected_change", "detail"}
 TIMING_KEYS = {"observe_s", "check_s", "policy_s", "execute_s"}
@@ -59,6 +59,7 @@ def test_record_fields_match_harness(collection):
         assert s["success"] == s["final"]["check"]["success"] == (s["status"] == "success")
         assert s["score"] == s["final"]["check"]["score"]
         assert s["optimal_steps"] == tasks_optimal(out)[e.task_id]
+        verify_steps(e.path, s)  # the seal matches the steps file's bytes
         for t, r in enumerate(e.steps):
             assert set(r) == STEP_KEYS, set(r) ^ STEP_KEYS
             assert r["step"] == t and r["screenshot"] is None and r["truncated"] is False
@@ -162,3 +163,20 @@ def test_rewrite_same_dir(tmp_path):
 def test_many_tasks(tmp_path):
     counts = write_synthetic_collection(str(tmp_path / "f"), num_tasks=25, runs=8)
     assert counts["episodes"] == 200
+
+
+def test_a_steps_file_changed_after_the_seal_is_reported_broken(tmp_path):
+    """A change that keeps every line valid JSON (a flipped letter in a page text) is caught by the summary's
+    ``steps_sha256``; the untouched episodes still load."""
+    from trees.dataset import load_episodes
+
+    out = str(tmp_path / "c")
+    write_synthetic_collection(out, num_tasks=2, runs=2, seed=1)
+    victim = sorted(e.path for e in iter_episodes(out))[1]
+    path = os.path.join(victim, "steps.jsonl")
+    text = open(path, encoding="utf-8").read()
+    i = text.index('"observation": "URL: ') + len('"observation": "URL: ')
+    open(path, "w", encoding="utf-8").write(text[:i] + ("X" if text[i] != "X" else "Y") + text[i + 1:])
+    by_task, broken = load_episodes(out)
+    assert [b["path"] for b in broken] == [victim] and "changed after the episode was sealed" in broken[0]["error"]
+    assert sum(len(v) for v in by_task.values()) == 3

@@ -3,6 +3,7 @@ half-written file behind (temporary file in the same directory, flushed to disk,
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -45,3 +46,12 @@ def write_text_atomic(path: str, text: str) -> None:
 def write_json_atomic(path: str, obj: Any) -> None:
     """``obj`` as indented, key-sorted UTF-8 JSON."""
     write_text_atomic(path, json.dumps(obj, ensure_ascii=False, indent=1, sort_keys=True))
+
+
+def sha256_file(path: str) -> str:
+    """The file's sha256 (hex), read in 8 MB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 23), b""):
+            h.update(block)
+    return h.hexdigest()

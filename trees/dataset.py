@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from rollout.core import HistoryItem, Task
 from rollout.policies.prompt import SYSTEM_PROMPT, messages_for
-from rollout.recording import EpisodeRecord, RecordingError, read_steps, read_summary, read_tasks
+from rollout.recording import EpisodeRecord, RecordingError, read_steps, read_summary, read_tasks, verify_steps
 from trees.build import (TreeConfig, build_task_graph, canonical, label_conflict_rate, redundant_steps)
 from trees.graph import StateRef, TaskGraph
 from tgpo_jax.data.schema import Branch, NodeRecord
@@ -95,6 +95,7 @@ def load_episodes(episodes_dir: str) -> tuple[dict[str, list[EpisodeRecord]], li
                 if summary is None or summary.get("status") == "errored":
                     continue  # interrupted or errored: not an episode to learn from
                 steps = read_steps(path)
+                verify_steps(path, summary)
                 _check_episode(path, summary, steps)
             except (RecordingError, OSError, KeyError, TypeError, ValueError) as e:
                 log.warning("skipping broken episode %s: %s", path, e)

@@ -334,8 +334,10 @@ def _write_fast(out_dir: str, task_id: str, run: int, steps: list[dict], summary
     if os.path.exists(d):
         shutil.rmtree(d)
     os.makedirs(d)
+    text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in steps)
     with open(os.path.join(d, "steps.jsonl"), "w", encoding="utf-8") as f:
-        f.write("".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in steps))
+        f.write(text)
+    summary = {**summary, "steps_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}  # as EpisodeWriter seals
     with open(os.path.join(d, "summary.json"), "w", encoding="utf-8") as f:
         f.write(json.dumps(summary, ensure_ascii=False, indent=1, sort_keys=True))
 

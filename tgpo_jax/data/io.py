@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import hashlib
 import json
 import os
 import uuid
@@ -28,6 +27,7 @@ from typing import Any, Iterable, Mapping
 from array_record.python.array_record_module import ArrayRecordReader, ArrayRecordWriter
 
 from tgpo_jax.data.schema import SCHEMA_VERSION, NodeRecord
+from tgpo_jax.files import sha256_file
 
 FORMAT = "tgpo-nodes"
 MANIFEST = "manifest.json"
@@ -135,7 +135,7 @@ def write_dataset(records: Iterable[NodeRecord], out_dir: str, *, num_shards: in
         shards = []
         for t, f, n in zip(tmps, finals, counts):
             _fsync_file(t)
-            shards.append(ShardInfo(file=f, num_records=n, sha256=_sha256(t)))
+            shards.append(ShardInfo(file=f, num_records=n, sha256=sha256_file(t)))
             os.replace(t, os.path.join(out_dir, f))
         _fsync_dir(out_dir)
     except BaseException:
@@ -180,7 +180,7 @@ def read_manifest(data_dir: str, *, check_files: bool = True) -> Manifest:
         with open(path, encoding="utf-8") as fh:
             d = json.load(fh)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DatasetError(f"{data_dir}: unreadable {MANIFEST}: {e}") from e
+        raise DatasetError(f"{os.path.join(data_dir, MANIFEST)} is unreadable: {e}") from e
     if not isinstance(d, dict):
         raise DatasetError(f"{data_dir}: {MANIFEST} is not a JSON object")
     if d.get("format") != FORMAT:
@@ -207,7 +207,7 @@ def verify_dataset(data_dir: str) -> Manifest:
     m = read_manifest(data_dir)
     for s in m.shards:
         path = os.path.join(data_dir, s.file)
-        digest = _sha256(path)
+        digest = sha256_file(path)
         if digest != s.sha256:
             raise DatasetError(f"{path}: sha256 {digest} does not match the manifest's {s.sha256} "
                                "(truncated or corrupted shard)")
@@ -301,14 +301,6 @@ def _open_reader(path: str) -> ArrayRecordReader:
         return ArrayRecordReader(path, READER_OPTIONS)
     except Exception as e:  # C++ status errors surface as RuntimeError/ValueError
         raise DatasetError(f"{path}: cannot open ArrayRecord shard: {e}") from e
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _fsync_file(path: str) -> None:

@@ -18,7 +18,8 @@ import numpy as np
 
 from tgpo_jax.models.loading import flat_params, merged_model
 from tgpo_jax.models.transformer import Transformer
-from tgpo_jax.models.weights import ours_to_hf
+from tgpo_jax.files import sha256_file
+from tgpo_jax.models.weights import CHECKSUMS, ours_to_hf
 
 log = logging.getLogger(__name__)
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
@@ -68,6 +69,10 @@ def export_hf(model: Transformer, out_dir: str, tokenizer=None, *, dtype: str | 
             index = {"metadata": {"total_size": int(sum(a.nbytes for a in tensors.values()))},
                      "weight_map": weight_map}
             _write_json(os.path.join(tmp, "model.safetensors.index.json"), index)
+        # what a reader verifies before trusting the tensors (weights.SafetensorsSource): a flipped byte inside a
+        # tensor is otherwise read as a weight
+        _write_json(os.path.join(tmp, CHECKSUMS), {"sha256": {
+            f: sha256_file(os.path.join(tmp, f)) for f in sorted(os.listdir(tmp)) if f.endswith(".safetensors")}})
         hf_cfg = cfg.to_hf_dict()
         hf_cfg["torch_dtype"] = hf_cfg["dtype"] = dtype
         _write_json(os.path.join(tmp, "config.json"), hf_cfg)

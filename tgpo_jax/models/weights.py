@@ -14,6 +14,7 @@ from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
+from tgpo_jax.files import sha256_file
 from tgpo_jax.models.config import ModelConfig
 from tgpo_jax.models.transformer import layer_param_names
 
@@ -79,6 +80,20 @@ def name_map(cfg: ModelConfig) -> list[Entry]:
 
 
 # --------------------------------------------------------------------------- tensor sources
+CHECKSUMS = "tgpo_checksums.json"  # {"sha256": {file: hex}}, written by hf_export next to the safetensors
+
+
+def _checksums(directory: str) -> dict[str, str]:
+    """The export's recorded sha256 per safetensors file ({} for a directory we did not write)."""
+    path = os.path.join(directory, CHECKSUMS)
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path) as f:
+            return dict(json.load(f)["sha256"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{path} is unreadable ({e}); without it the weights cannot be verified") from None
+
 class SafetensorsSource:
     """A HF directory with ``model.safetensors`` or a sharded ``model.safetensors.index.json``."""
 
@@ -96,11 +111,17 @@ class SafetensorsSource:
         else:
             raise CheckpointError(f"no model.safetensors or model.safetensors.index.json in {directory}")
         self._handles, self._where = {}, {}
+        sums = _checksums(directory)
         for fname in files:
             path = os.path.join(directory, fname)
             if not os.path.exists(path):
                 raise CheckpointError(f"shard {fname} listed in the index is missing from {directory}")
-            h = safe_open(path, framework="numpy")
+            if fname in sums and sha256_file(path) != sums[fname]:
+                raise CheckpointError(f"{path}: its sha256 does not match {CHECKSUMS} (the file is damaged)")
+            try:
+                h = safe_open(path, framework="numpy")
+            except Exception as e:  # noqa: BLE001 - safetensors raises its own SafetensorError (not exported)
+                raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
             self._handles[fname] = h
             for k in h.keys():
                 self._where[k] = fname

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
 
 import jax
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 
 class MetricsWriter:
@@ -45,8 +48,18 @@ def _scalar(v) -> float:
 
 
 def read_metrics(directory: str) -> list[dict]:
+    """The rows of ``directory/metrics.jsonl``; a line that is not JSON (a write cut short by a kill) is skipped
+    with a warning naming file and line, as the training resume drops it."""
     path = os.path.join(directory, "metrics.jsonl")
     if not os.path.exists(path):
         return []
+    rows = []
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                log.warning("%s line %d is not JSON (a write cut short); skipped", path, n)
+    return rows

@@ -108,8 +108,9 @@ def restore_checkpoint(run_dir: str, step: int | None = None, *, mesh=None) -> R
                 state=ocp.args.PyTreeRestore(target, restore_args=restore_args, partial_restore=True),
                 meta=ocp.args.JsonRestore()))
         except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"checkpoint step {step} of {run_dir} does not match the model its config.json "
-                             f"builds (model.path={cfg.model.path!r}, scratch={cfg.model.scratch!r}, "
+            raise ValueError(f"checkpoint step {step} of {run_dir} cannot be read back: a damaged file in "
+                             f"{_checkpoint_dir(run_dir)}/{step}, or not the model its config.json builds "
+                             f"(model.path={cfg.model.path!r}, scratch={cfg.model.scratch!r}, "
                              f"lora_rank={cfg.model.lora_rank}): {e}") from e
     finally:
         mgr.close()
