@@ -154,17 +154,17 @@ class StageRunner:
         return rows
 
     def producer(self, message: str, reader: str) -> tuple[str, str] | None:
-        """(stage, output path) of the earlier stage whose output ``message`` names (the longest matching path),
-        None if it names none."""
-        best = None
+        """(stage, output path) of the earlier stage whose output ``message`` names first (an error names its
+        subject first; ``model.path=…`` and the like come after), None if it names none."""
+        best = None  # (position, -length, stage, path)
         for s in self.stages:
             if s.name == reader:
                 break
             for p in s.outputs:
-                named = p and re.search(re.escape(p) + r"(?![\w-]|\.\w)", message)  # not a longer name's prefix
-                if named and (best is None or len(p) > len(best[1])):
-                    best = (s.name, p)
-        return best
+                m = p and re.search(re.escape(p) + r"(?![\w-]|\.\w)", message)  # not a longer name's prefix
+                if m and (best is None or (m.start(), -len(p)) < best[:2]):
+                    best = (m.start(), -len(p), s.name, p)
+        return None if best is None else best[2:]
 
     def check(self) -> None:
         """Refuse before any work when a finished stage's configuration changed (nothing is run or deleted)."""

@@ -138,3 +138,6 @@ def test_a_damaged_input_names_the_stage_that_rewrites_it(tmp_path):
     assert shard in msg and "written by stage data" in msg and "--redo=data" in msg
     assert StageRunner(out, stages()).producer(f"{out}/dat/x missing", "train") == ("dat", os.path.join(out, "dat"))
     assert StageRunner(out, stages()).producer("no path here", "train") is None
+    # the file the error is about comes first; a configuration value it quotes later is not the damaged file
+    msg = f"checkpoint of {out}/dat cannot be read (model.path='{out}/data')"
+    assert StageRunner(out, stages()).producer(msg, "train") == ("dat", os.path.join(out, "dat"))
