@@ -161,10 +161,69 @@ def test_rerun_skips_and_changed_config_is_refused(run):
     assert states["tgpo"] == "stale" and states["tgpo-r2"] == "stale" and states["sft"] == "done"
 
 
+def test_killed_in_every_kind_of_stage_ends_as_the_undisturbed_run(run, tmp_path):
+    """The same pipeline in a new directory, its process group SIGKILLed once inside each kind of stage (collection,
+    tokenizer, dataset, training, evaluation, export: at a random fraction of the stage's duration in
+    the undisturbed run) and resumed each time, ends with the undisturbed run's episodes, shards, losses, evaluations
+    and exported weights. (The site's URLs are recorded site-relative, so the new port of each restart is no
+    difference.)"""
+    import random
+    import signal
+    import time
+
+    out, _ = run
+    killed = str(tmp_path / "killed")
+    seconds = {f[:-5]: json.load(open(os.path.join(out, "stages", f))).get("seconds", 0)
+               for f in os.listdir(os.path.join(out, "stages"))}
+    rng = random.Random(os.getpid())
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    args = [sys.executable, "-m", "launch.pipeline", "--config=configs/pipeline.py:tiny", f"--config.out={killed}",
+            "--config.rounds.count=2", "--progress=false"]
+    landed = {}
+    for stage in ("collect-r1", "tokenizer", "dataset-r1", "sft", "collect-r2", "tgpo-r2", "eval-sft", "export"):
+        marker = os.path.join(killed, "stages", f"{stage}.json")
+        proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)  # its own process group: the browsers die with it
+        deadline = time.monotonic() + 600
+        while proc.poll() is None and time.monotonic() < deadline and _status(marker) != "running":
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.1, 0.8) * seconds[stage])
+        landed[stage] = _status(marker)
+        assert proc.poll() is None, f"the pipeline ended before the kill in {stage}"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for stage in ("collect-r1", "sft", "collect-r2", "tgpo-r2", "eval-sft"):  # the long ones: killed inside
+        assert landed[stage] == "running", landed
+    done = pipeline(killed)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.count("resuming") <= 1, done.stderr[-3000:]
+
+    for r in (1, 2):
+        assert _episodes(killed, r) == _episodes(out, r), f"round {r}'s episodes differ"
+    assert _shards(killed, 1) == _shards(out, 1), "round 1's dataset differs"
+    # round 2's records hold the behaviour model's log-probs: the same row computed in a batch of another size
+    # differs in the last float32 bits (the matmul's blocking), so its records and what trains on them agree to a
+    # relative 1e-5, not bit for bit
+    _same_records(_records(killed, 2), _records(out, 2))
+    for name in os.listdir(os.path.join(out, "runs")):
+        np.testing.assert_allclose([r["train/loss"] for r in _rows(killed, name)],
+                                   [r["train/loss"] for r in _rows(out, name)],
+                                   rtol=1e-6 if name in ROUND_ONE else 1e-4, err_msg=name)
+    for name in os.listdir(os.path.join(out, "eval")):
+        a, b = (json.load(open(os.path.join(d, "eval", name, "eval.json"))) for d in (out, killed))
+        assert a["mean"] == b["mean"], name
+    best = json.load(open(os.path.join(out, "stages", "export.json")))["result"]
+    assert json.load(open(os.path.join(killed, "stages", "export.json")))["result"]["best"] == best["best"]
+    if best["best"] in ROUND_ONE:  # trained on round 1 only: bit-equal weights
+        sums = [json.load(open(os.path.join(d, "export", "tgpo_checksums.json"))) for d in (out, killed)]
+        assert sums[0] == sums[1]
+
+
 def test_faults_name_the_damaged_file_or_end_in_the_same_artefacts(run):
     """Fault injection on the finished run (last in this module: it re-runs SFT): a cut stage marker and a damaged
-    shard are refused with the file named; the SFT stage killed at a random step, then resumed, ends with the losses
-    of the undisturbed run."""
+    shard are refused with the file named; a changed episode is collected again (the same shards); a damaged
+    exported model, evaluation, manifest and final checkpoint are refused naming the stage that rewrites them; the
+    SFT stage killed at a random step, then resumed, ends with the losses of the undisturbed run."""
     import glob
     import random
     import signal
@@ -173,6 +232,40 @@ def test_faults_name_the_damaged_file_or_end_in_the_same_artefacts(run):
     out, _ = run
     before = [r["train/loss"] for r in _rows(out, "sft")]  # the undisturbed run's losses
     assert len(before) > 1
+    # a flipped letter in a sealed episode's page text (valid JSON still): the dataset stage sets the episode aside,
+    # collects it again, and builds the undisturbed shards
+    shards, episodes = _shards(out, 1), _episodes(out, 1)
+    victim = sorted(glob.glob(os.path.join(out, "episodes", "round1", "episodes", "*", "*", "steps.jsonl")))[0]
+    text = open(victim, encoding="utf-8").read()
+    i = text.index('"observation": "URL: /') + len('"observation": "URL: /')
+    open(victim, "w", encoding="utf-8").write(text[:i] + "#" + text[i + 1:])
+    p = pipeline(out, "--redo=dataset-r1", "--until=dataset-r1")
+    assert p.returncode == 0 and "changed after the episode was sealed" in p.stderr, p.stderr[-2000:]
+    assert _episodes(out, 1) == episodes and _shards(out, 1) == shards
+    assert glob.glob(os.path.join(out, "episodes", "round1", "damaged", "*", "*", "steps.jsonl"))
+
+    # a damaged file in the final checkpoint of the run the export reads (the best model's)
+    best = json.load(open(os.path.join(out, "stages", "export.json")))["result"]["best"]
+    steps = glob.glob(os.path.join(out, "runs", best, "checkpoints", "*", "state", "_METADATA"))
+    meta = max(steps, key=lambda f: int(f.split(os.sep)[-3]))
+    intact = open(meta, "rb").read()
+    open(meta, "wb").write(intact[: len(intact) // 2])
+    p = pipeline(out, "--redo=export")
+    step_dir = os.path.dirname(os.path.dirname(meta))
+    assert p.returncode == 2 and f"a damaged file in {step_dir}" in p.stderr and f"--redo={best}" in p.stderr, \
+        p.stderr[-2000:]
+    open(meta, "wb").write(intact)
+
+    # a damaged file another stage reads: refused naming the file and the stage that writes it again
+    for path, redo, writer in ((os.path.join(out, "models", "sft", "model.safetensors"), "dpo", "sft"),
+                               (os.path.join(out, "eval", "dpo", "eval.json"), "report", "eval-dpo"),
+                               (os.path.join(out, "datasets", "round1", "manifest.json"), "sft", "dataset-r1")):
+        intact = open(path, "rb").read()
+        open(path, "wb").write(intact[: len(intact) // 2])
+        p = pipeline(out, f"--redo={redo}", f"--until={redo}")
+        assert p.returncode == 2 and path in p.stderr and f"--redo={writer}" in p.stderr, p.stderr[-2000:]
+        open(path, "wb").write(intact)
+
     marker = os.path.join(out, "stages", "sft.json")
     good = open(marker).read()
     with open(marker, "w") as f:
@@ -233,3 +326,50 @@ def _rows(out, run_name):
         if "train/loss" in row:
             rows.append(row)
     return rows
+
+
+def _status(marker: str) -> str | None:
+    try:
+        return json.load(open(marker)).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+def _episodes(out, r):
+    """(task, run) -> status and per step the page, the output and the command: what a collection decides."""
+    from rollout.recording import iter_episodes
+
+    return {(e.task_id, e.summary["run"]): (e.summary["status"], [(s["norm_url"], s["observation"], s["output"],
+                                                                  s["command"]) for s in e.steps])
+            for e in iter_episodes(os.path.join(out, "episodes", f"round{r}"))}
+
+
+ROUND_ONE = ("base", "sft", "dpo", "kto", "kto_tree", "tgpo")
+
+
+def _records(out, r):
+    from tgpo_jax.data.io import DatasetReader
+
+    reader = DatasetReader(os.path.join(out, "datasets", f"round{r}"))
+    return [reader[i].to_json() for i in range(len(reader))]
+
+
+def _same_records(a, b, path="records"):
+    """Equal JSON values, floats to a relative 1e-5."""
+    if isinstance(a, float) or isinstance(b, float):
+        assert np.isclose(a, b, rtol=1e-5, atol=1e-7), (path, a, b)
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), (path, set(a) ^ set(b or {}))
+        for k in a:
+            _same_records(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), (path, len(a), len(b or ()))
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same_records(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, (path, a, b)
+
+
+def _shards(out, r):
+    with open(os.path.join(out, "datasets", f"round{r}", "manifest.json")) as f:
+        return [s["sha256"] for s in json.load(f)["shards"]]
