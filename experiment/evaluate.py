@@ -51,9 +51,9 @@ def _parse_oracle(spec: str):
     if not rates.strip():
         return OracleNoise()
     parts = [p.strip() for p in rates.split(",")]
-    if len(parts) not in (4, 5):
+    if len(parts) not in (4, 5, 6):
         raise ValueError(f"--model={spec!r}: expected oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>"
-                         f"[,<recover>] (four or five rates in [0, 1]), got {len(parts)} value(s)")
+                         f"[,<recover>[,<repeat>]] (four to six rates in [0, 1]), got {len(parts)} value(s)")
     try:
         values = [float(p) for p in parts]
     except ValueError as e:
@@ -71,7 +71,7 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
                 thought_chars: int | None = None, page_ids: str | None = None, constrain: bool = False) -> Policy:
     """The policy named by ``model``:
 
-    - ``oracle`` / ``oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>[,<recover>]``: the (noisy) oracle of ``env``;
+    - ``oracle`` / ``oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>[,<recover>[,<repeat>]]``: the (noisy) oracle of ``env``;
     - a training run directory (``config.json`` + ``checkpoints/``): checkpoint ``step`` (default: the latest),
       LoRA adapters folded in;
     - a Hugging Face directory, a ``.gguf`` file or ``'bundled'``.
@@ -127,7 +127,7 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
     raise FileNotFoundError(
         f"cannot load a policy from {model!r} ({what}): expected a training run directory (config.json + "
         f"checkpoints/), a Hugging Face directory (config.json + safetensors), a .gguf file, one of "
-        f"{list(BUNDLED_ALIASES)}, or oracle / oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>[,<recover>]")
+        f"{list(BUNDLED_ALIASES)}, or oracle / oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>[,<recover>[,<repeat>]]")
 
 
 def policy_for_seed(policy, seed: int):

@@ -32,6 +32,8 @@ flags.DEFINE_float("malformed", 0.03, "oracle: rate of malformed outputs")
 flags.DEFINE_float("premature_stop", 0.02, "oracle: rate of premature STOP")
 flags.DEFINE_float("recover", 0.0, "oracle: share of wrong clicks undone at once (GO_BACK, then the right choice): "
                    "one run then holds a pair at the decision")
+flags.DEFINE_float("repeat", 0.0, "oracle: rate of repeating the last command where it changes nothing (a stutter): "
+                   "one run then holds the repeat and the next step at one node")
 flags.DEFINE_string("model", "bundled", "model policy: checkpoint / HF directory / GGUF / 'bundled'")
 flags.DEFINE_string("http_url", "http://127.0.0.1:8000", "http policy: OpenAI-compatible server base URL")
 flags.DEFINE_string("http_model", "bundled", "http policy: model name on that server (launch.serve names it after --model)")
@@ -52,7 +54,7 @@ def make_policy(env):
         from rollout.policies.http import OpenAIPolicy
         return OpenAIPolicy(F.http_url, F.http_model, temperature=F.temperature, max_tokens=F.max_tokens,
                             budget_tokens=F.budget_tokens * 2), {"http_url": F.http_url, "http_model": F.http_model}
-    spec = (f"oracle:{F.wrong_choice},{F.loop},{F.malformed},{F.premature_stop},{F.recover}" if F.policy == "oracle"
+    spec = (f"oracle:{F.wrong_choice},{F.loop},{F.malformed},{F.premature_stop},{F.recover},{F.repeat}" if F.policy == "oracle"
             else F.model)
     params = SamplingParams(temperature=F.temperature, max_tokens=F.max_tokens, seed=F.seed)
     policy = load_policy(spec, params=params, budget_tokens=F.budget_tokens * 2, max_batch=F.max_batch, env=env,

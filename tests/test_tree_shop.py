@@ -91,3 +91,32 @@ def test_an_undone_wrong_choice_gives_one_run_a_pair_at_the_decision(tmp_path):
             right = [b for b in others if b.goal_distance < wrong.goal_distance]
             assert right and all(b.q > wrong.q for b in right), (task_id, t, wrong, others)
     assert undone > 0
+
+
+@pytest.mark.slow  # browser end-to-end: the slow tier
+def test_a_repeated_command_gives_one_run_a_pair_against_the_stutter(tmp_path):
+    """``repeat``: the last SELECT / TYPE issued again on the same page changes nothing, so the run stays on its node,
+    then goes on with the plan: one successful run holds the stutter and the next step at that node, the stutter is a
+    self-loop worth less, and SFT on the shortest branches does not imitate it."""
+    with ShopEnv(seed=0) as env:
+        tasks = [t for t in env.tasks("train") if t.family == "webshop"][:4]
+        counts = collect(env, tasks, OraclePolicy(env, OracleNoise(repeat=1.0), seed=3),
+                         CollectConfig(out_dir=str(tmp_path), runs=1, seed=3, contexts=2, progress=False,
+                                       harness=HarnessConfig(screenshots=False)))
+    assert counts["success"] == len(tasks), counts  # a stutter does not fail the task
+    by_task, _ = load_episodes(str(tmp_path))
+    repeats = 0
+    for task_id, eps in by_task.items():
+        g = build_task_graph(eps)
+        (ep,) = eps
+        for t, s in enumerate(ep.steps):
+            if s["policy_info"].get("mistake") != "repeat":
+                continue
+            repeats += 1
+            assert s["command"] == ep.steps[t - 1]["command"]  # the same command again ...
+            node = g.state_node[StateRef(0, t)]
+            assert g.state_node[StateRef(0, t + 1)] == node  # ... leaves the run where it was
+            stutter = next(b for (n, c), b in g.branches.items() if n == node and StateRef(0, t) in b.occurrences)
+            onward = [b for (n, c), b in g.branches.items() if n == node and b is not stutter]
+            assert onward and all(b.q > stutter.q and b.goal_distance < stutter.goal_distance for b in onward)
+    assert repeats >= len(tasks)  # repeat = 1: after every SELECT / TYPE that kept the page

@@ -11,7 +11,10 @@ collection seed and the episode key — not on scheduling or the number of paral
   sort) is followed by ``GO_BACK`` and the plan goes on as if it had not been made (its memory is not committed).
   One run then holds the wrong and the right choice at the same state (the page it goes back to), so a single run
   gives a preference pair exactly at the decision, not only at detours (docs/method.md §5). Wrong choices that do not
-  navigate (a wrong option) are never undone: the wrong SELECT would be the only branch of a successful run there.
+  navigate (a wrong option) are never undone: the wrong SELECT would be the only branch of a successful run there;
+- ``repeat``: the last command is issued again where it changes nothing (a SELECT / TYPE / CLICK repeated on the page
+  it was made on, which stays the same state): the stutter a trained model falls into (the same SELECT until the step
+  cap). The run goes on with the plan, so its node holds the repeat and the plan's next step (docs/method.md §5).
 So runs of one task succeed and fail on shared states, which is what the tree needs.
 """
 from __future__ import annotations
@@ -34,6 +37,7 @@ class OracleNoise:
     malformed: float = 0.0
     premature_stop: float = 0.0
     recover: float = 0.0
+    repeat: float = 0.0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -42,6 +46,7 @@ class OracleNoise:
                 raise ValueError(f"oracle noise {f.name}={v} must be in [0, 1]")
 
 
+REPEATABLE = ("SELECT", "TYPE", "CLICK")  # repeated on the same page, these change nothing (a self-loop)
 MALFORMED = ("{verb} {id}", "{verb_lower} on element {id}", "PRESS [{id}]", "{verb} [{id}", "")
 
 
@@ -64,12 +69,15 @@ class OraclePolicy:
     async def act(self, request: PolicyRequest) -> PolicyOutput:
         st = self._state(request.episode_key, request.step)
         rng, obs, n = st["rng"], request.observation, self.noise
-        # always the same number of draws: the stream never depends on the branch (a fifth only with recover > 0,
-        # so runs collected without it keep their trajectories)
-        draws = [rng.random() for _ in range(5 if n.recover else 4)]
+        # always the same number of draws: the stream never depends on the branch (a fifth only with recover > 0 or
+        # repeat > 0, a sixth only with repeat > 0, so runs collected without them keep their trajectories)
+        draws = [rng.random() for _ in range(6 if n.repeat else 5 if n.recover else 4)]
+        last, st["last"] = st.get("last"), None
         if st["pending"]:
             cmd = st["pending"].pop(0)
             return self._out(cmd, obs, "Going back: that page was not what I needed.")
+        if n.repeat and draws[5] < n.repeat and last is not None and last[0] == obs.url:
+            return self._out(last[1], obs, None, mistake="repeat", task=request.task)  # not remembered: no repeat of it
         if request.step > 0 and draws[0] < n.premature_stop:
             return self._out(Command("STOP", arg=""), obs, "I think the task is done.", mistake="premature_stop")
         if draws[1] < n.malformed:
@@ -88,8 +96,16 @@ class OraclePolicy:
                 st["pending"].append(Command("GO_BACK"))
                 return self._out(cmd, obs, None, mistake="wrong_choice_undone", task=request.task)
             if cmd is not None and not undo:
-                return self._out(cmd, obs, None, mistake="wrong_choice", task=request.task)
-        return self._out(self.env.oracle(request.task, obs, st["memory"]), obs, None, task=request.task)
+                return self._out(self._remember(st, obs, cmd), obs, None, mistake="wrong_choice", task=request.task)
+        cmd = self.env.oracle(request.task, obs, st["memory"])
+        return self._out(self._remember(st, obs, cmd), obs, None, task=request.task)
+
+    @staticmethod
+    def _remember(st: dict, obs: Observation, cmd: Command) -> Command:
+        """Keep a command that may be repeated on the next step (``repeat``): one that can leave the page as it was."""
+        if cmd.name in REPEATABLE:
+            st["last"] = (obs.url, cmd)
+        return cmd
 
     def _out(self, cmd: Command, obs: Observation, thought: str | None, mistake: str | None = None,
              task=None) -> PolicyOutput:
