@@ -132,25 +132,36 @@ class EpisodeRecord:
         return self.summary["task_id"]
 
 
-def read_steps(path: str) -> list[dict]:
+def read_steps(path: str, summary: dict | None = None) -> list[dict]:
+    """The steps of ``path``; with ``summary``, first checked against its seal (``verify_steps``) in the same read."""
+    with open(os.path.join(path, "steps.jsonl"), "rb") as f:
+        data = f.read()
+    if summary is not None:
+        _check_seal(path, summary, data)
+    lines = data.split(b"\n")  # only "\n": JSON escapes it, while other line separators may be in a page's text
+    if lines and not lines[-1]:
+        lines.pop()  # after the last newline
     steps = []
-    with open(os.path.join(path, "steps.jsonl"), encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            try:
-                steps.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise RecordingError(f"corrupt step {i} in {path}/steps.jsonl: {e}") from e
+    for i, line in enumerate(lines):
+        try:
+            steps.append(json.loads(line.decode("utf-8")))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RecordingError(f"corrupt step {i} in {path}/steps.jsonl: {e}") from e
     return steps
 
 
 def verify_steps(path: str, summary: dict) -> None:
     """Raise RecordingError when ``steps.jsonl`` is not the file the episode sealed (``steps_sha256`` in the
     summary; recordings made before it are not checked)."""
+    with open(os.path.join(path, "steps.jsonl"), "rb") as f:
+        _check_seal(path, summary, f.read())
+
+
+def _check_seal(path: str, summary: dict, data: bytes) -> None:
     want = summary.get("steps_sha256")
     if want is None:
         return
-    with open(os.path.join(path, "steps.jsonl"), "rb") as f:
-        got = hashlib.sha256(f.read()).hexdigest()
+    got = hashlib.sha256(data).hexdigest()
     if got != want:
         raise RecordingError(f"{path}/steps.jsonl was changed after the episode was sealed (sha256 {got[:12]}…, "
                              f"the summary says {want[:12]}…)")

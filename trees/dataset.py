@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from rollout.core import HistoryItem, Task
 from rollout.policies.prompt import SYSTEM_PROMPT, messages_for
-from rollout.recording import EpisodeRecord, RecordingError, read_steps, read_summary, read_tasks, verify_steps
+from rollout.recording import EpisodeRecord, RecordingError, read_steps, read_summary, read_tasks
 from trees.build import (TreeConfig, build_task_graph, canonical, label_conflict_rate, redundant_steps)
 from trees.graph import StateRef, TaskGraph
 from tgpo_jax.data.schema import Branch, NodeRecord
@@ -94,8 +94,7 @@ def load_episodes(episodes_dir: str) -> tuple[dict[str, list[EpisodeRecord]], li
                 summary = read_summary(path)
                 if summary is None or summary.get("status") == "errored":
                     continue  # interrupted or errored: not an episode to learn from
-                steps = read_steps(path)
-                verify_steps(path, summary)
+                steps = read_steps(path, summary)  # checked against the summary's seal
                 _check_episode(path, summary, steps)
             except (RecordingError, OSError, KeyError, TypeError, ValueError) as e:
                 log.warning("skipping broken episode %s: %s", path, e)

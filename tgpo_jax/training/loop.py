@@ -26,7 +26,7 @@ from tgpo_jax.models.copy_circuit import CircuitConfig, frozen_mask, init_plante
 from tgpo_jax.models.transformer import init_model
 from tgpo_jax.training import reference as ref_lib
 from tgpo_jax.training.checkpoint import Checkpointer
-from tgpo_jax.training.metrics import MetricsWriter
+from tgpo_jax.training.metrics import MetricsWriter, read_metrics
 from tgpo_jax.training.objective import LossConfig
 from tgpo_jax.training.step import OptimConfig, Trainer, to_global_batch
 
@@ -323,22 +323,12 @@ def check_resume(out_dir: str, cfg) -> None:
 
 
 def _truncate_metrics(path: str, step: int) -> None:
-    """Drop metric rows logged after the step the run starts from (they will be logged again)."""
+    """Drop metric rows logged after the step the run starts from (they will be logged again), and lines a kill cut
+    short (``read_metrics`` skips them with a warning)."""
     if not os.path.exists(path) or jax.process_index() != 0:
         return
-    rows = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError:  # a line cut short by a kill mid-write: dropped, its step is logged again
-                log.warning("%s line %d is not JSON (a write cut short); dropped", path, n)
-                continue
-            if row.get("step", step + 1) <= step:
-                rows.append(line if line.endswith("\n") else line + "\n")
-    write_text_atomic(path, "".join(rows))
+    rows = [r for r in read_metrics(os.path.dirname(path)) if r.get("step", step + 1) <= step]
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
 def _progress(cfg, total: int, start: int):
