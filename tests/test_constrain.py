@@ -33,6 +33,11 @@ STEP = StepStrings(ids=frozenset({"2", "3", "6", "7", "9"}), options={"6": ("XS"
     ("Thought: x\nCommand: CLICK [9]\n", True, True),
     ("Thought: x\nCommand: CLICK [9]\nanything after the line", False, False),
     ("Thought: x [Noah\nRossi]", False, False),  # a group never spans lines
+    ("Thought: Click button \"Buy Now\"[9].\nCommand: CLICK [7]", False, False),  # not the element it named
+    ("Thought: Click button \"Buy Now\"[9].\nCommand: CLICK [9]", True, True),
+    ("Thought: Set combobox \"size\"[6] to size [M].\nCommand: SELECT [7] [red]", False, False),
+    ("Thought: Set combobox \"size\"[6] to size [M].\nCommand: SELECT [6] [M]", True, True),
+    ("Thought: Type [Noah Rossi] into textbox \"Search\"[2].\nCommand: SELECT [7] [red]", True, True),  # names no combobox
 ])
 def test_grammar_on_hand_worked_outputs(text, viable, complete):
     g = OutputGrammar(STEP)

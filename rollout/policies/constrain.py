@@ -10,7 +10,11 @@ group the model writes must be a string the step offers, as it writes it:
 - after ``Command:``, a known verb in upper case, its groups (one space before each), and then the end:
   the element id of CLICK / CLEAR / TYPE is one of the page's, SELECT's one with options; TYPE's text is one the
   task quotes (free when the task quotes none); SELECT's value is an option of that element; SCROLL's is UP or DOWN; STOP's and GOTO's are
-  free. EOS is allowed only once the command is complete.
+  free. EOS is allowed only once the command is complete;
+- the command acts on the element its own thought names: when the thought holds element ids (``Click button
+  "Buy Now"[9].``), the command's element is one of them. Why: a trained model may decide right in the thought and
+  then write another element's id in the command (a combobox's ``[8]`` after ``"Buy Now"[9]``, from the many SELECTs
+  on product pages), and the step then does something the model did not decide.
 
 Which string, which element and which verb remain the model's choice (the likeliest allowed token at each step,
 the same as WebShop's baselines choosing among the page's available actions). Used only at decoding (evaluation,
@@ -127,8 +131,12 @@ class OutputGrammar:
                     return False
         return group is None or group in self.any.ends
 
-    def _command(self, body: str) -> tuple[bool, bool]:
-        """(viable, complete) of the text after ``Command:``."""
+    def _named(self, thought: str) -> frozenset[str]:
+        """The page's element ids the thought names (its closed ``[...]`` groups that are ids)."""
+        return frozenset(g for g in re.findall(r"\[([^\[\]\n]*)\]", thought) if g in self.ids.strings)
+
+    def _command(self, body: str, named: frozenset[str] = frozenset()) -> tuple[bool, bool]:
+        """(viable, complete) of the text after ``Command:``; ``named``: the element ids the thought names."""
         s = body[1:] if body.startswith(" ") else body
         m = re.match(r"[A-Za-z_]*", s)
         verb, rest = m.group(0), s[m.end():]
@@ -159,6 +167,8 @@ class OutputGrammar:
             if "\n" in content or "[" in content:
                 return False, False
             pool = self._pool(kinds[len(groups)], groups)
+            if kinds[len(groups)] in ("id", "select") and named & pool.strings:
+                pool = _Pool(named & pool.strings)  # the element the thought decided on
             if end < 0:
                 return pool is None or content in pool.ends, False
             if pool is not None and content not in pool.strings:
@@ -179,11 +189,11 @@ class OutputGrammar:
 
     def viable(self, text: str) -> bool:
         thought, body = self._split(text)
-        return self._thought(thought) and (body is None or self._command(body)[0])
+        return self._thought(thought) and (body is None or self._command(body, self._named(thought))[0])
 
     def complete(self, text: str) -> bool:
         thought, body = self._split(text)
-        return body is not None and self._thought(thought) and all(self._command(body))
+        return body is not None and self._thought(thought) and all(self._command(body, self._named(thought)))
 
 
 @functools.lru_cache(maxsize=4)
