@@ -64,21 +64,33 @@ def test_shop_trees_have_conflicts_and_pairs_that_point_at_success(noisy_episode
     assert read_manifest(str(tmp_path / "ds")).config["tree"]["q_aggregate"] == "mean"
 
 
+def _one_run_each(tmp_path, family: str, noise: OracleNoise):
+    """One noisy-oracle run (seed 3) on each of the first four training tasks of ``family``, all successful ->
+    [(task_id, merged graph, episode)]."""
+    with ShopEnv(seed=0) as env:
+        tasks = [t for t in env.tasks("train") if t.family == family][:4]
+        counts = collect(env, tasks, OraclePolicy(env, noise, seed=3),
+                         CollectConfig(out_dir=str(tmp_path), runs=1, seed=3, contexts=2, progress=False,
+                                       harness=HarnessConfig(screenshots=False)))
+    assert counts["success"] == len(tasks), counts  # the mistake, undone or repeated, does not fail the task
+    by_task, _ = load_episodes(str(tmp_path))
+    return [(task_id, build_task_graph(eps), eps[0]) for task_id, eps in by_task.items() if len(eps) == 1]
+
+
+def _branch_at(g, node, t):
+    """(the branch run 0 took at step t, the node's other branches)."""
+    taken = next(b for (n, c), b in g.branches.items() if n == node and StateRef(0, t) in b.occurrences)
+    return taken, [b for (n, c), b in g.branches.items() if n == node and b is not taken]
+
+
 @pytest.mark.slow  # browser end-to-end: the slow tier
 def test_an_undone_wrong_choice_gives_one_run_a_pair_at_the_decision(tmp_path):
     """``recover``: a wrong click (result or sort) is followed by GO_BACK to the same node, where the plan then makes
     the right choice; so one successful run holds both branches of the decision, and the right one is worth more."""
-    with ShopEnv(seed=0) as env:
-        tasks = [t for t in env.tasks("train") if t.family == "procedure"][:4]
-        counts = collect(env, tasks, OraclePolicy(env, OracleNoise(wrong_choice=0.5, recover=1.0), seed=3),
-                         CollectConfig(out_dir=str(tmp_path), runs=1, seed=3, contexts=2, progress=False,
-                                       harness=HarnessConfig(screenshots=False)))
-    assert counts["success"] == len(tasks), counts  # an undone mistake does not fail the task
-    by_task, _ = load_episodes(str(tmp_path))
+    runs = _one_run_each(tmp_path, "procedure", OracleNoise(wrong_choice=0.5, recover=1.0))
+    assert len(runs) == 4
     undone = 0
-    for task_id, eps in by_task.items():
-        g = build_task_graph(eps)
-        (ep,) = eps
+    for task_id, g, ep in runs:
         for t, s in enumerate(ep.steps):
             if s["policy_info"].get("mistake") != "wrong_choice_undone":
                 continue
@@ -86,8 +98,7 @@ def test_an_undone_wrong_choice_gives_one_run_a_pair_at_the_decision(tmp_path):
             assert ep.steps[t + 1]["output"].rstrip().endswith("GO_BACK"), ep.steps[t + 1]["output"]
             node = g.state_node[StateRef(0, t)]
             assert g.state_node[StateRef(0, t + 2)] == node  # back where the mistake was made
-            wrong = next(b for (n, c), b in g.branches.items() if n == node and StateRef(0, t) in b.occurrences)
-            others = [b for (n, c), b in g.branches.items() if n == node and b is not wrong]
+            wrong, others = _branch_at(g, node, t)
             right = [b for b in others if b.goal_distance < wrong.goal_distance]
             assert right and all(b.q > wrong.q for b in right), (task_id, t, wrong, others)
     assert undone > 0
@@ -97,18 +108,11 @@ def test_an_undone_wrong_choice_gives_one_run_a_pair_at_the_decision(tmp_path):
 def test_a_repeated_command_gives_one_run_a_pair_against_the_stutter(tmp_path):
     """``repeat``: the last SELECT / TYPE issued again on the same page changes nothing, so the run stays on its node,
     then goes on with the plan: one successful run holds the stutter and the next step at that node, the stutter is a
-    self-loop worth less, and SFT on the shortest branches does not imitate it."""
-    with ShopEnv(seed=0) as env:
-        tasks = [t for t in env.tasks("train") if t.family == "webshop"][:4]
-        counts = collect(env, tasks, OraclePolicy(env, OracleNoise(repeat=1.0), seed=3),
-                         CollectConfig(out_dir=str(tmp_path), runs=1, seed=3, contexts=2, progress=False,
-                                       harness=HarnessConfig(screenshots=False)))
-    assert counts["success"] == len(tasks), counts  # a stutter does not fail the task
-    by_task, _ = load_episodes(str(tmp_path))
+    self-loop worth less, and farther from the goal (so SFT on the shortest branches does not imitate it)."""
+    runs = _one_run_each(tmp_path, "webshop", OracleNoise(repeat=1.0))
+    assert len(runs) == 4
     repeats = 0
-    for task_id, eps in by_task.items():
-        g = build_task_graph(eps)
-        (ep,) = eps
+    for task_id, g, ep in runs:
         for t, s in enumerate(ep.steps):
             if s["policy_info"].get("mistake") != "repeat":
                 continue
@@ -116,7 +120,6 @@ def test_a_repeated_command_gives_one_run_a_pair_against_the_stutter(tmp_path):
             assert s["command"] == ep.steps[t - 1]["command"]  # the same command again ...
             node = g.state_node[StateRef(0, t)]
             assert g.state_node[StateRef(0, t + 1)] == node  # ... leaves the run where it was
-            stutter = next(b for (n, c), b in g.branches.items() if n == node and StateRef(0, t) in b.occurrences)
-            onward = [b for (n, c), b in g.branches.items() if n == node and b is not stutter]
+            stutter, onward = _branch_at(g, node, t)
             assert onward and all(b.q > stutter.q and b.goal_distance < stutter.goal_distance for b in onward)
-    assert repeats >= len(tasks)  # repeat = 1: after every SELECT / TYPE that kept the page
+    assert repeats >= len(runs)  # repeat = 1: after every SELECT / TYPE that kept the page
