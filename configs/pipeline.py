@@ -68,12 +68,16 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     ))
     c.rounds = ml_collections.ConfigDict(dict(
         count=1,  # Agent Q's Algorithm 1: round r >= 2 collects with the round r-1 policy and uses it as reference
-        methods=("tgpo",),  # trained again in rounds >= 2, each from its own previous-round model
-        behaviour="tgpo",  # whose previous-round model collects rounds >= 2
+        # trained again in rounds >= 2, each from its own previous-round model (SFT where round 1 did not train it)
+        methods=("tgpo",),
+        behaviour="tgpo",  # whose previous-round model collects rounds >= 2 ('sft': SFT collects every round)
         accumulate=True,  # round r's trees hold the episodes of rounds 1..r (a replay buffer), else round r's only
         # rounds >= 2: K runs on the first tree_tasks training tasks (0 = collect.runs / collect.tree_tasks): the
         # policy's own runs of one task share states and part where it decides differently, so its mistakes get pairs
         runs=0, tree_tasks=0,
+        # rounds >= 2: the collecting model decodes as the evaluation does (valid-argument decoding), so the
+        # trees hold the mistakes the deployed policy makes, not malformed text that decoding rules out
+        constrain=True,
     ))
     c.eval = ml_collections.ConfigDict(dict(
         models=(),  # Table 1's rows; () = base and every trained model (later rounds are added)

@@ -125,6 +125,14 @@ class Pipeline:
                 names.append(name)
         return names
 
+    def previous(self, method: str, r: int) -> str:
+        """The model of ``method`` that round ``r`` >= 2 starts from (or collects with): its round r-1 model, or the
+        first seed's SFT where round r-1 did not train that method (SFT itself is trained in round 1 only)."""
+        trained = self.cfg.methods if r - 1 == 1 else self.cfg.rounds.methods
+        if method in trained and method != "sft":
+            return model_name(method, r - 1, self.tag(self.seeds[0]) if r - 1 == 1 else None)
+        return model_name("sft", 1, self.tag(self.seeds[0]))
+
     def curve_models(self) -> list[str]:
         """The models whose success-vs-steps curve is measured: the first seed's model of each curve method."""
         return [model_name(m, 1, self.tag(self.seeds[0])) for m in self.cfg.eval.curve_methods]
@@ -145,12 +153,14 @@ class Pipeline:
             if r == 1:
                 deps, policy = (), c.collect.policy
             else:
-                deps = (model_name(c.rounds.behaviour, r - 1),)
+                deps = (self.previous(c.rounds.behaviour, r),)
                 policy = f"model {deps[0]}"
             spec = {**env_spec, "collect": dict(collect_spec), "policy": policy}
             runs, tree_tasks = self.runs(r)
             if (runs, tree_tasks) != (c.collect.runs, c.collect.tree_tasks):
                 spec["collect"].update(runs=runs, tree_tasks=tree_tasks)
+            if r > 1:
+                spec["collect"]["constrain"] = bool(c.rounds.constrain)
             if r > 1 or not policy.startswith("oracle"):  # a model policy: its prompt and sampling matter
                 spec.update(prompt_spec)
             else:
@@ -213,7 +223,7 @@ class Pipeline:
             if r == 1:
                 init = self.base_name(seed) if method == "sft" else model_name("sft", 1, self.tag(seed))
             else:
-                init = model_name(method, r - 1)
+                init = self.previous(method, r)
             from_base = parse_name(init)[0] == "base"
             deps = (f"dataset-r{r}",) + (("base",) if from_base and self.scratch else () if from_base else (init,))
             out.append(Stage(name, lambda n=name, m=method, r=r, i=init, sd=seed: self.train(n, m, r, i, sd),
@@ -280,9 +290,11 @@ class Pipeline:
         seed = c.seed + r - 1  # a fresh draw of mistakes / samples each round
         if r == 1:
             spec = self.model_dir("base") if c.policy == "base" else c.policy
+            constrain = c.constrain
         else:
-            spec = self.model_dir(model_name(self.cfg.rounds.behaviour, r - 1))
-        policy = self._policy(spec, c.temperature, c.top_p, c.max_tokens, c.max_batch, seed, constrain=c.constrain)
+            spec = self.model_dir(self.previous(self.cfg.rounds.behaviour, r))
+            constrain = self.cfg.rounds.constrain
+        policy = self._policy(spec, c.temperature, c.top_p, c.max_tokens, c.max_batch, seed, constrain=constrain)
         harness = HarnessConfig(max_steps=c.max_steps, step_slack=c.step_slack, budget_tokens=c.budget_tokens,
                                 screenshots=c.screenshots)
         runs, tree_tasks = self.runs(r)

@@ -53,11 +53,11 @@ def validate(cfg) -> None:
     if cfg.eval.curve_methods and cfg.eval.curve_points < 2:
         raise ValueError(f"eval.curve_points={cfg.eval.curve_points}: a curve needs at least 2 points")
     if cfg.rounds.count > 1:
-        bad = [m for m in cfg.rounds.methods if m not in PREFERENCE or m not in cfg.methods]
+        bad = [m for m in cfg.rounds.methods if m not in PREFERENCE]
         if bad or not cfg.rounds.methods:
             raise ValueError(f"rounds.methods {list(cfg.rounds.methods)}: expected a non-empty subset of {PREFERENCE}")
-        if cfg.rounds.behaviour not in cfg.rounds.methods:
-            raise ValueError(f"rounds.behaviour={cfg.rounds.behaviour!r} must be one of rounds.methods "
+        if cfg.rounds.behaviour not in (*cfg.rounds.methods, "sft"):
+            raise ValueError(f"rounds.behaviour={cfg.rounds.behaviour!r} must be 'sft' or one of rounds.methods "
                              f"{list(cfg.rounds.methods)} (its round r-1 model collects round r)")
     if cfg.rounds.runs < 0 or cfg.rounds.tree_tasks < 0:
         raise ValueError(f"rounds.runs={cfg.rounds.runs}, rounds.tree_tasks={cfg.rounds.tree_tasks}: expected >= 0 "
