@@ -48,6 +48,9 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         desirable_weight=1.0, undesirable_weight=1.0,
         focal_gamma=0.0,  # SFT only: -(1-p)^gamma log p per token (0 = plain NLL; tgpo_jax/losses.py sft_loss)
         rpo_alpha=0.0,  # DPO / TGPO: + alpha * token-mean NLL of the chosen actions (RPO; losses.chosen_nll)
+        # DPO / TGPO: a pair's log-ratios over this many tokens from where its two actions first differ (the
+        # decision), not the whole actions (0 = whole; docs/method.md §7 "Decision window")
+        decision_window=0,
     ))
     c.optim = ml_collections.ConfigDict(dict(
         optimizer="adamw",  # adamw | sgd

@@ -236,8 +236,9 @@ class Pipeline:
         t = _plain(self.cfg[method])
         for section, key in NOT_IN_SPEC:
             t.get(section, {}).pop(key, None)
-        if not t.get("loss", {}).get("rpo_alpha", 1):  # only when set: runs made before the option keep their specs
-            t["loss"].pop("rpo_alpha")
+        for key in ("rpo_alpha", "decision_window"):  # only when set: runs made before the option keep their specs
+            if not t.get("loss", {}).get(key, 1):
+                t["loss"].pop(key)
         return t
 
     def runner(self, redo=()) -> StageRunner:

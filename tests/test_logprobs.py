@@ -157,3 +157,48 @@ def test_rpo_objective_adds_the_chosen_token_mean_nll(setup, spm_tokenizer, layo
     np.testing.assert_allclose(float(m["nll/chosen"]), nll, rtol=1e-5)
     np.testing.assert_allclose(float(loss), float(base) + 0.7 * nll, rtol=1e-5)
     assert float(m["loss"]) == float(loss)
+
+
+@pytest.mark.parametrize("layout", ["packed", "plain"])
+def test_decision_window_scores_the_tokens_from_where_the_actions_differ(setup, spm_tokenizer, layout):
+    """pair_from is the first differing token; a window of 2 gives DPO on log p of those two tokens alone (checked
+    against separate forwards of two models); a window as long as the actions equals the whole-action loss (the
+    shared prefix cancels)."""
+    model, nodes = setup
+    ref_model = init_model(model.cfg, seed=7)
+    cc, exs, batch = dpo_batch(nodes, spm_tokenizer, layout)
+    pol, tok_lp, _ = slot_logprobs(model, batch, chunk=64)
+    ref, ref_tok, _ = slot_logprobs(ref_model, batch, chunk=64)
+    beta, w = 0.3, 2
+    want, shared = [], 0
+    forward = nnx.jit(lambda m, x: jax.nn.log_softmax(m(x)[0].astype(jnp.float32), -1))
+    for i, node in enumerate(nodes):
+        prompt, comps, _ = tokenize_node(node, spm_tokenizer, cc)
+        ex = exs[i]
+        for p in np.flatnonzero(ex["pair_valid"]):
+            a, b = comps[ex["pair_chosen"][p]], comps[ex["pair_rejected"][p]]  # slot k = branch k here
+            d = next(k for k in range(min(len(a), len(b)) + 1) if k == min(len(a), len(b)) or a[k] != b[k])
+            assert ex["pair_from"][p] == d
+            shared += d > 0
+
+            def window(m, seq):  # log p of seq[d:d+w] given the prompt and seq[:d], from one whole forward
+                logp = forward(m, jnp.asarray([(prompt + seq + [0] * 256)[:256]]))[0]  # causal: padding after
+                return float(sum(logp[len(prompt) - 1 + k, seq[k]] for k in range(d, min(d + w, len(seq)))))
+
+            delta = (window(model, a) - window(ref_model, a)) - (window(model, b) - window(ref_model, b))
+            want.append(-np.log(1 / (1 + np.exp(-beta * delta))))
+    assert shared, "no pair shares a prefix: the window would not be tested"
+    loss, _ = objective(pol, ref, tok_lp, None, batch, LossConfig(method="dpo", beta=beta, decision_window=w), ref_tok)
+    np.testing.assert_allclose(float(loss), np.mean(want), rtol=2e-4, atol=1e-5)
+    whole, _ = objective(pol, ref, tok_lp, None, batch, LossConfig(method="dpo", beta=beta), ref_tok)
+    long, _ = objective(pol, ref, tok_lp, None, batch, LossConfig(method="dpo", beta=beta, decision_window=64),
+                        ref_tok)
+    np.testing.assert_allclose(float(long), float(whole), rtol=1e-4)
+    assert abs(float(loss) - float(whole)) > 1e-3  # the window changes the loss
+
+
+def test_decision_window_needs_a_live_reference():
+    with pytest.raises(ValueError, match="reference=live"):
+        LossConfig(method="tgpo", reference="precomputed", decision_window=1)
+    with pytest.raises(ValueError, match="DPO / TGPO setting"):
+        LossConfig(method="kto", decision_window=1)

@@ -62,5 +62,12 @@ def test_mesh_shape_errors():
     with pytest.raises(ValueError, match="needs 12 devices"):
         shd.make_mesh((2, 3, 2))
     assert dict(shd.make_mesh((2, -1, 1)).shape) == {"data": 2, "fsdp": 4, "tensor": 1}
+    # -1 must not round down: 8 devices over 3, or 1 device over 2, is an error, not a 0-sized or partial axis
+    with pytest.raises(ValueError, match="8 devices do not divide by 3"):
+        shd.make_mesh((3, -1, 1))
+    with pytest.raises(ValueError, match="1 devices do not divide by 2"):
+        shd.make_mesh((2, -1, 1), devices=jax.devices()[:1])
+    with pytest.raises(ValueError, match="must be positive"):
+        shd.make_mesh((0, -1, 1))
     with pytest.raises(ValueError, match="does not divide"):
         shd.check_batch_divides(6, shd.make_mesh((2, 2, 2)))

@@ -40,8 +40,12 @@ def make_mesh(shape: Sequence[int] = (1, 1, 1), devices=None) -> Mesh:
     shape = list(shape)
     if shape.count(-1) > 1:
         raise ValueError(f"mesh shape {shape}: at most one -1")
+    if any(s == 0 or s < -1 for s in shape):
+        raise ValueError(f"mesh shape {tuple(shape)}: sizes must be positive (or -1 once, for the rest)")
     if -1 in shape:
         rest = int(np.prod([s for s in shape if s != -1]))
+        if len(devices) % rest:  # else -1 would become 0 or drop devices silently
+            raise ValueError(f"mesh shape {tuple(shape)}: {len(devices)} devices do not divide by {rest}")
         shape[shape.index(-1)] = len(devices) // rest
     need = int(np.prod(shape))
     if need > len(devices) or (need < len(devices) and jax.process_count() > 1):

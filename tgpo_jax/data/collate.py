@@ -105,6 +105,7 @@ def empty_example(cfg: CollateConfig) -> dict[str, np.ndarray]:
         "segments": np.full((r, l), -1, np.int32),  # -1 pad, 0 prompt, k >= 1 completion segment k
         "pred": np.zeros((r, l), np.int32),  # index of the token whose hidden state predicts this one
         "slot": np.full((r, l), -1, np.int32),  # slot of a loss-carrying token, -1 elsewhere
+        "slot_pos": np.zeros((r, l), np.int32),  # index of a loss-carrying token within its action
         "token_weight": np.zeros((r, l), np.float32),  # SFT loss weight of a loss-carrying token, 0 elsewhere
         "slot_valid": np.zeros((s,), bool),
         "slot_behaviour": np.zeros((s,), np.float32),
@@ -114,6 +115,7 @@ def empty_example(cfg: CollateConfig) -> dict[str, np.ndarray]:
         "pair_rejected": np.zeros((cfg.max_pairs,), np.int32),
         "pair_weight": np.zeros((cfg.max_pairs,), np.float32),
         "pair_valid": np.zeros((cfg.max_pairs,), bool),
+        "pair_from": np.zeros((cfg.max_pairs,), np.int32),  # first token where the pair's two actions differ
         "item_slot": np.zeros((cfg.max_items,), np.int32),
         "item_desirable": np.zeros((cfg.max_items,), bool),
         "item_valid": np.zeros((cfg.max_items,), bool),
@@ -133,6 +135,7 @@ def _place(ex_: dict, row: int, start: int, ids: Sequence[int], segment: int, po
     if slot >= 0:
         ex_["pred"][row, sl] = np.concatenate([[pred0], np.arange(start, start + n - 1)])
         ex_["slot"][row, sl] = slot
+        ex_["slot_pos"][row, sl] = np.arange(n)
         ex_["token_weight"][row, sl] = weight
     return start + n
 
@@ -192,10 +195,18 @@ def build_example(node: NodeRecord, tokenizer, cfg: CollateConfig, *, index: int
     for j, (c, r, w) in enumerate(pairs):
         out["pair_chosen"][j], out["pair_rejected"][j] = slot_of[c], slot_of[r]
         out["pair_weight"][j], out["pair_valid"][j] = w * weight_scale, True
+        out["pair_from"][j] = first_difference(comps[c], comps[r])
     items = [(b, d) for b, d in items if b in slot_of][: cfg.max_items]
     for j, (b, d) in enumerate(items):
         out["item_slot"][j], out["item_desirable"][j], out["item_valid"][j] = slot_of[b], d, True
     return out
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int:
+    """Index of the first token where two actions differ (the shorter one's length if one is a prefix)."""
+    n = min(len(a), len(b))
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if diff.size else n
 
 
 def stack(examples: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

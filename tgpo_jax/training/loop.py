@@ -183,7 +183,7 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
     loss_cfg = LossConfig(method=cfg.method, beta=cfg.loss.beta, dpo_loss_type=cfg.loss.dpo_loss_type,
                           label_smoothing=cfg.loss.label_smoothing, desirable_weight=w_d, undesirable_weight=w_u,
                           reference=cfg.loss.reference, focal_gamma=cfg.loss.focal_gamma,
-                          rpo_alpha=cfg.loss.rpo_alpha)
+                          rpo_alpha=cfg.loss.rpo_alpha, decision_window=cfg.loss.decision_window)
     per_epoch = steps_per_epoch(train_src, cfg.train.batch_size)
     total = cfg.train.max_steps or per_epoch * cfg.train.num_epochs
     o = cfg.optim

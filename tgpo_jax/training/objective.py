@@ -22,6 +22,8 @@ class LossConfig:
     reference: str = "live"  # live | precomputed | behaviour | none (SFT)
     focal_gamma: float = 0.0  # SFT: focal exponent on each token's NLL (0 = plain NLL; tgpo_jax.losses.sft_loss)
     rpo_alpha: float = 0.0  # DPO / TGPO: weight of the chosen actions' token-mean NLL (losses.chosen_nll; 0 = off)
+    # DPO / TGPO: log-ratios over this many tokens from a pair's first differing token (0 = the whole actions)
+    decision_window: int = 0
 
     def __post_init__(self):
         if self.reference not in REFERENCE_MODES:
@@ -32,6 +34,12 @@ class LossConfig:
         if not self.rpo_alpha >= 0 or (self.rpo_alpha and self.method not in ("dpo", "tgpo")):
             raise ValueError(f"rpo_alpha={self.rpo_alpha}: must be >= 0, and is a DPO / TGPO setting (method "
                              f"{self.method})")
+        if self.decision_window < 0 or (self.decision_window and self.method not in ("dpo", "tgpo")):
+            raise ValueError(f"decision_window={self.decision_window}: must be >= 0, and is a DPO / TGPO setting "
+                             f"(method {self.method})")
+        if self.decision_window and self.reference not in ("live", "none"):
+            raise ValueError(f"decision_window={self.decision_window} needs the reference's token log-probs: "
+                             f"reference=live (a {self.reference} reference stores whole-action sums only)")
         if self.method != "sft" and self.reference == "none":
             raise ValueError(f"method {self.method} needs a reference (live, precomputed or behaviour)")
         if self.method in ("kto", "kto_tree") and self.reference == "behaviour":
@@ -64,8 +72,27 @@ def slot_token_counts(batch: dict):
     return jax.ops.segment_sum(jnp.ones(ids.shape, jnp.float32), ids, num_segments=b * s + 1)[:b * s]
 
 
-def objective(policy_slots, ref_slots, token_lp, token_on, batch: dict, cfg: LossConfig):
-    """policy_slots/ref_slots [B*S]; token_lp/token_on [B*R, L] -> (loss, metrics)."""
+def pair_window_logprobs(token_lp, batch: dict, which: str, window: int):
+    """Summed log-probs [B*P] of each pair's ``which`` ('pair_chosen' / 'pair_rejected') slot over the ``window``
+    tokens from the pair's first differing token (``pair_from``; docs/method.md §7 "Decision window").
+
+    The two actions' shared prefix has the same log-probs in both (same prompt, same tokens before it), so it
+    cancels in the margin anyway; the window also drops what follows the decision, which in the rejected action
+    is mostly correct given it (a copy of the chosen element's name), and which a whole-action margin pushes down.
+    """
+    b = batch["slot_valid"].shape[0]
+    lp = token_lp.reshape(b, -1)  # [B, R*L], 0 off-slot
+    slot = batch["slot"].reshape(b, -1)  # [B, R*L] slot of each token, -1 off-slot
+    pos = batch["slot_pos"].reshape(b, -1)  # [B, R*L] index of each token within its action
+    idx, start = batch[which], batch["pair_from"]  # [B, P]
+    inside = ((slot[:, None, :] == idx[:, :, None]) & (pos[:, None, :] >= start[:, :, None])
+              & (pos[:, None, :] < start[:, :, None] + window))  # [B, P, R*L]
+    return jnp.sum(jnp.where(inside, lp[:, None, :], 0.0), axis=-1).reshape(-1)
+
+
+def objective(policy_slots, ref_slots, token_lp, token_on, batch: dict, cfg: LossConfig, ref_token_lp=None):
+    """policy_slots/ref_slots [B*S]; token_lp/token_on (and the reference's ref_token_lp) [B*R, L] -> (loss,
+    metrics)."""
     if cfg.method == "sft":
         weight = batch["token_weight"].reshape(token_on.shape) if "token_weight" in batch else None
         return losses.sft_loss(token_lp, token_on, focal_gamma=cfg.focal_gamma, token_weight=weight)
@@ -74,6 +101,13 @@ def objective(policy_slots, ref_slots, token_lp, token_on, batch: dict, cfg: Los
         c, r = _global(batch["pair_chosen"], s), _global(batch["pair_rejected"], s)
         valid = batch["pair_valid"].reshape(-1)
         args = (policy_slots[c], policy_slots[r], ref_slots[c], ref_slots[r])
+        if cfg.decision_window:
+            if ref_token_lp is None:
+                raise ValueError("decision_window needs the reference's token log-probs (ref_token_lp)")
+            w = cfg.decision_window
+            args = tuple(pair_window_logprobs(t, batch, k, w) for t, k in
+                         ((token_lp, "pair_chosen"), (token_lp, "pair_rejected"),
+                          (ref_token_lp, "pair_chosen"), (ref_token_lp, "pair_rejected")))
         if cfg.method == "tgpo":
             loss, metrics = losses.tgpo_loss(*args, batch["pair_weight"].reshape(-1), valid, beta=cfg.beta)
         else:

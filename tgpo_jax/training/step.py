@@ -107,14 +107,16 @@ class Trainer:
         model = self.model(params)
         cfg = self.loss_cfg
         pol, tok_lp, tok_on = slot_logprobs(model, batch, chunk=self.chunk)
+        ref_tok = None
         if cfg.reference == "live":
             ref_model = model if self.lora else self.model(ref_params)
-            ref = jax.lax.stop_gradient(slot_logprobs(ref_model, batch, use_lora=False, chunk=self.chunk)[0])
+            ref, ref_tok, _ = jax.lax.stop_gradient(slot_logprobs(ref_model, batch, use_lora=False, chunk=self.chunk))
         elif cfg.reference == "none":
             ref = jnp.zeros_like(pol)
+            ref_tok = jnp.zeros_like(tok_lp)
         else:
             ref = reference_slots(batch, cfg)
-        return objective(pol, ref, tok_lp, tok_on, batch, cfg)
+        return objective(pol, ref, tok_lp, tok_on, batch, cfg, ref_tok)
 
     def _train_step(self, state, ref_params, mask, batch):
         def micro(carry, mb):
