@@ -118,3 +118,31 @@ def test_later_rounds_collect_their_own_runs_without_touching_round_one():
     c.rounds.update(count=2, runs=-1)
     with pytest.raises(ValueError, match="rounds.runs"):
         validate(c)
+
+
+def test_sft_can_collect_later_rounds_and_start_a_method_round_one_did_not_train():
+    """rounds.behaviour='sft': round 2 collects with the SFT model (decoded as evaluated: rounds.constrain), and a
+    round-2 method that round 1 did not train starts from SFT; round 1's collection spec is untouched."""
+    from configs.pipeline import get_config
+    from experiment.pipeline import Pipeline, validate
+
+    def plan(**over):
+        c = get_config("tiny")
+        c.rounds.update(count=2)
+        c.update(over)
+        validate(c)
+        return {s.name: s for s in Pipeline(c, progress=False).stages()}
+
+    agent_q = plan()
+    assert agent_q["collect-r2"].deps == ("tgpo",) and agent_q["tgpo-r2"].spec["init"] == "tgpo"
+    on_sft = plan(methods=("sft",), eval=dict(models=("sft",)), rounds=dict(count=2, behaviour="sft"))
+    assert "tgpo" not in on_sft and on_sft["collect-r2"].deps == ("sft",)
+    assert on_sft["collect-r2"].spec["policy"] == "model sft" and on_sft["collect-r2"].spec["collect"]["constrain"]
+    assert on_sft["tgpo-r2"].spec["init"] == "sft" and "sft" in on_sft["tgpo-r2"].deps
+    assert on_sft["collect-r1"].spec == agent_q["collect-r1"].spec
+    free = plan(rounds=dict(count=2, constrain=False))
+    assert not free["collect-r2"].spec["collect"]["constrain"] and free["collect-r1"].spec == agent_q["collect-r1"].spec
+    c = get_config("tiny")
+    c.rounds.update(count=2, behaviour="kto")
+    with pytest.raises(ValueError, match="rounds.behaviour"):
+        validate(c)
