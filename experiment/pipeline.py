@@ -236,7 +236,7 @@ class Pipeline:
         t = _plain(self.cfg[method])
         for section, key in NOT_IN_SPEC:
             t.get(section, {}).pop(key, None)
-        for key in ("rpo_alpha", "decision_window"):  # only when set: runs made before the option keep their specs
+        for key in ("rpo_alpha", "decision_window", "sft_alpha"):  # only when set: runs made before the option keep their specs
             if not t.get("loss", {}).get(key, 1):
                 t["loss"].pop(key)
         return t

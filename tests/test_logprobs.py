@@ -202,3 +202,34 @@ def test_decision_window_needs_a_live_reference():
         LossConfig(method="tgpo", reference="precomputed", decision_window=1)
     with pytest.raises(ValueError, match="DPO / TGPO setting"):
         LossConfig(method="kto", decision_window=1)
+
+
+def test_sft_term_is_the_token_mean_nll_of_every_successful_branch(setup, spm_tokenizer):
+    """sft_slots marks the node's SFT items (pairs' branches keep their slots first); sft_alpha adds
+    α·(−Σ log p / Σ tokens) over exactly those slots, pairs or not."""
+    from tgpo_jax.data import examples as ex
+
+    model, nodes = setup
+    cc = CollateConfig(method="dpo", layout="packed", max_len=256, max_prompt_len=160, max_completion_len=32,
+                       max_branches=3, max_pairs=3, sft_slots=True)
+    exs = [build_example(n, spm_tokenizer, cc) for n in nodes]
+    batch = jax.tree.map(jnp.asarray, stack(exs))
+    pol = slot_logprobs(model, batch, chunk=64)[0]
+    pol_np = np.asarray(pol).reshape(len(nodes), -1)
+    lp = toks = marked = 0
+    for i, node in enumerate(nodes):
+        _, comps, _ = tokenize_node(node, spm_tokenizer, cc)
+        sft = set(ex.sft_items(node))
+        assert sft, "the synthetic node has no successful branch"
+        for slot in range(3):  # three branches, all kept: slot k = branch k
+            assert bool(exs[i]["slot_sft"][slot]) == (slot in sft), (i, slot)
+            if slot in sft:
+                lp, toks, marked = lp + pol_np[i, slot], toks + len(comps[slot]), marked + 1
+    assert marked < 3 * len(nodes)  # some slots are not SFT items: the mask matters
+    ref = pol * 0.5
+    base, _ = objective(pol, ref, None, None, batch, LossConfig(method="dpo"))
+    loss, m = objective(pol, ref, None, None, batch, LossConfig(method="dpo", sft_alpha=0.4))
+    np.testing.assert_allclose(float(m["nll/sft"]), -lp / toks, rtol=1e-5)
+    np.testing.assert_allclose(float(loss), float(base) + 0.4 * (-lp / toks), rtol=1e-5)
+    with pytest.raises(ValueError, match="DPO / TGPO setting"):
+        LossConfig(method="sft", sft_alpha=1.0)

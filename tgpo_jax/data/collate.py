@@ -40,6 +40,7 @@ class CollateConfig:
     max_items: int = 8  # I: KTO items per example
     kl_slot: bool = True  # KTO: add a mismatched completion for the KL estimate
     decision_weight: float = 1.0  # SFT: loss weight of decision tokens vs copies (decisions.py; 1 = token mean)
+    sft_slots: bool = False  # DPO / TGPO: also the node's SFT items as slots (slot_sft), for the loss's SFT term
     pairs: ex.PairConfig = ex.PairConfig()
 
     def __post_init__(self):
@@ -75,6 +76,8 @@ def node_selection(node: NodeRecord, cfg: CollateConfig):
         pairs = [(p.chosen, p.rejected, p.weight) for p in ex.preference_pairs(node, pc)]
         pairs = sorted(pairs, key=lambda p: -p[2])[: cfg.max_pairs]  # keep the most informative pairs
         used = sorted({i for c, r, _ in pairs for i in (c, r)})
+        if cfg.sft_slots:  # after the pairs' branches, which keep their slots first
+            used += [i for i in sorted(set(ex.sft_items(node, pc))) if i not in used]
         return used, pairs, []
     items = ex.kto_items(node, pc) if cfg.method == "kto" else ex.kto_tree_items(node, pc)
     return sorted({i for i, _ in items}), [], items
@@ -111,6 +114,7 @@ def empty_example(cfg: CollateConfig) -> dict[str, np.ndarray]:
         "slot_behaviour": np.zeros((s,), np.float32),
         "slot_has_behaviour": np.zeros((s,), bool),
         "slot_ref": np.zeros((s,), np.float32),
+        "slot_sft": np.zeros((s,), bool),  # the slot's branch is an SFT item (CollateConfig.sft_slots)
         "pair_chosen": np.zeros((cfg.max_pairs,), np.int32),
         "pair_rejected": np.zeros((cfg.max_pairs,), np.int32),
         "pair_weight": np.zeros((cfg.max_pairs,), np.float32),
@@ -186,6 +190,9 @@ def build_example(node: NodeRecord, tokenizer, cfg: CollateConfig, *, index: int
             _place(out, slot, end, ids, 1, p, p - 1, slot, weights[slot])
     for slot, _ in seqs:
         out["slot_valid"][slot] = True
+    if cfg.sft_slots:
+        for b in set(ex.sft_items(node, cfg.pairs)) & set(slot_of):
+            out["slot_sft"][slot_of[b]] = True
     for b, k in slot_of.items():
         lp = node.branches[b].behaviour_logprob
         if lp is not None:

@@ -67,7 +67,7 @@ def collate_config(cfg) -> CollateConfig:
     return CollateConfig(method=cfg.method, layout=d.layout, max_len=d.max_len, max_prompt_len=d.max_prompt_len,
                          max_completion_len=d.max_completion_len, max_branches=d.max_branches,
                          max_pairs=d.max_pairs, max_items=d.max_items, kl_slot=d.kl_slot,
-                         decision_weight=d.decision_weight, pairs=pairs)
+                         decision_weight=d.decision_weight, pairs=pairs, sft_slots=cfg.loss.sft_alpha > 0)
 
 
 def build_model(cfg, mesh, tokenizer):
@@ -183,7 +183,8 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
     loss_cfg = LossConfig(method=cfg.method, beta=cfg.loss.beta, dpo_loss_type=cfg.loss.dpo_loss_type,
                           label_smoothing=cfg.loss.label_smoothing, desirable_weight=w_d, undesirable_weight=w_u,
                           reference=cfg.loss.reference, focal_gamma=cfg.loss.focal_gamma,
-                          rpo_alpha=cfg.loss.rpo_alpha, decision_window=cfg.loss.decision_window)
+                          rpo_alpha=cfg.loss.rpo_alpha, decision_window=cfg.loss.decision_window,
+                          sft_alpha=cfg.loss.sft_alpha)
     per_epoch = steps_per_epoch(train_src, cfg.train.batch_size)
     total = cfg.train.max_steps or per_epoch * cfg.train.num_epochs
     o = cfg.optim
