@@ -1,7 +1,7 @@
 """The main job's configuration (launch/pipeline.py). Presets after ':':
 
   default  the embedded default: local shop (all three task families), the from-scratch 'copy' model (3.8M
-           parameters with a planted copy circuit, its own SentencePiece vocabulary), SFT and TGPO, CPU, 27
+           parameters with a planted copy circuit, its own SentencePiece vocabulary), SFT and TGPO, CPU, 29
            minutes on 2 cores (measured end to end at 1.2 s per SFT step); held-out success in
            BUILD_NOTES.md ("Learning on held-out tasks"). (The bundled SmolLM2-135M does not fit that budget on a CPU; see
            BUILD_NOTES.md, "Which model learns on a CPU".)
