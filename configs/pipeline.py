@@ -155,8 +155,8 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
             # β 0.1 -> 0.5: seed 1's collapse gone (DPO 24 -> 48 % beside SFT's 46; TGPO 42 = SFT); DPO - SFT over
             # three seeds +0.0 [-6.7, +6.0] instead of -4.7 [-22, +10]: no harm, no gain (BUILD_NOTES.md, issue 16)
             c[m].loss.beta = 0.5
-            # an SFT term over every successful step (the nodes without pairs too), one pass: TGPO 40 -> 48 % and
-            # 44 -> 46 % beside SFT's 46 and 44 on seeds 1 and 3 (+2 [-6, +10] pooled; BUILD_NOTES.md, issue 16)
+            # an SFT term over every successful step (the nodes without pairs too), one pass: TGPO 48 / 46 / 46 %
+            # beside SFT's 46 / 44 / 42 on seeds 1 / 3 / 2, pooled +2.7 [-3.3, +8.7] (BUILD_NOTES.md, issue 16)
             c[m].loss.sft_alpha = 1.0
             c[m].data.sft_shortest = True
             c[m].train.num_epochs = 1

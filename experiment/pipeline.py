@@ -128,10 +128,10 @@ class Pipeline:
     def previous(self, method: str, r: int) -> str:
         """The model of ``method`` that round ``r`` >= 2 starts from (or collects with): its round r-1 model, or the
         first seed's SFT where round r-1 did not train that method (SFT itself is trained in round 1 only)."""
-        trained = self.cfg.methods if r - 1 == 1 else self.cfg.rounds.methods
-        if method in trained and method != "sft":
-            return model_name(method, r - 1, self.tag(self.seeds[0]) if r - 1 == 1 else None)
-        return model_name("sft", 1, self.tag(self.seeds[0]))
+        tag = self.tag(self.seeds[0])
+        if method in (self.cfg.methods if r == 2 else self.cfg.rounds.methods):  # 'sft' only in round 1's
+            return model_name(method, r - 1, tag if r == 2 else None)
+        return model_name("sft", 1, tag)
 
     def curve_models(self) -> list[str]:
         """The models whose success-vs-steps curve is measured: the first seed's model of each curve method."""

@@ -42,7 +42,7 @@ class LossConfig:
         if not self.sft_alpha >= 0 or (self.sft_alpha and self.method not in ("dpo", "tgpo")):
             raise ValueError(f"sft_alpha={self.sft_alpha}: must be >= 0, and is a DPO / TGPO setting (method "
                              f"{self.method})")
-        if self.decision_window and self.reference not in ("live", "none"):
+        if self.decision_window and self.reference != "live":
             raise ValueError(f"decision_window={self.decision_window} needs the reference's token log-probs: "
                              f"reference=live (a {self.reference} reference stores whole-action sums only)")
         if self.method != "sft" and self.reference == "none":

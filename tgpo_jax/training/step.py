@@ -113,7 +113,6 @@ class Trainer:
             ref, ref_tok, _ = jax.lax.stop_gradient(slot_logprobs(ref_model, batch, use_lora=False, chunk=self.chunk))
         elif cfg.reference == "none":
             ref = jnp.zeros_like(pol)
-            ref_tok = jnp.zeros_like(tok_lp)
         else:
             ref = reference_slots(batch, cfg)
         return objective(pol, ref, tok_lp, tok_on, batch, cfg, ref_tok)
