@@ -92,6 +92,10 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         curve_methods=(), curve_points=4, curve_tasks=30,
     ))
     c.trees = 3  # tree pictures of this many training tasks in the report
+    # the previous actions after the page, next to the answer cue, and how many of them stay before the page is cut
+    # (rollout/policies/prompt.py)
+    c.history_last = False
+    c.keep_recent = 6
     c.export = ml_collections.ConfigDict(dict(dtype="", select="success_rate"))  # '' = the run's dtype
 
     model_preset = {"default": "scratch-copy", "tiny": "tiny", "large": "scratch-copy",

@@ -138,6 +138,8 @@ class Pipeline:
         return [model_name(m, 1, self.tag(self.seeds[0])) for m in self.cfg.eval.curve_methods]
 
     def stages(self) -> list[Stage]:
+        from rollout.policies.prompt import KEEP_RECENT
+
         c = self.cfg
         env_spec = {"env": _plain(c.env), "tasks": _plain(c.tasks)}
         collect_spec = {k: v for k, v in _plain(c.collect).items() if k not in ("contexts", "max_batch")}
@@ -145,6 +147,8 @@ class Pipeline:
                        "history_thoughts": c.history_thoughts}
         # only when set: runs made before the option keep their stage specs
         ids_spec = {"page_ids": c.page_ids} if c.page_ids != "before" else {}
+        ids_spec.update({"history_last": True} if c.history_last else {})
+        ids_spec.update({"keep_recent": c.keep_recent} if c.keep_recent != KEEP_RECENT else {})
         prompt_spec.update(ids_spec)
         data_spec = {"dataset": _plain(c.dataset), **prompt_spec}
         out: list[Stage] = []
@@ -261,7 +265,8 @@ class Pipeline:
         params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
         return load_policy(spec, params=params, budget_tokens=self.cfg.prompt_tokens, max_batch=max_batch,
                            env=self.env, seed=seed, step=step, prompt_style=self.cfg.prompt_style,
-                           thought_chars=self.cfg.history_thoughts, page_ids=self.cfg.page_ids, constrain=constrain)
+                           thought_chars=self.cfg.history_thoughts, page_ids=self.cfg.page_ids,
+                           history_last=self.cfg.history_last, keep_recent=self.cfg.keep_recent, constrain=constrain)
 
     def save_prompt(self, model_dir: str) -> None:
         """``policy.json`` next to a model: launch.evaluate / collect then prompt it as it was trained."""
@@ -269,7 +274,8 @@ class Pipeline:
 
         write_text_atomic(os.path.join(model_dir, POLICY_FILE), json.dumps({
             "prompt_style": self.cfg.prompt_style, "budget_tokens": self.cfg.prompt_tokens,
-            "thought_chars": self.cfg.history_thoughts, "page_ids": self.cfg.page_ids}))
+            "thought_chars": self.cfg.history_thoughts, "page_ids": self.cfg.page_ids,
+            "history_last": self.cfg.history_last, "keep_recent": self.cfg.keep_recent}))
 
     @staticmethod
     def _with_policy(policy, coro):
@@ -342,7 +348,8 @@ class Pipeline:
         system = SYSTEM_PROMPTS[self.cfg.prompt_style]
         texts, cfg = [SYSTEM_PROMPT], BuildConfig(prompt_budget_tokens=1 << 20, system_prompt=system,
                                                   thought_chars=self.cfg.history_thoughts,
-                                                  page_ids=self.cfg.page_ids)
+                                                  page_ids=self.cfg.page_ids, history_last=self.cfg.history_last,
+                                                  keep_recent=self.cfg.keep_recent)
         for ep in iter_episodes(self.episodes(1)):
             for t, step in enumerate(ep.steps):
                 texts += [m["content"] for m in step_prompt(tasks.get(ep.task_id), ep, t, cfg)]
@@ -428,6 +435,7 @@ class Pipeline:
                            prompt_budget_tokens=self.cfg.prompt_tokens, tokenizer=self.tokenizer,
                            system_prompt=SYSTEM_PROMPTS[self.cfg.prompt_style],
                            thought_chars=self.cfg.history_thoughts, page_ids=self.cfg.page_ids,
+                           history_last=self.cfg.history_last, keep_recent=self.cfg.keep_recent,
                            include_invalid=d.include_invalid, overwrite=True)
         rounds = range(1, r + 1) if self.cfg.rounds.accumulate else (r,)
         repaired = {k: n for k in rounds if (n := self.repair_episodes(k))}

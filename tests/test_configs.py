@@ -92,6 +92,9 @@ def test_every_pipeline_preset_is_valid(preset):
     c.page_ids = "middle"
     with pytest.raises(ValueError, match="page_ids"):
         validate(c)
+    c.page_ids, c.keep_recent = "before", -1
+    with pytest.raises(ValueError, match="keep_recent"):
+        validate(c)
 
 
 def test_later_rounds_collect_their_own_runs_without_touching_round_one():

@@ -111,9 +111,9 @@ def test_collect_cli_prompts_a_pipeline_model_as_it_was_trained(run, tmp_path):
     shutil.copytree(os.path.join(out, "models", "sft"), model)
     with open(os.path.join(model, POLICY_FILE)) as f:
         saved = json.load(f)
-    assert saved["page_ids"] == "before"
+    assert saved["page_ids"] == "before" and saved["history_last"] is False
     with open(os.path.join(model, POLICY_FILE), "w") as f:
-        json.dump({**saved, "page_ids": "after"}, f)
+        json.dump({**saved, "page_ids": "after", "history_last": True}, f)
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     got = str(tmp_path / "c")
     proc = subprocess.run([sys.executable, "-m", "launch.collect", "--families=procedure", "--num_tasks=1", "--runs=1",
@@ -126,6 +126,7 @@ def test_collect_cli_prompts_a_pipeline_model_as_it_was_trained(run, tmp_path):
     assert messages[0] == {"role": "system", "content": COMPACT_SYSTEM_PROMPT}
     assert '[2] textbox "Search"' in ep.steps[0]["observation"]  # recorded as rendered, prompted as saved
     assert 'textbox "Search"[2]' in messages[1]["content"] and "[2] textbox" not in messages[1]["content"]
+    assert messages[1]["content"].index("Current page:") < messages[1]["content"].index("Previous actions:")
 
 
 def test_eval_and_report_have_every_row(run):

@@ -101,6 +101,34 @@ def test_prompt_cuts_the_page_from_its_end_after_the_old_history(spm_tokenizer):
     assert sum(len(m["content"]) for m in est) <= 4 * budget
 
 
+def test_history_last_moves_the_previous_actions_after_the_page_and_keep_recent_bounds_them(spm_tokenizer):
+    """history_last: the same lines, the previous actions between the page and the answer cue; keep_recent: how
+    many items stay before the page is cut (the default's and history_last's truncation agree item for item)."""
+    req = make_request(n_history=KEEP_RECENT + 3, page_lines=80)
+    first = build_messages(req, tokenizer=spm_tokenizer, budget_tokens=10**6, thought_chars=0)[1]["content"]
+    last = build_messages(req, tokenizer=spm_tokenizer, budget_tokens=10**6, thought_chars=0,
+                          history_last=True)[1]["content"]
+    task, done, seen, cue = re.fullmatch(r"(Task: .*?)\n\n(Previous actions:.*?)\n\n(Current page:.*)\n\n(.*)", first,
+                                         re.S).groups()
+    assert last == "\n\n".join([task, seen, done, cue]) and cue == ANSWER_CUE
+    no_hist = build_messages(make_request(n_history=0, page_lines=80), tokenizer=spm_tokenizer, budget_tokens=10**6)
+    budget = len(chat_ids(spm_tokenizer, no_hist)) // 2
+    for keep in (KEEP_RECENT, 2, 0):
+        cut = [build_messages(req, tokenizer=spm_tokenizer, budget_tokens=budget, thought_chars=0, keep_recent=keep,
+                              history_last=h)[1]["content"] for h in (False, True)]
+        for user in cut:
+            assert f"({KEEP_RECENT + 3 - keep} earlier actions omitted)" in user and "[... page text cut" in user
+            assert len(re.findall(r"^\d+\. CLICK", user, re.M)) == keep
+        assert sorted(cut[0].splitlines()) == sorted(cut[1].splitlines())
+    # fewer items kept: more of the page
+    pages = [len(build_messages(req, tokenizer=spm_tokenizer, budget_tokens=budget, thought_chars=0,
+                                keep_recent=k)[1]["content"].split("Current page:")[1].split("[... page")[0])
+             for k in (KEEP_RECENT, 2)]
+    assert pages[1] > pages[0]
+    with pytest.raises(ValueError, match="keep_recent"):
+        build_messages(req, keep_recent=-1)
+
+
 def test_page_ids_after_the_name():
     """page_ids='after' moves each element's id behind its role and quoted name (escaped quotes included) and
     leaves every other line alone; the prompt carries the moved page, and an unknown form is an error."""

@@ -30,7 +30,7 @@ from typing import Sequence
 from tqdm.auto import tqdm
 
 from rollout.core import HistoryItem, Task
-from rollout.policies.prompt import SYSTEM_PROMPT, messages_for
+from rollout.policies.prompt import KEEP_RECENT, SYSTEM_PROMPT, messages_for
 from rollout.recording import EpisodeRecord, RecordingError, read_steps, read_summary, read_tasks
 from trees.build import (TreeConfig, build_task_graph, canonical, label_conflict_rate, redundant_steps)
 from trees.graph import StateRef, TaskGraph
@@ -51,6 +51,8 @@ class BuildConfig:
     tokenizer: str = ""  # count the budget with this tokenizer (the policy's, as ModelPolicy does); '' = 4 chars/token
     thought_chars: int = 160
     page_ids: str = "before"  # where page lines put element ids (prompt.PAGE_IDS)
+    history_last: bool = False  # the previous actions after the page (prompt.messages_for)
+    keep_recent: int = KEEP_RECENT  # history items kept before the page is cut
     include_invalid: bool = True  # keep branches whose output did not parse (they are useful rejected actions)
     overwrite: bool = False
     verifier: str = "builtin"  # R_acc: "builtin" checks, or "judge": a vision model over before/after screenshots
@@ -184,7 +186,8 @@ def step_prompt(task: Task | None, ep: EpisodeRecord, t: int, cfg: BuildConfig) 
     instruction = task.instruction if task is not None else ep.summary.get("instruction", "")
     return messages_for(instruction, history_of(ep, t), step["observation"], budget_tokens=cfg.prompt_budget_tokens,
                         tokenizer=_tokenizer(cfg.tokenizer), thought_chars=cfg.thought_chars,
-                        system_prompt=cfg.system_prompt, page_ids=cfg.page_ids)
+                        system_prompt=cfg.system_prompt, page_ids=cfg.page_ids, history_last=cfg.history_last,
+                        keep_recent=cfg.keep_recent)
 
 
 def copy_spans(branches: Sequence[Branch], task: Task | None, kinds: dict[str, str]) -> list[dict]:

@@ -20,7 +20,7 @@ import time
 
 from rollout.core import PolicyOutput, PolicyRequest
 from rollout.policies.http import PolicyError
-from rollout.policies.prompt import SYSTEM_PROMPT, build_messages, command_end, kept_text
+from rollout.policies.prompt import KEEP_RECENT, SYSTEM_PROMPT, build_messages, command_end, kept_text
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,8 @@ class _Pending:
 class ModelPolicy:
     def __init__(self, sampler, tokenizer, *, params, budget_tokens: int = 2048, max_batch: int = 8,
                  name: str = "model", stop_after_command: bool = True, thought_chars: int = 160,
-                 system_prompt: str = SYSTEM_PROMPT, page_ids: str = "before", constrain: bool = False):
+                 system_prompt: str = SYSTEM_PROMPT, page_ids: str = "before", history_last: bool = False,
+                 keep_recent: int = KEEP_RECENT, constrain: bool = False):
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.sampler = sampler
@@ -74,6 +75,8 @@ class ModelPolicy:
         self.thought_chars = thought_chars
         self.system_prompt = system_prompt
         self.page_ids = page_ids
+        self.history_last = history_last
+        self.keep_recent = keep_recent
         self.constrain = constrain  # valid-argument decoding (constrain.py)
         self.generate_calls = 0  # batches run so far
         self._queue: asyncio.Queue | None = None
@@ -154,7 +157,8 @@ class ModelPolicy:
         t0 = time.perf_counter()
         messages = [build_messages(r, tokenizer=self.tokenizer, budget_tokens=self.budget_tokens,
                                    thought_chars=self.thought_chars, system_prompt=self.system_prompt,
-                                   page_ids=self.page_ids)
+                                   page_ids=self.page_ids, history_last=self.history_last,
+                                   keep_recent=self.keep_recent)
                     for r in requests]
         prompts = [chat_ids(self.tokenizer, m) for m in messages]
         params = self.params
