@@ -147,9 +147,10 @@ class Pipeline:
                        "history_thoughts": c.history_thoughts}
         # only when set: runs made before the option keep their stage specs
         ids_spec = {"page_ids": c.page_ids} if c.page_ids != "before" else {}
-        ids_spec.update({"history_last": True} if c.history_last else {})
-        ids_spec.update({"keep_recent": c.keep_recent} if c.keep_recent != KEEP_RECENT else {})
         prompt_spec.update(ids_spec)
+        # the prompt's layout: not the tokenizer's (it trains on the same lines, untruncated, in any order)
+        prompt_spec.update({"history_last": True} if c.history_last else {})
+        prompt_spec.update({"keep_recent": c.keep_recent} if c.keep_recent != KEEP_RECENT else {})
         data_spec = {"dataset": _plain(c.dataset), **prompt_spec}
         out: list[Stage] = []
         tok_deps: tuple[str, ...] = ()
