@@ -20,6 +20,7 @@ import importlib
 
 import ml_collections
 
+from rollout.policies.prompt import KEEP_RECENT
 from tgpo_jax.data.collate import METHODS, PREFERENCE
 
 
@@ -95,7 +96,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     # the previous actions after the page, next to the answer cue, and how many of them stay before the page is cut
     # (rollout/policies/prompt.py)
     c.history_last = False
-    c.keep_recent = 6
+    c.keep_recent = KEEP_RECENT
     c.export = ml_collections.ConfigDict(dict(dtype="", select="success_rate"))  # '' = the run's dtype
 
     model_preset = {"default": "scratch-copy", "tiny": "tiny", "large": "scratch-copy",

@@ -148,7 +148,7 @@ class Pipeline:
         # only when set: runs made before the option keep their stage specs
         ids_spec = {"page_ids": c.page_ids} if c.page_ids != "before" else {}
         prompt_spec.update(ids_spec)
-        # the prompt's layout: not the tokenizer's (it trains on the same lines, untruncated, in any order)
+        # the prompt's layout: not the tokenizer's (train_tokenizer reads untruncated prompts in the default order)
         prompt_spec.update({"history_last": True} if c.history_last else {})
         prompt_spec.update({"keep_recent": c.keep_recent} if c.keep_recent != KEEP_RECENT else {})
         data_spec = {"dataset": _plain(c.dataset), **prompt_spec}
@@ -345,12 +345,12 @@ class Pipeline:
         from tgpo_jax.models.tokenizer import train_sentencepiece
 
         tasks = {t.task_id: t for t in read_tasks(self.episodes(1))}
-        # every prompt as the policy will see it (system text included, once per step: its real frequency)
+        # every prompt's lines as the policy will see them (system text included, once per step: its real frequency),
+        # untruncated and in the default order, so that history_last and keep_recent leave the tokenizer as it is
         system = SYSTEM_PROMPTS[self.cfg.prompt_style]
         texts, cfg = [SYSTEM_PROMPT], BuildConfig(prompt_budget_tokens=1 << 20, system_prompt=system,
                                                   thought_chars=self.cfg.history_thoughts,
-                                                  page_ids=self.cfg.page_ids, history_last=self.cfg.history_last,
-                                                  keep_recent=self.cfg.keep_recent)
+                                                  page_ids=self.cfg.page_ids)
         for ep in iter_episodes(self.episodes(1)):
             for t, step in enumerate(ep.steps):
                 texts += [m["content"] for m in step_prompt(tasks.get(ep.task_id), ep, t, cfg)]

@@ -80,8 +80,6 @@ def validate(cfg) -> None:
 
     if cfg.page_ids not in PAGE_IDS:
         raise ValueError(f"page_ids={cfg.page_ids!r}: expected one of {PAGE_IDS}")
-    if not isinstance(cfg.history_last, bool):
-        raise ValueError(f"history_last={cfg.history_last!r}: expected true or false")
     if cfg.keep_recent < 0:
         raise ValueError(f"keep_recent={cfg.keep_recent}: the history items kept before the page is cut must be >= 0")
     if cfg.export.select not in ("success_rate", "avg_steps", "redundant_steps"):

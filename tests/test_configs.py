@@ -149,3 +149,22 @@ def test_sft_can_collect_later_rounds_and_start_a_method_round_one_did_not_train
     c.rounds.update(count=2, behaviour="kto")
     with pytest.raises(ValueError, match="rounds.behaviour"):
         validate(c)
+
+
+def test_the_prompt_layout_changes_the_data_not_the_tokenizer():
+    """history_last / keep_recent change the dataset (and what follows); the tokenizer trains on untruncated prompts
+    in the default order, so its stage (and the initialisation built on it) stays valid."""
+    from configs.pipeline import get_config
+    from experiment.pipeline import Pipeline, validate
+    from experiment.stages import fingerprints
+
+    def prints(**kw):
+        c = get_config("tiny")
+        c.update(kw)
+        validate(c)
+        return fingerprints(Pipeline(c, progress=False).stages())
+
+    plain = prints()
+    for changed in (prints(history_last=True), prints(keep_recent=2)):
+        assert changed["tokenizer"] == plain["tokenizer"] and changed["base"] == plain["base"]
+        assert changed["dataset-r1"] != plain["dataset-r1"] and changed["eval-sft"] != plain["eval-sft"]

@@ -13,10 +13,10 @@
 
              Give your next step as 'Thought: ...' then 'Command: ...'.
 
-With ``history_last`` the previous actions follow the page, right before the answer cue (docs/method.md §1: what was
-just done is then a fixed, short distance from the output, where a small model can read it). Truncation, when the prompt exceeds the budget: the oldest history items go first (a note says how many) down to the
-last ``KEEP_RECENT``, then the observation text is cut from its end, and only when even an empty page leaves no room
-the recent items go too. Everything is deterministic: the same request gives the same messages.
+With ``history_last`` the previous actions follow the page, right before the answer cue (docs/method.md §1).
+Truncation, when the prompt exceeds the budget: the oldest history items go first (a note says how many) down to the
+last ``keep_recent`` (default ``KEEP_RECENT``), then the observation text is cut from its end, and only when even an
+empty page leaves no room the recent items go too. Everything is deterministic: the same request gives the same messages.
 """
 from __future__ import annotations
 
