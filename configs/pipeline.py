@@ -97,6 +97,8 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     # (rollout/policies/prompt.py)
     c.history_last = False
     c.keep_recent = KEEP_RECENT
+    # how a page too long for the budget is cut: "end", or "text_first" (its text-only lines go first; prompt.py)
+    c.page_cut = "end"
     c.export = ml_collections.ConfigDict(dict(dtype="", select="success_rate"))  # '' = the run's dtype
 
     model_preset = {"default": "scratch-copy", "tiny": "tiny", "large": "scratch-copy",
@@ -131,6 +133,10 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         # gated recency term and the two-token match of the planted circuit, SFT on the shortest successful branches
         c.prompt_tokens = 512 if preset == "large" else 384
         c.page_ids = "after"
+        # a page over the budget loses its text-only lines first: multi_cart product pages keep their comboboxes and
+        # buttons (the command's element shown in 173 of 188 steps, 100 with the end cut); SFT 46 / 50 % on seeds
+        # 1 / 2 (46 / 42 with the end cut; BUILD_NOTES.md, issue 16)
+        c.page_cut = "text_first"
         c.tokenizer.update(vocab_size=2200, id_pieces=200)
         c.sft.data.sft_shortest = True
         for m in METHODS:

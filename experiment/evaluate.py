@@ -69,7 +69,7 @@ def is_run_dir(path: str) -> bool:
 def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int = 8, step: int | None = None,
                 env: Environment | None = None, seed: int = 0, prompt_style: str | None = None,
                 thought_chars: int | None = None, page_ids: str | None = None, history_last: bool | None = None,
-                keep_recent: int | None = None, constrain: bool = False) -> Policy:
+                keep_recent: int | None = None, page_cut: str | None = None, constrain: bool = False) -> Policy:
     """The policy named by ``model``:
 
     - ``oracle`` / ``oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>[,<recover>[,<repeat>]]``: the (noisy) oracle of ``env``;
@@ -82,9 +82,9 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
     model (``policy.json``, written by the pipeline for the models it trains), else the full grammar; likewise
     ``thought_chars``, the characters of each earlier step's thought kept in the history (default 160), and
     ``page_ids``, where page lines put element ids (default "before"), ``history_last`` (the previous actions after
-    the page; default False) and ``keep_recent`` (history items kept before the page is cut; default
-    ``prompt.KEEP_RECENT``). ``constrain``: valid-argument decoding
-    (``rollout/policies/constrain.py``) for model policies.
+    the page; default False), ``keep_recent`` (history items kept before the page is cut; default
+    ``prompt.KEEP_RECENT``) and ``page_cut`` (how a page too long for the budget is cut; default "end").
+    ``constrain``: valid-argument decoding (``rollout/policies/constrain.py``) for model policies.
     """
     from tgpo_jax.models.loading import BUNDLED_ALIASES
 
@@ -97,7 +97,8 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
         return OraclePolicy(env, noise, seed=seed, name=model)
     from rollout.policies.model import ModelPolicy
 
-    from rollout.policies.prompt import DEFAULT_THOUGHT_CHARS, KEEP_RECENT, PAGE_IDS, SYSTEM_PROMPTS, saved_prompt
+    from rollout.policies.prompt import (DEFAULT_THOUGHT_CHARS, KEEP_RECENT, PAGE_CUTS, PAGE_IDS, SYSTEM_PROMPTS,
+                                         saved_prompt)
 
     saved = saved_prompt(model)
     style = prompt_style or saved.get("prompt_style", "full")
@@ -109,8 +110,12 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
         raise ValueError(f"page_ids {ids!r}: expected one of {PAGE_IDS}")
     last = history_last if history_last is not None else bool(saved.get("history_last", False))
     recent = keep_recent if keep_recent is not None else int(saved.get("keep_recent", KEEP_RECENT))
+    cut = page_cut or saved.get("page_cut", "end")
+    if cut not in PAGE_CUTS:
+        raise ValueError(f"page_cut {cut!r}: expected one of {PAGE_CUTS}")
     kw = dict(params=params, budget_tokens=budget_tokens, max_batch=max_batch, system_prompt=SYSTEM_PROMPTS[style],
-              thought_chars=thoughts, page_ids=ids, history_last=last, keep_recent=recent, constrain=constrain)
+              thought_chars=thoughts, page_ids=ids, history_last=last, keep_recent=recent, page_cut=cut,
+              constrain=constrain)
     if os.path.isdir(model) and is_run_dir(model):
         from tgpo_jax.models.loading import merged_model, with_tokenizer_eos
         from tgpo_jax.models.sampler import Sampler

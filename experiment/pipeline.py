@@ -151,6 +151,7 @@ class Pipeline:
         # the prompt's layout: not the tokenizer's (train_tokenizer reads untruncated prompts in the default order)
         prompt_spec.update({"history_last": True} if c.history_last else {})
         prompt_spec.update({"keep_recent": c.keep_recent} if c.keep_recent != KEEP_RECENT else {})
+        prompt_spec.update({"page_cut": c.page_cut} if c.page_cut != "end" else {})
         data_spec = {"dataset": _plain(c.dataset), **prompt_spec}
         out: list[Stage] = []
         tok_deps: tuple[str, ...] = ()
@@ -267,7 +268,8 @@ class Pipeline:
         return load_policy(spec, params=params, budget_tokens=self.cfg.prompt_tokens, max_batch=max_batch,
                            env=self.env, seed=seed, step=step, prompt_style=self.cfg.prompt_style,
                            thought_chars=self.cfg.history_thoughts, page_ids=self.cfg.page_ids,
-                           history_last=self.cfg.history_last, keep_recent=self.cfg.keep_recent, constrain=constrain)
+                           history_last=self.cfg.history_last, keep_recent=self.cfg.keep_recent,
+                           page_cut=self.cfg.page_cut, constrain=constrain)
 
     def save_prompt(self, model_dir: str) -> None:
         """``policy.json`` next to a model: launch.evaluate / collect then prompt it as it was trained."""
@@ -276,7 +278,7 @@ class Pipeline:
         write_text_atomic(os.path.join(model_dir, POLICY_FILE), json.dumps({
             "prompt_style": self.cfg.prompt_style, "budget_tokens": self.cfg.prompt_tokens,
             "thought_chars": self.cfg.history_thoughts, "page_ids": self.cfg.page_ids,
-            "history_last": self.cfg.history_last, "keep_recent": self.cfg.keep_recent}))
+            "history_last": self.cfg.history_last, "keep_recent": self.cfg.keep_recent, "page_cut": self.cfg.page_cut}))
 
     @staticmethod
     def _with_policy(policy, coro):
@@ -346,7 +348,8 @@ class Pipeline:
 
         tasks = {t.task_id: t for t in read_tasks(self.episodes(1))}
         # every prompt's lines as the policy will see them (system text included, once per step: its real frequency),
-        # untruncated and in the default order, so that history_last and keep_recent leave the tokenizer as it is
+        # untruncated and in the default order, so that the layout settings (history_last, keep_recent, page_cut)
+        # leave the tokenizer as it is
         system = SYSTEM_PROMPTS[self.cfg.prompt_style]
         texts, cfg = [SYSTEM_PROMPT], BuildConfig(prompt_budget_tokens=1 << 20, system_prompt=system,
                                                   thought_chars=self.cfg.history_thoughts,
@@ -437,7 +440,7 @@ class Pipeline:
                            system_prompt=SYSTEM_PROMPTS[self.cfg.prompt_style],
                            thought_chars=self.cfg.history_thoughts, page_ids=self.cfg.page_ids,
                            history_last=self.cfg.history_last, keep_recent=self.cfg.keep_recent,
-                           include_invalid=d.include_invalid, overwrite=True)
+                           page_cut=self.cfg.page_cut, include_invalid=d.include_invalid, overwrite=True)
         rounds = range(1, r + 1) if self.cfg.rounds.accumulate else (r,)
         repaired = {k: n for k in rounds if (n := self.repair_episodes(k))}
         pools: dict[str, set] = {}  # every training task's typed strings: what copy-swap augmentation draws from

@@ -128,7 +128,8 @@ def measure(policy, episodes_dir: str, *, batch: int = 16, progress: bool = True
         return messages_for(instruction, history_of(ep, t), ep.steps[t]["observation"], tokenizer=policy.tokenizer,
                             budget_tokens=policy.budget_tokens, thought_chars=policy.thought_chars,
                             system_prompt=policy.system_prompt, page_ids=policy.page_ids,
-                            history_last=policy.history_last, keep_recent=policy.keep_recent)
+                            history_last=policy.history_last, keep_recent=policy.keep_recent,
+                            page_cut=policy.page_cut)
 
     steps = cases(by_task, tasks, prompt_of)
     if not steps:

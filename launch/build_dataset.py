@@ -32,7 +32,8 @@ flags.DEFINE_enum("prompt_style", "full", ["full", "compact"], "system text of r
 flags.DEFINE_integer("thought_chars", 160, "characters of each earlier thought kept in rebuilt histories (the policy's)")
 flags.DEFINE_enum("page_ids", "before", ["before", "after"], "where page lines put element ids (the policy's)")
 flags.DEFINE_bool("history_last", False, "previous actions after the page in rebuilt prompts (the policy's)")
-flags.DEFINE_integer("keep_recent", KEEP_RECENT, "history items kept before the page is cut (the policy's)")
+flags.DEFINE_integer("keep_recent", KEEP_RECENT, PAGE_CUTS, "history items kept before the page is cut (the policy's)")
+flags.DEFINE_enum("page_cut", "end", list(PAGE_CUTS), "how a page too long for the budget is cut (the policy's)")
 flags.DEFINE_bool("include_invalid", True, "keep branches whose output did not parse")
 flags.DEFINE_bool("overwrite", False, "replace an existing dataset")
 flags.DEFINE_enum("verifier", "builtin", ["builtin", "judge"], "R_acc: built-in checks or a judge model")
@@ -54,7 +55,8 @@ def main(argv):
     cfg = BuildConfig(tree=tree, splits=tuple(F.splits), num_shards=F.num_shards,
                       prompt_budget_tokens=F.prompt_budget_tokens, tokenizer=F.tokenizer,
                       system_prompt=SYSTEM_PROMPTS[F.prompt_style], thought_chars=F.thought_chars, page_ids=F.page_ids,
-                      history_last=F.history_last, keep_recent=F.keep_recent, include_invalid=F.include_invalid,
+                      history_last=F.history_last, keep_recent=F.keep_recent, page_cut=F.page_cut,
+                      include_invalid=F.include_invalid,
                       overwrite=F.overwrite, verifier=F.verifier, judge_url=F.judge_url,
                       judge_model=F.judge_model)
     summary = build_dataset(F.episodes, F.out, cfg)

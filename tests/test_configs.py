@@ -89,11 +89,15 @@ def test_every_pipeline_preset_is_valid(preset):
     validate(c)
     # the shop presets that train the copy model write ids after names (BUILD_NOTES.md, issue 16); others as rendered
     assert c.page_ids == ("after" if preset in ("default", "large") else "before")
+    assert c.page_cut == ("text_first" if preset in ("default", "large") else "end")
     c.page_ids = "middle"
     with pytest.raises(ValueError, match="page_ids"):
         validate(c)
     c.page_ids, c.keep_recent = "before", -1
     with pytest.raises(ValueError, match="keep_recent"):
+        validate(c)
+    c.keep_recent, c.page_cut = 6, "middle"
+    with pytest.raises(ValueError, match="page_cut"):
         validate(c)
 
 
@@ -152,8 +156,8 @@ def test_sft_can_collect_later_rounds_and_start_a_method_round_one_did_not_train
 
 
 def test_the_prompt_layout_changes_the_data_not_the_tokenizer():
-    """history_last / keep_recent change the dataset (and what follows); the tokenizer trains on untruncated prompts
-    in the default order, so its stage (and the initialisation built on it) stays valid."""
+    """history_last / keep_recent / page_cut change the dataset (and what follows); the tokenizer trains on untruncated
+    prompts in the default order, so its stage (and the initialisation built on it) stays valid."""
     from configs.pipeline import get_config
     from experiment.pipeline import Pipeline, validate
     from experiment.stages import fingerprints
@@ -165,6 +169,6 @@ def test_the_prompt_layout_changes_the_data_not_the_tokenizer():
         return fingerprints(Pipeline(c, progress=False).stages())
 
     plain = prints()
-    for changed in (prints(history_last=True), prints(keep_recent=2)):
+    for changed in (prints(history_last=True), prints(keep_recent=2), prints(page_cut="text_first")):
         assert changed["tokenizer"] == plain["tokenizer"] and changed["base"] == plain["base"]
         assert changed["dataset-r1"] != plain["dataset-r1"] and changed["eval-sft"] != plain["eval-sft"]

@@ -111,9 +111,9 @@ def test_collect_cli_prompts_a_pipeline_model_as_it_was_trained(run, tmp_path):
     shutil.copytree(os.path.join(out, "models", "sft"), model)
     with open(os.path.join(model, POLICY_FILE)) as f:
         saved = json.load(f)
-    assert saved["page_ids"] == "before" and saved["history_last"] is False
+    assert saved["page_ids"] == "before" and saved["history_last"] is False and saved["page_cut"] == "end"
     with open(os.path.join(model, POLICY_FILE), "w") as f:
-        json.dump({**saved, "page_ids": "after", "history_last": True}, f)
+        json.dump({**saved, "page_ids": "after", "history_last": True, "page_cut": "text_first"}, f)
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     got = str(tmp_path / "c")
     proc = subprocess.run([sys.executable, "-m", "launch.collect", "--families=procedure", "--num_tasks=1", "--runs=1",

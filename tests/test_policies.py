@@ -129,6 +129,42 @@ def test_history_last_moves_the_previous_actions_after_the_page_and_keep_recent_
         build_messages(req, keep_recent=-1)
 
 
+def test_text_first_leaves_out_the_fewest_text_lines_from_the_end_before_any_element():
+    """page_cut='text_first': every element line stays while the text-only lines can make room, the ones left out
+    are the last ones (the fewest that fit: one more line back overflows), the header stays; when even no text lines
+    leave no room, the element lines are cut from the end as page_cut='end' cuts; the default cut is unchanged."""
+    from rollout.policies.prompt import CUT_NOTE, count_tokens, messages_for, text_lines, without_lines
+
+    page = "\n".join(["URL: http://shop/item/3", "Title: A pillow", '[1] link "Home"', 'text "Bedding > Pillows"',
+                      'heading "A pillow"', 'text "Price: $43.65"', '[2] combobox "size" value="s" options=["s","m"]',
+                      '[3] button "Add to cart"'] + [f'text "feature number {i} of this pillow"' for i in range(12)]
+                     + ['[4] link "Next >"'])
+    assert text_lines(page) == [3, 4, 5] + list(range(8, 20))
+    kw = dict(system_prompt="sys", thought_chars=0)
+    full = count_tokens(messages_for("Buy it.", [], page, budget_tokens=10**6, **kw))
+    budget = full - 40
+    user = messages_for("Buy it.", [], page, budget_tokens=budget, page_cut="text_first", **kw)[1]["content"]
+    shown = user.split("Current page:\n")[1].split(CUT_NOTE)[0]
+    assert all(line in shown for line in page.splitlines() if "[" in line) and shown.startswith("URL:")
+    texts = text_lines(page)
+    k = next(k for k in range(len(texts) + 1) if shown == without_lines(page, texts[len(texts) - k:]))
+    assert 0 < k < len(texts)
+    back = messages_for("Buy it.", [], without_lines(page, texts[len(texts) - k + 1:]) + CUT_NOTE,
+                        budget_tokens=10**6, **kw)
+    assert count_tokens(back) > budget  # one line fewer left out does not fit
+    end = messages_for("Buy it.", [], page, budget_tokens=budget, **kw)[1]["content"]
+    assert end == messages_for("Buy it.", [], page, budget_tokens=budget, page_cut="end", **kw)[1]["content"]
+    assert '[4] link "Next >"' not in end  # the end cut loses the last element
+    # no room even without the text: the elements are cut from their end
+    elements = without_lines(page, texts)
+    tight = count_tokens(messages_for("Buy it.", [], elements, budget_tokens=10**6, **kw)) - 5
+    user = messages_for("Buy it.", [], page, budget_tokens=tight, page_cut="text_first", **kw)[1]["content"]
+    shown = user.split("Current page:\n")[1].split(CUT_NOTE)[0]
+    assert elements.startswith(shown) and len(shown) < len(elements) and "text " not in shown
+    with pytest.raises(ValueError, match="page_cut"):
+        messages_for("Buy it.", [], page, page_cut="middle", **kw)
+
+
 def test_page_ids_after_the_name():
     """page_ids='after' moves each element's id behind its role and quoted name (escaped quotes included) and
     leaves every other line alone; the prompt carries the moved page, and an unknown form is an error."""

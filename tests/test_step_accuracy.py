@@ -91,7 +91,7 @@ def test_forced_thought_gives_the_recorded_thought_and_scores_the_model_command(
                     SimpleNamespace(text=" SELECT [6] [blue]")]
 
     policy = SimpleNamespace(tokenizer=_CharTokenizer(), sampler=Sampler(), budget_tokens=10_000, thought_chars=0,
-                             page_ids="before", history_last=False, keep_recent=6, system_prompt="sys",
+                             page_ids="before", history_last=False, keep_recent=6, page_cut="end", system_prompt="sys",
                              params=SimpleNamespace(max_tokens=16), name="fake")
     r = measure(policy, "unused", progress=False, force_thought=True)
     assert r["force_thought"] and r["accuracy"]["TYPE"][:2] == [1, 1] and r["accuracy"]["SELECT"][:2] == [0, 1]

@@ -53,6 +53,7 @@ class BuildConfig:
     page_ids: str = "before"  # where page lines put element ids (prompt.PAGE_IDS)
     history_last: bool = False  # the previous actions after the page (prompt.messages_for)
     keep_recent: int = KEEP_RECENT  # history items kept before the page is cut
+    page_cut: str = "end"  # how a page too long for the budget is cut (prompt.PAGE_CUTS)
     include_invalid: bool = True  # keep branches whose output did not parse (they are useful rejected actions)
     overwrite: bool = False
     verifier: str = "builtin"  # R_acc: "builtin" checks, or "judge": a vision model over before/after screenshots
@@ -187,7 +188,7 @@ def step_prompt(task: Task | None, ep: EpisodeRecord, t: int, cfg: BuildConfig) 
     return messages_for(instruction, history_of(ep, t), step["observation"], budget_tokens=cfg.prompt_budget_tokens,
                         tokenizer=_tokenizer(cfg.tokenizer), thought_chars=cfg.thought_chars,
                         system_prompt=cfg.system_prompt, page_ids=cfg.page_ids, history_last=cfg.history_last,
-                        keep_recent=cfg.keep_recent)
+                        keep_recent=cfg.keep_recent, page_cut=cfg.page_cut)
 
 
 def copy_spans(branches: Sequence[Branch], task: Task | None, kinds: dict[str, str]) -> list[dict]:

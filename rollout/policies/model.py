@@ -62,7 +62,7 @@ class ModelPolicy:
     def __init__(self, sampler, tokenizer, *, params, budget_tokens: int = 2048, max_batch: int = 8,
                  name: str = "model", stop_after_command: bool = True, thought_chars: int = 160,
                  system_prompt: str = SYSTEM_PROMPT, page_ids: str = "before", history_last: bool = False,
-                 keep_recent: int = KEEP_RECENT, constrain: bool = False):
+                 keep_recent: int = KEEP_RECENT, page_cut: str = "end", constrain: bool = False):
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.sampler = sampler
@@ -77,6 +77,7 @@ class ModelPolicy:
         self.page_ids = page_ids
         self.history_last = history_last
         self.keep_recent = keep_recent
+        self.page_cut = page_cut
         self.constrain = constrain  # valid-argument decoding (constrain.py)
         self.generate_calls = 0  # batches run so far
         self._queue: asyncio.Queue | None = None
@@ -158,7 +159,7 @@ class ModelPolicy:
         messages = [build_messages(r, tokenizer=self.tokenizer, budget_tokens=self.budget_tokens,
                                    thought_chars=self.thought_chars, system_prompt=self.system_prompt,
                                    page_ids=self.page_ids, history_last=self.history_last,
-                                   keep_recent=self.keep_recent)
+                                   keep_recent=self.keep_recent, page_cut=self.page_cut)
                     for r in requests]
         prompts = [chat_ids(self.tokenizer, m) for m in messages]
         params = self.params

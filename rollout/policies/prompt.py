@@ -16,7 +16,9 @@
 With ``history_last`` the previous actions follow the page, right before the answer cue (docs/method.md §1).
 Truncation, when the prompt exceeds the budget: the oldest history items go first (a note says how many) down to the
 last ``keep_recent`` (default ``KEEP_RECENT``), then the observation text is cut from its end, and only when even an
-empty page leaves no room the recent items go too. Everything is deterministic: the same request gives the same messages.
+empty page leaves no room the recent items go too. With ``page_cut="text_first"`` the page's text-only lines (no element
+id: prices, descriptions, headings) are left out from the end up before any element line is cut. Everything is
+deterministic: the same request gives the same messages.
 """
 from __future__ import annotations
 
@@ -60,6 +62,10 @@ POLICY_FILE = "policy.json"  # next to a model: its prompt ({"prompt_style", "bu
 # here the name's last word and its quote; with a space before the id (``"Buy Now" [7]``), that space was a piece of
 # its own, and the pair (quote, space) is the same on every line
 PAGE_IDS = ("before", "after")
+# how a page too long for the budget is cut: "end" (its text from the end) or "text_first" (its text-only lines from the
+# end up first, so the elements the agent acts on stay: at the default's 384 tokens a multi_cart product page's
+# comboboxes and buttons were cut off in 88 of 188 steps, 15 with text_first; BUILD_NOTES.md, issue 16)
+PAGE_CUTS = ("end", "text_first")
 DEFAULT_THOUGHT_CHARS = 160  # characters of each earlier step's thought kept in the history (0: commands only)
 
 
@@ -111,6 +117,22 @@ def page_form(page: str, page_ids: str = "before") -> str:
     return _ELEMENT_LINE.sub(lambda m: f"{m['indent']}{m['what']}[{m['id']}]{m['rest']}", page)
 
 
+_ELEMENT_START = re.compile(r"\s*\[\d+\] ")
+
+
+def text_lines(page: str) -> list[int]:
+    """Indices of the page's text-only lines: after its header (URL, title, error), the lines that name no element
+    (as the harness renders them, before ``page_form``)."""
+    lines = page.split("\n")
+    first = next((i for i, line in enumerate(lines) if _ELEMENT_START.match(line)), len(lines))
+    return [i for i in range(first, len(lines)) if not _ELEMENT_START.match(lines[i])]
+
+
+def without_lines(page: str, drop) -> str:
+    drop = set(drop)
+    return "\n".join(line for i, line in enumerate(page.split("\n")) if i not in drop)
+
+
 def _one_line(s: str) -> str:
     return re.sub(r"\s+", " ", s or "").strip()
 
@@ -158,23 +180,26 @@ def count_tokens(messages: Sequence[dict], tokenizer=None) -> int:
 
 def build_messages(request: PolicyRequest, *, tokenizer=None, budget_tokens: int = 2048,
                    thought_chars: int = 160, system_prompt: str = SYSTEM_PROMPT, page_ids: str = "before",
-                   history_last: bool = False, keep_recent: int = KEEP_RECENT) -> list[dict]:
+                   history_last: bool = False, keep_recent: int = KEEP_RECENT, page_cut: str = "end") -> list[dict]:
     """Chat messages for one step, within ``budget_tokens`` where at all possible (the system text and the
     task alone are never cut)."""
     return messages_for(request.task.instruction, request.history, observation_text(request.observation),
                         tokenizer=tokenizer, budget_tokens=budget_tokens, thought_chars=thought_chars,
                         system_prompt=system_prompt, page_ids=page_ids, history_last=history_last,
-                        keep_recent=keep_recent)
+                        keep_recent=keep_recent, page_cut=page_cut)
 
 
 def messages_for(instruction: str, history: Sequence[HistoryItem], page: str, *, tokenizer=None,
                  budget_tokens: int = 2048, thought_chars: int = 160, system_prompt: str = SYSTEM_PROMPT,
-                 keep_recent: int = KEEP_RECENT, page_ids: str = "before", history_last: bool = False) -> list[dict]:
+                 keep_recent: int = KEEP_RECENT, page_ids: str = "before", history_last: bool = False,
+                 page_cut: str = "end") -> list[dict]:
     """``build_messages`` from its parts: the dataset builder rebuilds a recorded step's prompt with it."""
     history = tuple(history)
-    page = page_form(page, page_ids)
+    raw, page = page, page_form(page, page_ids)
     if keep_recent < 0:
         raise ValueError(f"keep_recent={keep_recent}: the history items kept before the page is cut must be >= 0")
+    if page_cut not in PAGE_CUTS:
+        raise ValueError(f"page_cut={page_cut!r}; expected one of {PAGE_CUTS}")
 
     def messages(dropped: int, page_text: str) -> list[dict]:
         return [{"role": "system", "content": system_prompt},
@@ -191,11 +216,25 @@ def messages_for(instruction: str, history: Sequence[HistoryItem], page: str, *,
         m = messages(dropped, page)
         if fits(m):
             return m
-    # 2. cut the page text from its end (binary search on its length in characters); only when even an empty page
-    #    leaves no room, drop the recent items too: what was done says where the agent is when the page is cut
+    # 2. text_first: leave out the page's text-only lines from its end up, as few as fit (binary search on their
+    #    count); then cut what is left from its end (binary search on its length in characters); only when even an
+    #    empty page leaves no room, drop the recent items too: what was done says where the agent is when it is cut
+    texts = text_lines(raw) if page_cut == "text_first" else []
+
+    def shown(k: int) -> str:  # the page without its last k text-only lines
+        return page_form(without_lines(raw, texts[len(texts) - k:]), page_ids) + CUT_NOTE
+
     for dropped in range(floor, len(history) + 1):
         if not fits(messages(dropped, CUT_NOTE)) and dropped < len(history):
             continue
+        if texts and fits(messages(dropped, shown(len(texts)))):
+            lo, hi = 0, len(texts)  # hi: fewest lines left out known to fit
+            while lo < hi:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if fits(messages(dropped, shown(mid))) else (mid + 1, hi)
+            return messages(dropped, shown(hi))
+        if texts:
+            page = shown(len(texts))[: -len(CUT_NOTE)]
         lo, hi = 0, len(page)  # lo: longest prefix known to fit (0 may not fit either)
         while lo < hi:
             mid = (lo + hi + 1) // 2
