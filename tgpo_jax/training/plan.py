@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import time
 from typing import Any, Sequence
 
@@ -188,17 +189,26 @@ def compile_part(name: str, jitted, args: Sequence, n_devices: int, *, inputs: d
     t0 = time.perf_counter()
     traced = jitted.trace(*args)
     flops = counted_flops(traced.jaxpr.jaxpr)
-    compiled = traced.lower().compile()
-    out = {"part": name, "compile_s": round(time.perf_counter() - t0, 1),
-           "inputs": {k: shard_bytes(v) for k, v in (inputs or {}).items()},
-           "memory": _memory(compiled), **_cost(compiled),
+    out = {"part": name, "inputs": {k: shard_bytes(v) for k, v in (inputs or {}).items()},
            "counted_flops": flops, "counted_flops_per_device": flops / n_devices}
+    if peak:
+        out["seconds_at_peak"] = out["counted_flops_per_device"] / peak
+    try:
+        compiled = traced.lower().compile()
+    except jax.errors.JaxRuntimeError as e:  # the TPU compiler refuses a program whose scratch exceeds HBM
+        msg = str(e)
+        if "RESOURCE_EXHAUSTED" not in msg:
+            raise
+        need = re.search(r"HLO temporaries \(([\d.]+)([KMGT])\)", msg)
+        unit = {"K": 1024, "M": 1024 ** 2, "G": GiB, "T": 1024 * GiB}
+        out.update(compile_s=round(time.perf_counter() - t0, 1), fits=False, error=msg.strip().splitlines()[0][:400],
+                   memory={"temp": int(float(need.group(1)) * unit[need.group(2)])} if need else {})
+        return out
+    out.update(compile_s=round(time.perf_counter() - t0, 1), memory=_memory(compiled), **_cost(compiled))
     total = out["memory"].get("total")
     if hbm and total is not None:
         out["fits"] = total <= hbm
         out["hbm_fraction"] = total / hbm
-    if peak:
-        out["seconds_at_peak"] = out["counted_flops_per_device"] / peak
     return out
 
 
@@ -316,7 +326,7 @@ def table(result: dict) -> str:
              f"x {r['seq_len']} tokens, grad_accum {r['grad_accum']} | HBM {_size(r['hbm_bytes'], GiB)} GiB/device"]
     cols = ["part", "params", "opt", "ref", "frozen", "batch", "args", "out", "alias", "temp", "TOTAL", "fits",
             "flops/dev", "xla flops", "xla s", "s@peak", "compile s"]
-    biggest = max([p["memory"].get("total", 0) for p in r["parts"]] + [0])
+    biggest = max([max(p["memory"].get("total", 0), p["memory"].get("temp", 0)) for p in r["parts"]] + [0])
     unit, uname = (GiB, "GiB") if biggest >= GiB // 4 else (1024 ** 2, "MiB")
     _gib = lambda x: _size(x, unit)  # noqa: E731
     rows = []
@@ -331,6 +341,7 @@ def table(result: dict) -> str:
     widths = [max(len(c), *(len(row[k]) for row in rows)) for k, c in enumerate(cols)]
     fmt = lambda row: "  ".join(v.rjust(w) for v, w in zip(row, widths))  # noqa: E731
     lines += [fmt(cols), *map(fmt, rows)]
+    lines += [f"{p['part']}: {p['error']}" for p in r["parts"] if p.get("error")]
     lines.append(f"memory in {uname} per device (decode: 'batch' is the KV cache); flops/dev: the jaxpr's dot products "
                  "per device, scans multiplied out; xla flops: XLA's count (loop bodies once)")
     return "\n".join(lines)
