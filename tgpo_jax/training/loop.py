@@ -70,9 +70,45 @@ def collate_config(cfg) -> CollateConfig:
                          decision_weight=d.decision_weight, pairs=pairs, sft_slots=cfg.loss.sft_alpha > 0)
 
 
+def check_batch(cfg, mesh) -> None:
+    """train.batch_size / optim.grad_accum examples per micro-batch must split over the data x fsdp devices."""
+    n_batch = mesh.shape["data"] * mesh.shape["fsdp"]
+    for key, value in (("train.batch_size", cfg.train.batch_size), ("optim.grad_accum", cfg.optim.grad_accum)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{key}={value!r}: must be a positive integer")
+    micro = cfg.train.batch_size // cfg.optim.grad_accum
+    if cfg.train.batch_size % cfg.optim.grad_accum or micro % n_batch:
+        raise ValueError(f"batch_size {cfg.train.batch_size} / grad_accum {cfg.optim.grad_accum} = {micro} "
+                         f"examples per micro-batch must divide over the mesh's data x fsdp = {n_batch} devices")
+
+
+def loss_config(cfg, desirable_weight: float = 1.0, undesirable_weight: float = 1.0) -> LossConfig:
+    """``cfg.loss`` -> the Trainer's LossConfig (KTO's class weights given: the dataset's, or cfg's fixed ones)."""
+    lc = cfg.loss
+    return LossConfig(method=cfg.method, beta=lc.beta, dpo_loss_type=lc.dpo_loss_type,
+                      label_smoothing=lc.label_smoothing, desirable_weight=desirable_weight,
+                      undesirable_weight=undesirable_weight, reference=lc.reference, focal_gamma=lc.focal_gamma,
+                      rpo_alpha=lc.rpo_alpha, decision_window=lc.decision_window, sft_alpha=lc.sft_alpha)
+
+
+def optim_config(cfg, total_steps: int) -> OptimConfig:
+    """``cfg.optim`` -> the Trainer's OptimConfig for a run of ``total_steps``."""
+    o = cfg.optim
+    return OptimConfig(optimizer=o.optimizer, learning_rate=o.learning_rate,
+                       warmup_steps=o.warmup_steps or int(o.warmup_fraction * total_steps),
+                       schedule=o.schedule, total_steps=total_steps, end_lr_fraction=o.end_lr_fraction,
+                       weight_decay=o.weight_decay, b1=o.b1, b2=o.b2, eps=o.eps, clip_norm=o.clip_norm,
+                       grad_accum=o.grad_accum)
+
+
+def model_overrides(m) -> dict:
+    """What ``cfg.model`` sets on the checkpoint's ModelConfig (besides param_dtype)."""
+    return dict(dtype=m.dtype, remat=m.remat, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha)
+
+
 def build_model(cfg, mesh, tokenizer):
     m = cfg.model
-    overrides = dict(dtype=m.dtype, remat=m.remat, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha)
+    overrides = model_overrides(m)
     if m.path:
         return load_model(m.path, mesh=mesh, param_dtype=m.param_dtype, lora_seed=m.lora_seed, **overrides)
     if m.scratch not in SCRATCH_PRESETS:
@@ -147,14 +183,7 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
     out_dir = os.path.abspath(cfg.train.output_dir)
     os.makedirs(out_dir, exist_ok=True)
     mesh = shd.make_mesh(tuple(cfg.mesh.shape))
-    n_batch = mesh.shape["data"] * mesh.shape["fsdp"]
-    for key, value in (("train.batch_size", cfg.train.batch_size), ("optim.grad_accum", cfg.optim.grad_accum)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{key}={value!r}: must be a positive integer")
-    micro = cfg.train.batch_size // cfg.optim.grad_accum
-    if cfg.train.batch_size % cfg.optim.grad_accum or micro % n_batch:
-        raise ValueError(f"batch_size {cfg.train.batch_size} / grad_accum {cfg.optim.grad_accum} = {micro} "
-                         f"examples per micro-batch must divide over the mesh's data x fsdp = {n_batch} devices")
+    check_batch(cfg, mesh)
     for section, key in (("model", "path"), ("model", "tokenizer"), ("data", "train_dir"), ("data", "eval_dir")):
         value = cfg[section][key]
         if value and os.path.exists(value):  # the saved config must work from any working directory
@@ -180,20 +209,11 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
 
     w_d, w_u = (train_src.class_weights if cfg.loss.kto_weights == "auto"
                 else (cfg.loss.desirable_weight, cfg.loss.undesirable_weight))
-    loss_cfg = LossConfig(method=cfg.method, beta=cfg.loss.beta, dpo_loss_type=cfg.loss.dpo_loss_type,
-                          label_smoothing=cfg.loss.label_smoothing, desirable_weight=w_d, undesirable_weight=w_u,
-                          reference=cfg.loss.reference, focal_gamma=cfg.loss.focal_gamma,
-                          rpo_alpha=cfg.loss.rpo_alpha, decision_window=cfg.loss.decision_window,
-                          sft_alpha=cfg.loss.sft_alpha)
+    loss_cfg = loss_config(cfg, w_d, w_u)
     per_epoch = steps_per_epoch(train_src, cfg.train.batch_size)
     total = cfg.train.max_steps or per_epoch * cfg.train.num_epochs
-    o = cfg.optim
-    optim = OptimConfig(optimizer=o.optimizer, learning_rate=o.learning_rate,
-                        warmup_steps=o.warmup_steps or int(o.warmup_fraction * total),
-                        schedule=o.schedule, total_steps=total, end_lr_fraction=o.end_lr_fraction,
-                        weight_decay=o.weight_decay, b1=o.b1, b2=o.b2, eps=o.eps, clip_norm=o.clip_norm,
-                        grad_accum=o.grad_accum)
-    trainer = Trainer(model, loss_cfg, optim, mesh, chunk=cfg.train.chunk, update_mask=update_mask(cfg, model))
+    trainer = Trainer(model, loss_cfg, optim_config(cfg, total), mesh, chunk=cfg.train.chunk,
+                      update_mask=update_mask(cfg, model))
     if loss_cfg.reference == "precomputed":
         cache = cfg.loss.reference_cache or os.path.join(out_dir, "reference")
         for src in filter(None, (train_src, eval_src)):

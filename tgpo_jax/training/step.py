@@ -88,28 +88,43 @@ class Trainer:
             lambda m, p: jax.device_put(jnp.asarray(m, p.dtype), p.sharding), update_mask, params)
 
     # ------------------------------------------------------------------ state
+    def state_shardings(self) -> dict[str, Any]:
+        """The train state's shardings: parameters as placed, optimizer moments as their parameter, the rest
+        replicated."""
+        repl = NamedSharding(self.mesh, P())
+        param_sh = jax.tree.map(lambda x: x.sharding, self.initial_params)
+        opt_sh = optax.tree_map_params(self.tx, lambda _, s: s, jax.eval_shape(self.tx.init, self.initial_params),
+                                       param_sh, transform_non_params=lambda _: repl)
+        return {"step": repl, "params": param_sh, "opt_state": opt_sh, "rng": repl}
+
+    def abstract_state(self) -> dict[str, Any]:
+        """``init_state``'s shapes, dtypes and shardings (ShapeDtypeStructs), with nothing allocated: works on a
+        model of ShapeDtypeStructs too (``tgpo_jax/training/plan.py``)."""
+        shapes = {"step": jax.ShapeDtypeStruct((), jnp.int32), "params": self.initial_params,
+                  "opt_state": jax.eval_shape(self.tx.init, self.initial_params),
+                  "rng": jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0)))}
+        return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes,
+                            self.state_shardings())
+
     def init_state(self, seed: int = 0) -> dict[str, Any]:
         params = jax.tree.map(jnp.copy, self.initial_params)  # the state owns (and donates) its own buffers
         repl = NamedSharding(self.mesh, P())
-        # optimizer moments take their parameter's sharding; counters and the like are replicated
-        opt_sh = optax.tree_map_params(self.tx, lambda _, s: s, jax.eval_shape(self.tx.init, params),
-                                       jax.tree.map(lambda x: x.sharding, params), transform_non_params=lambda _: repl)
-        opt_state = jax.jit(self.tx.init, out_shardings=opt_sh)(params)
+        opt_state = jax.jit(self.tx.init, out_shardings=self.state_shardings()["opt_state"])(params)
         put = lambda x: jax.device_put(x, repl)  # noqa: E731
         return {"step": put(jnp.zeros((), jnp.int32)), "params": params, "opt_state": opt_state,
                 "rng": put(jax.random.key_data(jax.random.key(seed)))}
 
-    def model(self, params) -> Transformer:
-        return nnx.merge(self.graphdef, params, self.frozen)
+    def model(self, params, frozen=None) -> Transformer:
+        return nnx.merge(self.graphdef, params, self.frozen if frozen is None else frozen)
 
     # ------------------------------------------------------------------ loss
-    def _loss(self, params, ref_params, batch):
-        model = self.model(params)
+    def _loss(self, params, ref_params, batch, frozen=None):
+        model = self.model(params, frozen)
         cfg = self.loss_cfg
         pol, tok_lp, tok_on = slot_logprobs(model, batch, chunk=self.chunk)
         ref_tok = None
         if cfg.reference == "live":
-            ref_model = model if self.lora else self.model(ref_params)
+            ref_model = model if self.lora else self.model(ref_params, frozen)
             ref, ref_tok, _ = jax.lax.stop_gradient(slot_logprobs(ref_model, batch, use_lora=False, chunk=self.chunk))
         elif cfg.reference == "none":
             ref = jnp.zeros_like(pol)
@@ -117,16 +132,16 @@ class Trainer:
             ref = reference_slots(batch, cfg)
         return objective(pol, ref, tok_lp, tok_on, batch, cfg, ref_tok)
 
-    def _train_step(self, state, ref_params, mask, batch):
+    def _train_step(self, state, ref_params, mask, frozen, batch):
         def micro(carry, mb):
             grads, metrics = carry
-            (loss, m), g = jax.value_and_grad(self._loss, has_aux=True)(state["params"], ref_params, mb)
+            (loss, m), g = jax.value_and_grad(self._loss, has_aux=True)(state["params"], ref_params, mb, frozen)
             m = {**m, "loss": loss}
             return (jax.tree.map(jnp.add, grads, g), jax.tree.map(jnp.add, metrics, m)), None
 
         zeros = jax.tree.map(jnp.zeros_like, state["params"])
         first = jax.tree.map(lambda x: x[0], batch)
-        m_shape = jax.eval_shape(lambda: self._loss(state["params"], ref_params, first)[1])
+        m_shape = jax.eval_shape(lambda: self._loss(state["params"], ref_params, first, frozen)[1])
         m0 = {**jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), m_shape), "loss": jnp.zeros((), jnp.float32)}
         (grads, metrics), _ = jax.lax.scan(micro, (zeros, m0), batch)
         a = batch["tokens"].shape[0]
@@ -153,30 +168,41 @@ class Trainer:
         return {k: NamedSharding(self.mesh, P(None, shd.BATCH_AXES, *([None] * (v.ndim - 2))))
                 for k, v in batch.items()}
 
+    def jit_train_step(self, state, batch):
+        """The jitted ``_train_step(state, ref_params, update_mask, frozen, batch)`` for states and batches shaped
+        and sharded like these (arrays, or ShapeDtypeStructs with shardings: ``tgpo_jax/training/plan.py`` lowers
+        it without allocating). The frozen weights (the base under LoRA) are an argument, not a closed-over
+        constant: a constant would be baked into the compiled program."""
+        sh = lambda tree: jax.tree.map(lambda x: x.sharding, tree)  # noqa: E731
+        state_sh = sh(state)
+        return jax.jit(self._train_step,
+                       in_shardings=(state_sh, sh(self.ref_params), sh(self.update_mask), sh(self.frozen),
+                                     self.batch_sharding(batch)),
+                       out_shardings=(state_sh, None), donate_argnums=(0,))
+
     def train_step(self, state, batch):
         if self._train is None:
-            state_sh = jax.tree.map(lambda x: x.sharding, state)
-            ref_sh = jax.tree.map(lambda x: x.sharding, self.ref_params)
-            mask_sh = jax.tree.map(lambda x: x.sharding, self.update_mask)
-            self._train = jax.jit(self._train_step,
-                                  in_shardings=(state_sh, ref_sh, mask_sh, self.batch_sharding(batch)),
-                                  out_shardings=(state_sh, None), donate_argnums=(0,))
-        return self._train(state, self.ref_params, self.update_mask, batch)
+            self._train = self.jit_train_step(state, batch)
+        return self._train(state, self.ref_params, self.update_mask, self.frozen, batch)
 
     def eval_step(self, state, batch):
         if self._eval is None:
-            self._eval = jax.jit(lambda p, r, b: self._loss(p, r, jax.tree.map(lambda x: x[0], b)))
-        loss, metrics = self._eval(state["params"], self.ref_params, batch)
+            self._eval = jax.jit(lambda p, r, f, b: self._loss(p, r, jax.tree.map(lambda x: x[0], b), f))
+        loss, metrics = self._eval(state["params"], self.ref_params, self.frozen, batch)
         return {**metrics, "loss": loss}
+
+    def jit_reference_logprobs(self):
+        """The jitted reference pass ``(params, frozen, batch [A, B, ...]) -> slot log-probs [A*B, S]``."""
+        def ref(params, frozen, b):
+            b = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), b)
+            return slot_logprobs(self.model(params, frozen), b, use_lora=False, chunk=self.chunk)[0]
+        return jax.jit(ref)
 
     def reference_logprobs(self, batch):
         """Reference slot log-probs [A*B, S] of a batch (for the precomputed sidecar)."""
         if self._ref is None:
-            def ref(params, b):
-                b = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), b)
-                return slot_logprobs(self.model(params), b, use_lora=False, chunk=self.chunk)[0]
-            self._ref = jax.jit(ref)
-        out = self._ref(self.initial_params, batch)
+            self._ref = self.jit_reference_logprobs()
+        out = self._ref(self.initial_params, self.frozen, batch)
         return out.reshape(-1, batch["slot_valid"].shape[-1])
 
 
