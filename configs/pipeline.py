@@ -168,7 +168,8 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
             c[m].loss.beta = 0.5
             # an SFT term over every successful step (the nodes without pairs too), one pass: TGPO 48 / 46 / 46 %
             # beside SFT's 46 / 44 / 42 on seeds 1 / 3 / 2, pooled +2.7 [-3.3, +8.7]; with page_cut text_first
-            # TGPO 48 / 50 / 40 beside SFT's 46 / 50 / 44 (seeds 1 / 2 / 3): -0.7 [-6.7, +5.3] (BUILD_NOTES.md, issue 16)
+            # TGPO 48 / 50 / 40 beside SFT's 46 / 50 / 44 (seeds 1 / 2 / 3): -0.7 [-6.7, +5.3]
+            # (BUILD_NOTES.md, issue 16)
             c[m].loss.sft_alpha = 1.0
             c[m].data.sft_shortest = True
             c[m].train.num_epochs = 1
