@@ -12,7 +12,7 @@ import json
 from absl import app, flags
 
 from launch.entry import prepare
-from rollout.policies.prompt import KEEP_RECENT
+from rollout.policies.prompt import KEEP_RECENT, PAGE_CUTS
 
 F = flags.FLAGS
 flags.DEFINE_string("episodes", None, "collection directory written by launch.collect", required=True)
@@ -32,7 +32,7 @@ flags.DEFINE_enum("prompt_style", "full", ["full", "compact"], "system text of r
 flags.DEFINE_integer("thought_chars", 160, "characters of each earlier thought kept in rebuilt histories (the policy's)")
 flags.DEFINE_enum("page_ids", "before", ["before", "after"], "where page lines put element ids (the policy's)")
 flags.DEFINE_bool("history_last", False, "previous actions after the page in rebuilt prompts (the policy's)")
-flags.DEFINE_integer("keep_recent", KEEP_RECENT, PAGE_CUTS, "history items kept before the page is cut (the policy's)")
+flags.DEFINE_integer("keep_recent", KEEP_RECENT, "history items kept before the page is cut (the policy's)")
 flags.DEFINE_enum("page_cut", "end", list(PAGE_CUTS), "how a page too long for the budget is cut (the policy's)")
 flags.DEFINE_bool("include_invalid", True, "keep branches whose output did not parse")
 flags.DEFINE_bool("overwrite", False, "replace an existing dataset")
