@@ -234,7 +234,7 @@ def messages_for(instruction: str, history: Sequence[HistoryItem], page: str, *,
                 lo, hi = (lo, mid) if fits(messages(dropped, shown(mid))) else (mid + 1, hi)
             return messages(dropped, shown(hi))
         if texts:
-            page = shown(len(texts))[: -len(CUT_NOTE)]
+            page = page_form(without_lines(raw, texts), page_ids)  # every text line out: the elements are cut next
         lo, hi = 0, len(page)  # lo: longest prefix known to fit (0 may not fit either)
         while lo < hi:
             mid = (lo + hi + 1) // 2
