@@ -164,10 +164,12 @@ def test_rerun_skips_and_changed_config_is_refused(run):
 
 def test_killed_in_every_kind_of_stage_ends_as_the_undisturbed_run(run, tmp_path):
     """The same pipeline in a new directory, its process group SIGKILLed once inside each kind of stage (collection,
-    tokenizer, dataset, training, evaluation, export: at a random fraction of the stage's duration in
-    the undisturbed run) and resumed each time, ends with the undisturbed run's episodes, shards, losses, evaluations
-    and exported weights. (The site's URLs are recorded site-relative, so the new port of each restart is no
-    difference.)"""
+    tokenizer, dataset, training, evaluation, export) and resumed each time, ends with the undisturbed run's
+    episodes, shards, losses, evaluations and exported weights. Where a stage shows its progress (steps recorded,
+    training rows written) the kill comes after a random number of them short of the undisturbed run's total, so it
+    lands inside the stage however busy the machine is (the slow tier runs two test files at once); the others are
+    killed at a random fraction of their duration in the undisturbed run. (The site's URLs are recorded
+    site-relative, so the new port of each restart is no difference.)"""
     import random
     import signal
     import time
@@ -188,7 +190,13 @@ def test_killed_in_every_kind_of_stage_ends_as_the_undisturbed_run(run, tmp_path
         deadline = time.monotonic() + 600
         while proc.poll() is None and time.monotonic() < deadline and _status(marker) != "running":
             time.sleep(0.02)
-        time.sleep(rng.uniform(0.1, 0.8) * seconds[stage])
+        total = _progress(out, stage)
+        if total is None:
+            time.sleep(rng.uniform(0.1, 0.8) * seconds[stage])
+        else:  # after k units, with at least two left: one finishing at the same poll still leaves the stage running
+            k = rng.randrange(1, max(total - 1, 2))
+            while proc.poll() is None and time.monotonic() < deadline and _progress(killed, stage) < k:
+                time.sleep(0.02)
         landed[stage] = _status(marker)
         assert proc.poll() is None, f"the pipeline ended before the kill in {stage}"
         os.killpg(proc.pid, signal.SIGKILL)
@@ -327,6 +335,22 @@ def _rows(out, run_name):
         if "train/loss" in row:
             rows.append(row)
     return rows
+
+
+def _progress(out, stage) -> int | None:
+    """Steps recorded so far by a collection or evaluation stage, training rows written by a training stage; None
+    for a stage that shows no progress."""
+    import glob
+
+    where = {"collect-r1": "episodes/round1/episodes", "collect-r2": "episodes/round2/episodes",
+             "eval-sft": "eval/sft/seed0/episodes"}.get(stage)
+    if where is not None:
+        n = 0
+        for path in glob.glob(os.path.join(out, where, "*", "*", "steps.jsonl")):
+            with open(path, "rb") as f:
+                n += f.read().count(b"\n")
+        return n
+    return len(_rows(out, stage)) if stage in ("sft", "tgpo-r2") else None
 
 
 def _status(marker: str) -> str | None:
