@@ -38,6 +38,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         sft_shortest=False,  # SFT imitates only the successful branches nearest a goal (drops undone detours)
         copy_swap=0.0,  # probability of swapping each copied string per draw (tgpo_jax/data/augment.py; 0 = off)
         decision_weight=1.0,  # SFT: loss weight of decision tokens vs copies (tgpo_jax/data/decisions.py; 1 = off)
+        head_weight=1.0, head_words=1,  # SFT: loss weight of the thought's first words (collate.head_span; 1 = off)
         shuffle_seed=0,
     ))
     c.loss = ml_collections.ConfigDict(dict(

@@ -17,7 +17,8 @@ and SELECT commands its value in 8 of 49, so most wrong free text is lost betwee
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
 from typing import Callable, Sequence
 
 from rollout.commands import parse_output
@@ -42,9 +43,11 @@ def canonical(output: str) -> str | None:
         return None
 
 
-def cases(by_task: dict, tasks: dict, prompt_of: Callable) -> list[StepCase]:
+def cases(by_task: dict, tasks: dict, prompt_of: Callable, match: str = "") -> list[StepCase]:
     """Every non-mistake step of every episode. ``by_task``: ``load_episodes`` output; ``tasks``: task id -> Task;
-    ``prompt_of(task, episode, t)``: the step's messages (``step_prompt`` with the model's settings)."""
+    ``prompt_of(task, episode, t)``: the step's messages (``step_prompt`` with the model's settings); ``match``: a
+    regular expression the recorded output must contain (one decision alone, e.g. ``button "Buy Now"``)."""
+    pattern = re.compile(match) if match else None
     out = []
     for task_id in sorted(by_task):
         task = tasks.get(task_id)
@@ -53,7 +56,7 @@ def cases(by_task: dict, tasks: dict, prompt_of: Callable) -> list[StepCase]:
                 if (s.get("policy_info") or {}).get("mistake"):
                     continue
                 gold = canonical(s["output"]) if s.get("output") else None
-                if gold is None:
+                if gold is None or (pattern is not None and not pattern.search(s["output"])):
                     continue
                 family = getattr(task, "family", None) or ep.summary.get("family", "")
                 out.append(StepCase(task_id, family, t, gold, tuple(prompt_of(task, ep, t)), s["output"]))
@@ -79,14 +82,24 @@ def forced_output(prefix: str, completion: str) -> str:
     return text if cut is None else text[:cut]
 
 
+def thought_head(output: str, words: int = 3) -> str:
+    """The first ``words`` words of an output's thought (what it decides first: ``Set combobox "size"[6]`` or
+    ``Click button "Buy``), or the output's start when it has no thought."""
+    text = output.split("Thought:", 1)[1] if "Thought:" in output else output
+    return " ".join(text.split("\n", 1)[0].split()[:words])
+
+
 def score(steps: Sequence[StepCase], outputs: Sequence[str], examples: int = 3) -> dict:
-    """``{"accuracy": {key: [correct, total, rate]}, "wrong": {key: [examples]}}`` over keys ``all``, the family,
-    the command kind and ``family/kind``."""
+    """``{"accuracy": {key: [correct, total, rate]}, "wrong": {key: [examples]}, "heads": {family: {head: n}}}``
+    over keys ``all``, the family, the command kind and ``family/kind``; ``heads`` counts the first words of the
+    model's thoughts (``thought_head``), most common first."""
     if len(steps) != len(outputs):
         raise ValueError(f"{len(steps)} steps but {len(outputs)} outputs")
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     wrong: dict[str, list[dict]] = defaultdict(list)
+    heads: dict[str, Counter] = defaultdict(Counter)
     for case, text in zip(steps, outputs):
+        heads[case.family][thought_head(text)] += 1
         pred = canonical(text)
         kind = case.gold.split(" ", 1)[0]
         ok = pred == case.gold
@@ -96,7 +109,8 @@ def score(steps: Sequence[StepCase], outputs: Sequence[str], examples: int = 3) 
         if not ok and len(wrong[f"{case.family}/{kind}"]) < examples:
             wrong[f"{case.family}/{kind}"].append({"task_id": case.task_id, "step": case.step, "gold": case.gold,
                                                    "output": text})
-    return {"accuracy": {k: [c, n, c / n] for k, (c, n) in sorted(counts.items())}, "wrong": dict(wrong)}
+    return {"accuracy": {k: [c, n, c / n] for k, (c, n) in sorted(counts.items())}, "wrong": dict(wrong),
+            "heads": {f: dict(c.most_common()) for f, c in sorted(heads.items())}}
 
 
 def table(result: dict) -> str:
@@ -107,10 +121,11 @@ def table(result: dict) -> str:
 
 
 def measure(policy, episodes_dir: str, *, batch: int = 16, progress: bool = True, force_thought: bool = False,
-            examples: int = 3) -> dict:
+            examples: int = 3, match: str = "") -> dict:
     """Score a ``ModelPolicy`` (``experiment.evaluate.load_policy``) on the collection at ``episodes_dir``; with
     ``force_thought`` the recorded thought is given and only the command is the model's; ``examples`` wrong steps
-    are kept per family and command kind."""
+    are kept per family and command kind; ``match``: only the steps whose recorded output contains this regular
+    expression."""
     from tqdm import tqdm
 
     from rollout.policies.model import cut_after_command
@@ -131,9 +146,10 @@ def measure(policy, episodes_dir: str, *, batch: int = 16, progress: bool = True
                             history_last=policy.history_last, keep_recent=policy.keep_recent,
                             page_cut=policy.page_cut)
 
-    steps = cases(by_task, tasks, prompt_of)
+    steps = cases(by_task, tasks, prompt_of, match)
     if not steps:
-        raise ValueError(f"{episodes_dir}: no steps to score (no sealed episodes, or only mistakes)")
+        raise ValueError(f"{episodes_dir}: no steps to score (no sealed episodes, or only mistakes"
+                         + (f", or none whose output matches {match!r})" if match else ")"))
     params = SamplingParams(temperature=0.0, max_tokens=policy.params.max_tokens)
     outputs: list[str] = []
     for i in tqdm(range(0, len(steps), batch), desc="step accuracy", unit="batch", disable=not progress):
@@ -149,5 +165,5 @@ def measure(policy, episodes_dir: str, *, batch: int = 16, progress: bool = True
             outputs += [cut_after_command(c, policy.tokenizer).text for c in completions]
     result = score(steps, outputs, examples)
     result.update(episodes=episodes_dir, model=policy.name, broken_episodes=len(broken),
-                  force_thought=force_thought)
+                  force_thought=force_thought, match=match)
     return result

@@ -4,6 +4,9 @@
   python -m launch.collect --split=test --num_tasks=60 --runs=1 --wrong_choice=0 --loop=0 --malformed=0 \
       --premature_stop=0 --out=data/heldout-oracle
   python -m launch.step_accuracy --model=runs/pipeline/models/sft --episodes=data/heldout-oracle
+  # one decision on the model's own training episodes: does it fit it? (the thoughts' first words are counted)
+  python -m launch.step_accuracy --model=runs/pipeline/models/sft --episodes=runs/pipeline/episodes \
+      --match='button "(Buy Now|Add to cart)"'
 """
 from __future__ import annotations
 
@@ -28,6 +31,9 @@ flags.DEFINE_integer("max_tokens", 64, "tokens per step")
 flags.DEFINE_bool("force_thought", False, "give the recorded thought and score only the command the model writes "
                                          "after it (does it carry out a right decision?)")
 flags.DEFINE_integer("examples", 3, "wrong steps kept per family and command kind in the result")
+flags.DEFINE_string("match", "", "only the steps whose recorded output contains this regular expression: one "
+                                 "decision alone, e.g. --match='button \"Buy Now\"' on the training episodes "
+                                 "(does the model fit the decision it trained on?)")
 flags.DEFINE_string("out", "", "also write the result here (JSON)")
 flags.mark_flags_as_required(["model", "episodes"])
 
@@ -49,12 +55,15 @@ def main(argv):
                              thought_chars=F.thought_chars)
         if not hasattr(policy, "sampler"):
             raise ValueError(f"--model={F.model!r} is not a model policy")
-        result = measure(policy, F.episodes, batch=F.batch, force_thought=F.force_thought, examples=F.examples)
+        result = measure(policy, F.episodes, batch=F.batch, force_thought=F.force_thought, examples=F.examples,
+                         match=F.match)
     except (FileNotFoundError, ValueError) as e:
         raise app.UsageError(str(e)) from None
     import sys
 
     print(table(result), file=sys.stderr)
+    for family, heads in result["heads"].items():
+        print(f"{family}: " + ", ".join(f"{h!r} {n}" for h, n in list(heads.items())[:6]), file=sys.stderr)
     if F.out:
         from rollout.recording import write_json_atomic
 

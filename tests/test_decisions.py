@@ -73,3 +73,42 @@ def test_collated_weight_marks_decisions(spm_tokenizer, layout):
 def test_decision_weight_must_be_positive():
     with pytest.raises(ValueError, match="decision_weight=0"):
         CollateConfig(method="sft", decision_weight=0.0)
+
+
+@pytest.mark.parametrize("layout", ["packed", "plain"])
+def test_head_weight_weights_the_thoughts_first_words_only(spm_tokenizer, layout):
+    import dataclasses
+
+    from tgpo_jax.data import examples as ex
+    from tgpo_jax.data.collate import head_span
+
+    node = synthetic_nodes(1, seed=3, num_branches=3, observation_words=4)[0]
+    actions = ['Thought: Set combobox "size" to size [red].\nCommand: SELECT [6] [red]',
+               'Thought: Click button "Buy Now".\nCommand: CLICK [7]',
+               "CLICK [hat]"]  # no thought: every token weighs 1
+    ids = lambda t: spm_tokenizer(t, add_special_tokens=False)["input_ids"]
+    # hand-derived spans: the tokens of "Thought:" then those of the first word(s)
+    assert head_span(actions[0], spm_tokenizer) == (len(ids("Thought:")), len(ids("Thought: Set")))
+    assert head_span(actions[1], spm_tokenizer, 2) == (len(ids("Thought:")), len(ids("Thought: Click button")))
+    assert head_span(actions[2], spm_tokenizer) is None and head_span("Thought:", spm_tokenizer) is None
+    kw = dict(method="sft", layout=layout, max_len=400, max_prompt_len=240, max_completion_len=120, max_branches=3)
+    (item,) = set(ex.sft_items(node, ex.PairConfig()))  # this node's one SFT item (its successful branch)
+    for action in actions:
+        branches = list(node.branches)
+        branches[item] = dataclasses.replace(branches[item], action=action)
+        out = build_example(dataclasses.replace(node, branches=tuple(branches)), spm_tokenizer,
+                            CollateConfig(head_weight=5.0, **kw))
+        rows, cols = np.nonzero(out["slot"] == 0)
+        assert out["tokens"][rows, cols].tolist() == ids(action) + [spm_tokenizer.eos_token_id]
+        want = np.ones(len(cols), np.float32)
+        span = head_span(action, spm_tokenizer)
+        if span is not None:
+            want[span[0]:span[1]] = 5.0
+            assert span[1] > span[0]
+        np.testing.assert_array_equal(out["token_weight"][rows, cols], want)
+    node = dataclasses.replace(node, branches=tuple(branches))
+    # preference methods never carry it; a weight of 0 is refused
+    dpo = build_example(node, spm_tokenizer, CollateConfig(**{**kw, "method": "dpo"}, head_weight=5.0))
+    assert set(np.unique(dpo["token_weight"][dpo["slot"] >= 0])) <= {1.0}
+    with pytest.raises(ValueError, match="head_weight=0"):
+        CollateConfig(method="sft", head_weight=0.0)

@@ -3,7 +3,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from experiment.step_accuracy import StepCase, canonical, cases, forced_output, measure, score, table, thought_prefix
+from experiment.step_accuracy import (StepCase, canonical, cases, forced_output, measure, score, table, thought_head,
+                                     thought_prefix)
 
 
 def _ep(outputs, mistakes=(), family="procedure"):
@@ -32,6 +33,29 @@ def test_cases_skip_mistakes_and_unparsable_steps_and_use_the_prompt_of_each_ste
     assert [(c.step, c.gold, c.family) for c in got] == [(0, "CLICK [3]", "webshop"), (2, "GO_BACK", "webshop"),
                                                          (4, "STOP []", "webshop")]
     assert seen == [0, 2, 4] and got[1].messages == ({"role": "user", "content": "step 2"},)
+
+
+def test_cases_keep_only_the_steps_whose_recorded_output_matches():
+    outs = ['Thought: Set combobox "size"[6] to size [L].\nCommand: SELECT [6] [L]',
+            'Thought: Click button "Buy Now"[7].\nCommand: CLICK [7]',
+            'Thought: Click button "Add to cart"[8].\nCommand: CLICK [8]',
+            'Thought: Click button "Buy Now"[7].\nCommand: CLICK [7]']
+    by_task = {"t1": [_ep(outs, mistakes={3})]}
+    got = cases(by_task, {}, lambda task, ep, t: [], match='button "(Buy Now|Add to cart)"')
+    assert [c.step for c in got] == [1, 2]  # step 3 matches but is a mistake
+    assert [c.step for c in cases(by_task, {}, lambda task, ep, t: [], match="Buy Now")] == [1]
+    assert len(cases(by_task, {}, lambda task, ep, t: [])) == 3
+
+
+def test_thought_heads_count_what_the_model_decides_first():
+    assert thought_head('Thought: Click button "Buy Now"[7].\nCommand: CLICK [7]') == 'Click button "Buy'
+    assert thought_head("Thought: Go back.\nCommand: GO_BACK") == "Go back."
+    assert thought_head("Command: STOP []") == "Command: STOP []"
+    steps = [StepCase("a", "webshop", k, "CLICK [7]", ()) for k in range(3)]
+    outs = ['Thought: Set combobox "size"[6] to size [L].\nCommand: SELECT [6] [L]',
+            'Thought: Click button "Buy Now"[7].\nCommand: CLICK [7]',
+            'Thought: Set combobox "size"[6] to size [M].\nCommand: SELECT [6] [M]']
+    assert score(steps, outs)["heads"] == {"webshop": {'Set combobox "size"[6]': 2, 'Click button "Buy': 1}}
 
 
 def test_score_counts_per_family_and_kind():

@@ -15,6 +15,7 @@ merge across the boundary) and ends with EOS, trained once.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Sequence
 
 import numpy as np
@@ -40,6 +41,8 @@ class CollateConfig:
     max_items: int = 8  # I: KTO items per example
     kl_slot: bool = True  # KTO: add a mismatched completion for the KL estimate
     decision_weight: float = 1.0  # SFT: loss weight of decision tokens vs copies (decisions.py; 1 = token mean)
+    head_weight: float = 1.0  # SFT: loss weight of the thought's first head_words words (1 = token mean)
+    head_words: int = 1
     sft_slots: bool = False  # DPO / TGPO: also the node's SFT items as slots (slot_sft), for the loss's SFT term
     pairs: ex.PairConfig = ex.PairConfig()
 
@@ -50,6 +53,9 @@ class CollateConfig:
             raise ValueError(f"layout {self.layout!r}: expected one of {LAYOUTS}")
         if not self.decision_weight > 0:
             raise ValueError(f"decision_weight={self.decision_weight}: must be > 0 (1 = every token alike)")
+        if not self.head_weight > 0 or self.head_words < 1:
+            raise ValueError(f"head_weight={self.head_weight}, head_words={self.head_words}: expected a weight > 0 "
+                             "(1 = every token alike) and at least one word")
         if self.max_prompt_len + self.max_completion_len > self.max_len:
             raise ValueError(f"max_prompt_len ({self.max_prompt_len}) + max_completion_len "
                              f"({self.max_completion_len}) exceeds max_len ({self.max_len})")
@@ -153,6 +159,27 @@ def token_weights(prompt: Sequence[int], seqs, cfg: CollateConfig) -> dict[int, 
             for slot, ids in seqs}
 
 
+def head_span(action: str, tokenizer, words: int = 1) -> tuple[int, int] | None:
+    """Token indices [start, end) of the first ``words`` words after ``Thought:`` in ``action`` as ``action_ids``
+    tokenises it, or None (no thought, or the prefix's tokens are not a prefix of the action's).
+
+    Why: in the oracle's thoughts the first word is the step's decision (``Set`` a combobox or ``Click`` the
+    button; ``Click to sort`` or ``To add`` a result), and the rest follows from it by copies; a token mean gives that
+    one token 1/25 of an action's loss, and SFT runs left it unfitted on their own training steps (docs/method.md §7,
+    "head weight")."""
+    m = re.match(r"\s*Thought:", action)
+    if m is None:
+        return None
+    w = re.match(r"(?:\s+\S+){%d}" % words, action[m.end():])
+    if w is None:
+        return None
+    ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
+    full, before, through = ids(action), ids(action[:m.end()]), ids(action[:m.end() + w.end()])
+    if full[:len(through)] != through or through[:len(before)] != before:
+        return None
+    return len(before), len(through)
+
+
 def build_example(node: NodeRecord, tokenizer, cfg: CollateConfig, *, index: int = -1,
                   kl_completion: Sequence[int] | None = None, weight_scale: float = 1.0,
                   tokenized=None) -> dict[str, np.ndarray]:
@@ -180,6 +207,14 @@ def build_example(node: NodeRecord, tokenizer, cfg: CollateConfig, *, index: int
         out["kl_slot"][0] = kl
 
     weights = token_weights(prompt, seqs, cfg)
+    if cfg.method == "sft" and cfg.head_weight != 1.0:
+        for b in kept:
+            span = head_span(node.branches[b].action, tokenizer, cfg.head_words)
+            if span is not None:
+                k = slot_of[b]
+                w = np.broadcast_to(np.asarray(weights[k], np.float32), (len(comps[b]),)).copy()
+                w[span[0]:span[1]] *= cfg.head_weight
+                weights[k] = w
     if cfg.layout == "packed":
         end = _place(out, 0, 0, prompt, 0, 0, 0, -1)
         for slot, ids in seqs:
