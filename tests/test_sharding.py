@@ -52,10 +52,45 @@ def test_load_places_parameters_on_mesh(reference, tmp_path):
     np.testing.assert_allclose(np.asarray(jax.jit(lambda m, t: m(t)[0])(loaded, tokens)), want, atol=1e-5)
 
 
+@pytest.mark.parametrize("shape", [(1, 2, 4), (2, 4, 1)], ids=lambda s: "x".join(map(str, s)))
+def test_lora_factors_are_split_on_every_mesh(reference, shape):
+    """Each factor is split over fsdp x tensor whatever the mesh; the adapted
+    logits are the single-device ones (B random, so the adapters change them)."""
+    import dataclasses
+
+    from tgpo_jax.models.config import LORA_SPLIT
+    from tgpo_jax.models.loading import model_from_flat
+
+    _, tokens, _ = reference
+    cfg = dataclasses.replace(_cfg(), lora_rank=4)
+    flat = flat_params(init_model(cfg, seed=7))
+    rng = np.random.default_rng(1)
+    flat = {p: (rng.normal(0, 0.05, v.shape).astype(np.float32) if p.endswith("lora_b") else v)
+            for p, v in flat.items()}
+    model = model_from_flat(cfg, flat)
+    want = np.asarray(model(tokens)[0])
+    mesh = shd.make_mesh(shape)
+    sharded = shard_model(model, mesh)
+    params = flat_params(sharded)
+    n = mesh.shape["fsdp"] * mesh.shape["tensor"]
+    for name in LORA_SPLIT:
+        a, b = params[f"layers/{name}_lora_a"], params[f"layers/{name}_lora_b"]
+        assert a.sharding.spec[-1] is None and b.sharding.spec[1] is None, name  # r is never split
+        for f in (a, b):  # split over every model axis of the mesh: each device holds 1 / (fsdp x tensor)
+            assert f.addressable_shards[0].data.size == f.size // n, (name, f.sharding.spec)
+    got = jax.jit(lambda m, t: m(t)[0])(sharded, jax.device_put(tokens, shd.batch_sharding(mesh, 2)))
+    np.testing.assert_allclose(np.asarray(got), want, atol=1e-5, rtol=0)
+    assert np.abs(want - np.asarray(init_model(_cfg(), seed=7)(tokens)[0])).max() > 1e-3  # the adapters count
+
+
 def test_indivisible_dimension_is_replicated_on_that_axis():
     mesh = shd.make_mesh((1, 2, 4))
     # SmolLM2's 3 kv heads cannot split 4 ways: the head axis is replicated, the hidden axis still split
     assert shd.spec_for("layers/k_proj", (30, 576, 3, 64), mesh) == P(None, "fsdp", None, None)
+    # a dimension split over two axes keeps the major one when the pair does not divide it: 12 = 4 x 3
+    assert shd.spec_for("layers/down_proj_lora_a", (30, 16, 8), mesh) == P(None, ("tensor", "fsdp"), None)
+    assert shd.spec_for("layers/down_proj_lora_a", (30, 12, 8), mesh) == P(None, "tensor", None)
+    assert shd.spec_for("layers/down_proj_lora_a", (30, 6, 8), mesh) == P(None, None, None)
 
 
 def test_mesh_shape_errors():

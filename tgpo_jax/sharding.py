@@ -26,8 +26,16 @@ PARTITION_RULES: tuple[tuple[str, P], ...] = (
     (r"^layers/o_proj$", P(None, "tensor", None, "fsdp")),  # [L, H, Dh, D]
     (r"^layers/(gate|up)_proj$", P(None, "fsdp", "tensor")),  # [L, D, F]
     (r"^layers/down_proj$", P(None, "tensor", "fsdp")),  # [L, F, D]
-    (r"lora_a$", P()),  # LoRA factors are small: replicate
-    (r"lora_b$", P()),
+    # LoRA factors of a weight [L, *in, *out] (A [L, *in, r], B [L, r, *out]): split over fsdp x tensor on every mesh,
+    # tensor on the head / MLP axis where the weight has it, r never. Replicated, they and their Adam moments were
+    # whole on every chip (41.9 M adapter parameters at rank 16 on Llama-3.1-8B; BUILD_NOTES.md, issue 14). A tuple
+    # splits one dimension over both axes, the first major (spec_for drops the last that does not divide).
+    (r"^layers/(q|k|v|gate|up)_proj_lora_a$", P(None, ("fsdp", "tensor"), None)),  # [L, D, r]
+    (r"^layers/(q|k|v)_proj_lora_b$", P(None, None, "tensor", "fsdp")),  # [L, r, H|K, Dh]
+    (r"^layers/(gate|up)_proj_lora_b$", P(None, None, ("tensor", "fsdp"))),  # [L, r, F]
+    (r"^layers/o_proj_lora_a$", P(None, "tensor", "fsdp", None)),  # [L, H, Dh, r]
+    (r"^layers/down_proj_lora_a$", P(None, ("tensor", "fsdp"), None)),  # [L, F, r]
+    (r"^layers/(o|down)_proj_lora_b$", P(None, None, ("fsdp", "tensor"))),  # [L, r, D]
     (r".*", P()),  # norms, biases over D
 )
 
@@ -65,11 +73,11 @@ def spec_for(path: str, shape: Sequence[int], mesh: Mesh, rules=PARTITION_RULES)
         spec = P()
     out = []
     for dim, axis in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
-        size = mesh.shape[axis] if axis else 1
-        if axis and dim % size:
-            log.info("parameter %s: dim %d not divisible by mesh axis %s=%d; replicated on it", path, dim, axis, size)
-            axis = None
-        out.append(axis)
+        axes = (axis,) if isinstance(axis, str) else tuple(axis or ())
+        while axes and dim % int(np.prod([mesh.shape[a] for a in axes])):  # drop the minor axes that do not divide
+            log.info("parameter %s: dim %d not divisible by mesh axes %s; replicated on %s", path, dim, axes, axes[-1])
+            axes = axes[:-1]
+        out.append(None if not axes else axes[0] if len(axes) == 1 else axes)
     return P(*out)
 
 
