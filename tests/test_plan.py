@@ -117,9 +117,9 @@ def test_cli_all_parts_with_lora(tmp_path):
     assert set(parts) == {"train", "reference", "decode"}
     train = parts["train"]["inputs"]
     total, replicated = _tiny_param_count()
-    # LoRA: the base is frozen (an argument of the step, sharded fsdp x tensor), only the replicated adapters train
+    # LoRA: the base is frozen (an argument of the step, sharded fsdp x tensor), only the adapters train
     assert train["reference"] == 0 and train["frozen"] >= total * 4 / 4
-    assert train["params"] == p["trainable_params"] * 4  # float32 adapters, whole on every device
+    assert train["params"] == p["trainable_params"] * 4 / 4  # float32 adapters, split over fsdp x tensor = 4
     assert parts["decode"]["inputs"]["kv_cache"] > 0 and parts["decode"]["counted_flops"] > 0
 
 
