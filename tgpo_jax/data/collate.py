@@ -150,18 +150,27 @@ def _place(ex_: dict, row: int, start: int, ids: Sequence[int], segment: int, po
     return start + n
 
 
-def token_weights(prompt: Sequence[int], seqs, cfg: CollateConfig) -> dict[int, np.ndarray | float]:
-    """{slot: per-token loss weight}: ``decision_weight`` on decision tokens, 1 on copies (SFT only)."""
-    if cfg.method != "sft" or cfg.decision_weight == 1.0:
+def token_weights(prompt: Sequence[int], seqs, cfg: CollateConfig, heads=None) -> dict[int, np.ndarray | float]:
+    """{slot: per-token loss weight} (SFT only): ``decision_weight`` on decision tokens, 1 on copies, times
+    ``head_weight`` on the thought's first words; ``heads``: {slot: ``head_span``} (None: no thought)."""
+    if cfg.method != "sft" or (cfg.decision_weight == 1.0 and cfg.head_weight == 1.0):
         return {slot: 1.0 for slot, _ in seqs}
-    table = continuations(prompt)
-    return {slot: np.where(decision_mask(prompt, ids, table), cfg.decision_weight, 1.0).astype(np.float32)
-            for slot, ids in seqs}
+    table = continuations(prompt) if cfg.decision_weight != 1.0 else None
+    out = {}
+    for slot, ids in seqs:
+        w = (np.where(decision_mask(prompt, ids, table), cfg.decision_weight, 1.0) if table is not None
+             else np.ones(len(ids))).astype(np.float32)
+        span = (heads or {}).get(slot)
+        if span is not None:
+            w[span[0]:span[1]] *= cfg.head_weight
+        out[slot] = w
+    return out
 
 
-def head_span(action: str, tokenizer, words: int = 1) -> tuple[int, int] | None:
+def head_span(action: str, tokenizer, words: int = 1, ids: Sequence[int] | None = None) -> tuple[int, int] | None:
     """Token indices [start, end) of the first ``words`` words after ``Thought:`` in ``action`` as ``action_ids``
-    tokenises it, or None (no thought, or the prefix's tokens are not a prefix of the action's).
+    tokenises it (``ids``, when the caller has them), or None (no thought, or the prefix's tokens are not a prefix
+    of the action's).
 
     Why: in the oracle's thoughts the first word is the step's decision (``Set`` a combobox or ``Click`` the
     button; ``Click to sort`` or ``To add`` a result), and the rest follows from it by copies; a token mean gives that
@@ -173,8 +182,9 @@ def head_span(action: str, tokenizer, words: int = 1) -> tuple[int, int] | None:
     w = re.match(r"(?:\s+\S+){%d}" % words, action[m.end():])
     if w is None:
         return None
-    ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
-    full, before, through = ids(action), ids(action[:m.end()]), ids(action[:m.end() + w.end()])
+    tok = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
+    full = list(tok(action) if ids is None else ids)
+    before, through = tok(action[:m.end()]), tok(action[:m.end() + w.end()])
     if full[:len(through)] != through or through[:len(before)] != before:
         return None
     return len(before), len(through)
@@ -206,15 +216,9 @@ def build_example(node: NodeRecord, tokenizer, cfg: CollateConfig, *, index: int
         seqs.append((kl, list(kl_completion[: cfg.max_completion_len])))
         out["kl_slot"][0] = kl
 
-    weights = token_weights(prompt, seqs, cfg)
-    if cfg.method == "sft" and cfg.head_weight != 1.0:
-        for b in kept:
-            span = head_span(node.branches[b].action, tokenizer, cfg.head_words)
-            if span is not None:
-                k = slot_of[b]
-                w = np.broadcast_to(np.asarray(weights[k], np.float32), (len(comps[b]),)).copy()
-                w[span[0]:span[1]] *= cfg.head_weight
-                weights[k] = w
+    heads = ({slot_of[b]: head_span(node.branches[b].action, tokenizer, cfg.head_words, comps[b]) for b in kept}
+             if cfg.method == "sft" and cfg.head_weight != 1.0 else None)
+    weights = token_weights(prompt, seqs, cfg, heads)
     if cfg.layout == "packed":
         end = _place(out, 0, 0, prompt, 0, 0, 0, -1)
         for slot, ids in seqs:
