@@ -11,7 +11,8 @@ Ours: the step ``launch/train.py`` runs for ``configs/sft.py:qwen2.5-0.5b`` (``t
 (bf16 compute over float32 master weights), AdamW, clip 1.0, chunked log-probs (``train.chunk``), the config's mesh
 (one device here), and collated SFT examples (``tgpo_jax.data.collate.build_example``, packed layout: a prompt of
 ``length - completion`` random tokens and one ``completion``-token action, loss on the action only). ``--our_remat``
-runs it with the config's ``model.remat=True`` (each layer recomputed in the backward pass) and/or without.
+runs it with the config's ``model.remat=True`` (each layer recomputed in the backward pass) and/or without;
+``--our_attention`` with our dense einsum attention and/or ``auto`` (cuDNN's fused kernel on a GPU, dense on a CPU).
 
 PyTorch: ``Qwen2ForCausalLM`` built from the same config (transformers' default attention, SDPA), the same tokens,
 labels -100 on the prompt (the same token-mean NLL over the action), ``torch.optim.AdamW`` (fused on CUDA), clip 1.0.
@@ -25,7 +26,8 @@ tokens/s = batch x length / median (every position is computed on both sides), m
 the GPU's dense bf16 peak (H100/H200 SXM: 989 TFLOP/s; ``--peak_tflops`` for another), and the peak GPU memory
 (JAX: the allocator's peak_bytes_in_use; PyTorch: max_memory_allocated; on a CPU: process peak RSS).
 Model FLOPs/step = 6 N T + 12 l h d_h L T (PaLM's count: N matmul parameters, the tied embedding once as the
-output projection; the attention term without the causal half; recomputation not counted).
+output projection; the attention term without the causal half; recomputation not counted); ``--method=tgpo`` adds the
+live reference's forward pass (8 N T + 16 l h d_h L T) and runs ours only.
 """
 from __future__ import annotations
 
@@ -46,8 +48,13 @@ _LENGTH = flags.DEFINE_integer("length", 1024, "tokens per sequence (prompt + ac
 _COMPLETION = flags.DEFINE_integer("completion", 128, "action tokens per sequence (the loss-carrying part)")
 _STEPS = flags.DEFINE_integer("steps", 8, "timed steps per side (the median is reported)")
 _WARMUP = flags.DEFINE_integer("warmup", 3, "untimed steps first (ours: the first compiles)")
+_METHOD = flags.DEFINE_enum("method", "sft", ["sft", "tgpo"],
+                            "ours: sft (compared with PyTorch) or tgpo (3 branches packed after one prompt, a live "
+                            "reference pass every step; ours only: dense vs fused attention on the tree mask)")
 _TINY = flags.DEFINE_boolean("tiny", False, "a tiny model (2 layers, d 64, vocabulary 512), batch 2 x 128: a CPU check")
 _OUR_REMAT = flags.DEFINE_list("our_remat", ["true", "false"], "ours: model.remat settings to run (the config's is true)")
+_OUR_ATTN = flags.DEFINE_list("our_attention", ["dense", "auto"],
+                               "ours: model.attention settings to run (dense einsum | cudnn | xla | auto)")
 _TORCH_MODES = flags.DEFINE_list("torch_modes", ["bf16", "amp"], "PyTorch runs: bf16 (bf16 weights) | amp (fp32 + autocast)")
 _TORCH_GC = flags.DEFINE_boolean("torch_grad_ckpt", False, "PyTorch: gradient checkpointing")
 _PEAK = flags.DEFINE_float("peak_tflops", 0.0, "dense bf16 peak of the device in TFLOP/s (0 = from its name)")
@@ -56,6 +63,7 @@ _JSON_OUT = flags.DEFINE_string("json_out", "", "also write the raw results here
 _TIMEOUT = flags.DEFINE_integer("side_timeout", 300, "seconds each side may take")
 # internal: the parent passes these to its children
 _REMAT = flags.DEFINE_boolean("remat", True, "(--side=ours) model.remat")
+_ATTN = flags.DEFINE_string("attention", "dense", "(--side=ours) model.attention")
 _TORCH_MODE = flags.DEFINE_enum("torch_mode", "bf16", ["bf16", "amp"], "(--side=torch) precision")
 
 MARK = "GPU_STEP_JSON "
@@ -80,8 +88,9 @@ def shape() -> tuple[int, int, int]:
     return _BATCH.value, _LENGTH.value, _COMPLETION.value
 
 
-def sft_batch():
-    """Collated SFT examples [B, 1, L] (packed layout, one action per node) with random token ids."""
+def sft_batch(method: str = "sft"):
+    """Collated examples [B, 1, L] (packed layout) with random token ids: SFT, one action per node; TGPO, three
+    branches (one successful, two not: two weighted pairs) after one prompt."""
     import numpy as np
 
     from tgpo_jax.data.collate import CollateConfig, build_example, node_selection, stack
@@ -89,18 +98,19 @@ def sft_batch():
 
     b, length, comp = shape()
     vocab = hf_config()["vocab_size"]
-    cfg = CollateConfig(method="sft", layout="packed", max_len=length, max_prompt_len=length - comp,
-                        max_completion_len=comp)
+    n_act = 1 if method == "sft" else 3
+    cfg = CollateConfig(method=method, layout="packed", max_len=length, max_prompt_len=length - n_act * comp,
+                        max_completion_len=comp, max_branches=3)
     rng = np.random.default_rng(_SEED.value)
     out = []
     for i, node in enumerate(synthetic_nodes(b, seed=_SEED.value)):
         used = node_selection(node, cfg)[0]
-        assert len(used) == 1, used  # one successful branch: prompt + one action fill the row exactly
-        prompt = rng.integers(3, vocab, length - comp).tolist()
+        assert len(used) == n_act, used  # the prompt and the actions fill the row exactly
+        prompt = rng.integers(3, vocab, length - n_act * comp).tolist()
         comps = [rng.integers(3, vocab, comp).tolist() for _ in node.branches]
         out.append(build_example(node, None, cfg, index=i, tokenized=(prompt, comps, False)))
     batch = stack(out)
-    assert batch["segments"].min() >= 0 and int(batch["slot_valid"].sum()) == b, "a row is not full"
+    assert batch["segments"].min() >= 0 and int(batch["slot_valid"].sum()) == b * n_act, "a row is not full"
     return batch, cfg
 
 
@@ -109,7 +119,8 @@ def model_flops(n_matmul: int) -> float:
     b, length, _ = shape()
     t = b * length
     head_dim = c["hidden_size"] // c["num_attention_heads"]
-    return 6 * n_matmul * t + 12 * c["num_hidden_layers"] * c["num_attention_heads"] * head_dim * length * t
+    per_token = 6 if _METHOD.value == "sft" else 8  # TGPO: + the live reference's forward pass (2 per token)
+    return per_token * n_matmul * t + 2 * per_token * c["num_hidden_layers"] * c["num_attention_heads"] * head_dim * length * t
 
 
 def peak_rss() -> int:
@@ -135,28 +146,30 @@ def run_ours() -> None:
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    from configs import sft
+    from configs import sft, tgpo
+    from tgpo_jax.training.loop import loss_config
     from tgpo_jax import sharding as shd
     from tgpo_jax.models.config import ModelConfig
     from tgpo_jax.models.loading import shard_model
-    from tgpo_jax.models.transformer import init_model, param_count
-    from tgpo_jax.training.objective import LossConfig
+    from tgpo_jax.models.transformer import attention_impl, init_model, param_count
     from tgpo_jax.training.step import OptimConfig, Trainer, to_global_batch
 
-    cfg = sft.get_config("qwen2.5-0.5b")  # the launch/train.py config; its model path is replaced by random init
+    # the launch/train.py config; its model path is replaced by random init
+    cfg = (sft if _METHOD.value == "sft" else tgpo).get_config("qwen2.5-0.5b")
     cfg.model.remat = _REMAT.value
+    cfg.model.attention = _ATTN.value
     m, o = cfg.model, cfg.optim
-    mc = ModelConfig.from_hf_dict(hf_config(), dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat)
+    mc = ModelConfig.from_hf_dict(hf_config(), dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat,
+                                  attention=m.attention)
     mesh = shd.make_mesh(tuple(cfg.mesh.shape))
     model = shard_model(init_model(mc, seed=_SEED.value), mesh)
     n_params = param_count(model)
     n_matmul = n_params - (0 if mc.tie_word_embeddings else mc.vocab_size * mc.hidden_size)
-    local, _ = sft_batch()
+    local, _ = sft_batch(_METHOD.value)
     batch = to_global_batch(local, mesh, o.grad_accum)
     total = _WARMUP.value + _STEPS.value
     # as tgpo_jax.training.loop.fit maps the config
-    loss_cfg = LossConfig(method=cfg.method, beta=cfg.loss.beta, reference=cfg.loss.reference,
-                          focal_gamma=cfg.loss.focal_gamma)
+    loss_cfg = loss_config(cfg)
     optim = OptimConfig(optimizer=o.optimizer, learning_rate=o.learning_rate,
                         warmup_steps=o.warmup_steps or int(o.warmup_fraction * total), schedule=o.schedule,
                         total_steps=total, end_lr_fraction=o.end_lr_fraction, weight_decay=o.weight_decay, b1=o.b1,
@@ -178,7 +191,8 @@ def run_ours() -> None:
     assert int(holder["state"]["step"]) == total, "a step was not finite"
     dev = jax.devices()[0]
     stats = dev.memory_stats() if dev.platform == "gpu" else None
-    emit({"side": "ours", "remat": m.remat, "dtype": m.dtype, "param_dtype": m.param_dtype, "chunk": cfg.train.chunk,
+    emit({"side": "ours", "method": cfg.method, "reference": cfg.loss.reference, "remat": m.remat, "attention": m.attention,
+          "attention_impl": attention_impl(m.attention, jnp.dtype(mc.dtype), mc.head_dim), "dtype": m.dtype, "param_dtype": m.param_dtype, "chunk": cfg.train.chunk,
           "optimizer": o.optimizer, "n_params": n_params, "n_matmul": n_matmul,
           "device": getattr(dev, "device_kind", dev.platform), "platform": dev.platform,
           "versions": {"jax": jax.__version__, **_versions(("jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "flax",
@@ -280,8 +294,8 @@ def name(r: dict) -> str:
         return " ".join(r["args"])
     if r["side"] == "ours":
         short = {"bfloat16": "bf16", "float32": "fp32"}
-        return (f"ours JAX {short[r['dtype']]} compute/{short[r['param_dtype']]} weights remat "
-                f"{'on' if r['remat'] else 'off'}")
+        return (f"ours {r.get('method', 'sft')} JAX {short[r['dtype']]} compute/{short[r['param_dtype']]} weights remat "
+                f"{'on' if r['remat'] else 'off'} attn {r.get('attention_impl', 'dense')}")
     what = {"bf16": "bf16 weights", "amp": "fp32 weights + bf16 autocast"}[r["mode"]]
     return f"PyTorch {what}{' +ckpt' if r['grad_ckpt'] else ''} ({r['attn']})"
 
@@ -300,10 +314,11 @@ def main(argv):
         return run_torch()
     common = [f"--steps={_STEPS.value}", f"--warmup={_WARMUP.value}", f"--seed={_SEED.value}",
               f"--batch={_BATCH.value}", f"--length={_LENGTH.value}", f"--completion={_COMPLETION.value}",
-              f"--{'' if _TINY.value else 'no'}tiny"]
-    runs = [child(["--side=ours", f"--remat={r.lower() in ('1', 'true', 'on')}", *common]) for r in _OUR_REMAT.value]
+              f"--{'' if _TINY.value else 'no'}tiny", f"--method={_METHOD.value}"]
+    runs = [child(["--side=ours", f"--remat={r.lower() in ('1', 'true', 'on')}", f"--attention={a}", *common])
+            for r in _OUR_REMAT.value for a in _OUR_ATTN.value]
     runs += [child(["--side=torch", f"--torch_mode={mode}", f"--{'' if _TORCH_GC.value else 'no'}torch_grad_ckpt",
-                    *common]) for mode in _TORCH_MODES.value]
+                    *common]) for mode in (_TORCH_MODES.value if _METHOD.value == "sft" else [])]
     report(runs)
 
 
@@ -324,19 +339,21 @@ def report(runs: list[dict]) -> None:
           f"d {c['hidden_size']}, vocab {c['vocab_size']}, {n_matmul / 1e6:.1f}M matmul params; random init")
     print(f"batch {b} x {length} tokens ({length - comp} prompt + {comp} action, loss on the action), "
           f"T = {b * length} tokens/step; median of {_STEPS.value} steps after {_WARMUP.value} warm-up")
-    print(f"model FLOPs/step = 6NT + 12*l*h*dh*L*T = {flops / 1e12:.2f} TFLOP")
+    print(f"method {_METHOD.value}: model FLOPs/step = "
+          + ("6NT + 12*l*h*dh*L*T" if _METHOD.value == "sft" else "8NT + 16*l*h*dh*L*T (with the reference forward)")
+          + f" = {flops / 1e12:.2f} TFLOP")
     print()
-    hdr = f"{'run':<50}{'1st s':>7}{'median ms':>10}{'tokens/s':>10}{'TFLOP/s':>9}{'MFU':>7}{'peak GiB':>9}  losses"
+    hdr = f"{'run':<60}{'1st s':>7}{'median ms':>10}{'tokens/s':>10}{'TFLOP/s':>9}{'MFU':>7}{'peak GiB':>9}  losses"
     print(hdr)
     print("-" * (len(hdr) + 20))
     for r in runs:
         if "error" in r:
-            print(f"{name(r):<50} FAILED ({r['error']})")
+            print(f"{name(r):<60} FAILED ({r['error']})")
             continue
         tps = b * length / r["median_s"]
         fl = flops / r["median_s"]
         mfu = f"{fl / peak:7.1%}" if peak else f"{'n/a':>7}"
-        print(f"{name(r):<50}{r['first_step_s']:7.1f}{r['median_s'] * 1e3:10.1f}{tps:10.0f}{fl / 1e12:9.1f}{mfu}"
+        print(f"{name(r):<60}{r['first_step_s']:7.1f}{r['median_s'] * 1e3:10.1f}{tps:10.0f}{fl / 1e12:9.1f}{mfu}"
               f"{r['peak_bytes'] / 2 ** 30:9.2f}  {r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}")
     ours = [r for r in ok if r["side"] == "ours"]
     theirs = [r for r in ok if r["side"] == "torch"]

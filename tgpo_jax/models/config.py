@@ -17,6 +17,7 @@ SUPPORTED = {
     "qwen3": "Qwen3ForCausalLM",
 }
 ROPE_TYPES = ("default", "llama3", "linear")
+ATTENTION = ("dense", "cudnn", "xla", "auto")
 # LoRA-able weights -> how many leading (input) dims of the per-layer weight the A factor takes
 LORA_SPLIT = {"q_proj": 1, "k_proj": 1, "v_proj": 1, "o_proj": 2, "gate_proj": 1, "up_proj": 1, "down_proj": 1}
 
@@ -50,6 +51,9 @@ class ModelConfig:
     dtype: str = "float32"  # compute dtype: float32 | bfloat16
     param_dtype: str = "float32"  # master weights
     remat: bool = False  # rematerialise each layer in the backward pass
+    # dense: our einsum attention (float32 [T, S] scores per head); cudnn: jax.nn.dot_product_attention's fused
+    # cuDNN kernel (GPU, bf16/fp16); xla: the same API's XLA path; auto: cudnn where it applies, else dense
+    attention: str = "dense"
     lora_rank: int = 0  # > 0 adds LoRA factors (nnx.LoRAParam) to lora_targets; the base stays frozen
     lora_alpha: float = 16.0
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -69,6 +73,11 @@ class ModelConfig:
         bad = set(self.lora_targets) - set(LORA_SPLIT)
         if bad:
             raise ValueError(f"lora_targets {sorted(bad)} are not LoRA-able weights; choose from {sorted(LORA_SPLIT)}")
+        if self.attention not in ATTENTION:
+            raise ValueError(f"attention={self.attention!r}: expected one of {ATTENTION}")
+        if self.attention == "cudnn" and self.dtype != "bfloat16":
+            raise ValueError("attention='cudnn' needs dtype='bfloat16' (cuDNN's fused attention has no float32 "
+                             "kernel); use attention='auto' to fall back to dense attention")
         for name in ("dtype", "param_dtype"):
             if getattr(self, name) not in ("float32", "bfloat16"):
                 raise ValueError(f"{name}={getattr(self, name)!r}: expected 'float32' or 'bfloat16'")

@@ -104,8 +104,23 @@ def rms_norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
     return w.astype(x.dtype) * xf.astype(x.dtype)
 
 
-def attention(q, k, v, mask):
-    """q [B,T,H,Dh], k/v [B,S,K,Dh], mask [B,T,S] bool -> [B,T,H,Dh]. Grouped-query, float32 softmax."""
+def attention_impl(kind: str, dtype, head_dim: int) -> str:
+    """The implementation ``attention`` runs: ``auto`` takes cuDNN's fused kernel on a GPU where it applies (bf16/fp16,
+    head_dim a multiple of 8 up to 128) and our dense einsum elsewhere (the CPU, TPUs, float32)."""
+    if kind != "auto":
+        return kind
+    fits = jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16) and head_dim % 8 == 0 and head_dim <= 128
+    return "cudnn" if fits and jax.default_backend() == "gpu" else "dense"
+
+
+def attention(q, k, v, mask, impl: str = "dense"):
+    """q [B,T,H,Dh], k/v [B,S,K,Dh], mask [B,T,S] bool -> [B,T,H,Dh]. Grouped-query, float32 softmax.
+
+    ``impl`` dense: float32 scores [B,K,G,T,S] materialised (and kept for the backward pass unless remat);
+    cudnn / xla: ``jax.nn.dot_product_attention`` with the same boolean mask (cuDNN turns it into an additive bias
+    and never stores the scores). The tree layouts' masks are not causal-plus-padding, so the mask is passed whole."""
+    if impl in ("cudnn", "xla"):
+        return jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], implementation=impl)
     b, t, h, dh = q.shape
     kv = k.shape[2]
     q = q.reshape(b, t, kv, h // kv, dh)
@@ -207,6 +222,8 @@ class Transformer(nnx.Module):
         inv_freq = jnp.asarray(rope_inv_freq(cfg))
         params = self.layer_params(use_lora)
         lora_scale = cfg.lora_alpha / max(cfg.lora_rank, 1)
+        # decode steps (a cache) keep the dense path: one query row, nothing to fuse
+        impl = "dense" if cache is not None else attention_impl(cfg.attention, dt, cfg.head_dim)
 
         def layer(x, p, ck, cv):
             # LoRA: W + s * A @ B per layer inside the scan, so only one layer's merged weights exist at a time
@@ -225,7 +242,7 @@ class Transformer(nnx.Module):
                 ck = jax.lax.dynamic_update_slice_in_dim(ck, k.astype(ck.dtype), cache_index, axis=1)
                 cv = jax.lax.dynamic_update_slice_in_dim(cv, v.astype(cv.dtype), cache_index, axis=1)
                 k, v = ck.astype(dt), cv.astype(dt)
-            a = attention(q, k, v, mask)
+            a = attention(q, k, v, mask, impl)
             a = jnp.einsum("bthk,hkd->btd", a, p["o_proj"])
             if cfg.o_bias:
                 a = a + p["o_bias"]

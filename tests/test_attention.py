@@ -1,0 +1,96 @@
+"""model.attention: the fused implementations against our dense einsum, on the packed tree layout's mask.
+
+On the CPU the ``xla`` path of ``jax.nn.dot_product_attention`` must equal the dense one in float32 (same math, other
+code); on a GPU the ``cudnn`` kernel must match dense in bf16 to bf16's rounding. ``auto`` must pick dense here.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tgpo_jax.models.config import ModelConfig, tiny_config
+from tgpo_jax.models.transformer import attention, attention_impl, init_model
+from tgpo_jax.training.logprobs import segment_mask
+
+ON_GPU = jax.default_backend() == "gpu"
+
+
+def tree_segments(rows: int = 2, length: int = 24) -> np.ndarray:
+    """[N, L] segments: a prompt (0) then branches 1, 2, 3 packed after it, then padding (-1), per row."""
+    seg = np.full((rows, length), -1, np.int32)
+    seg[0, :8], seg[0, 8:13], seg[0, 13:17], seg[0, 17:20] = 0, 1, 2, 3
+    seg[1, :11], seg[1, 11:19] = 0, 1
+    return seg
+
+
+def qkv(dtype, b=2, t=24, h=4, k=2, d=16, seed=0):
+    rng = np.random.default_rng(seed)
+    return [jnp.asarray(rng.normal(size=(b, t, n, d)), dtype) for n in (h, k, k)]
+
+
+def test_xla_attention_equals_dense_on_a_tree_mask():
+    q, k, v = qkv(jnp.float32)
+    mask = segment_mask(jnp.asarray(tree_segments()))
+    dense = attention(q, k, v, mask, "dense")
+    fused = attention(q, k, v, mask, "xla")
+    np.testing.assert_allclose(np.asarray(fused), np.asarray(dense), rtol=1e-5, atol=1e-6)
+    # a branch never sees another branch: changing branch 2's keys leaves branch 1's outputs alone
+    k2 = k.at[0, 13:17].add(5.0)
+    moved = attention(q, k2, v, mask, "xla")
+    np.testing.assert_array_equal(np.asarray(moved[0, :13]), np.asarray(fused[0, :13]))
+    assert not np.allclose(np.asarray(moved[0, 13:17]), np.asarray(fused[0, 13:17]))
+
+    def loss(impl):
+        return lambda q, k, v: jnp.sum(jnp.sin(attention(q, k, v, mask, impl)))
+
+    g_dense = jax.grad(loss("dense"), argnums=(0, 1, 2))(q, k, v)
+    g_fused = jax.grad(loss("xla"), argnums=(0, 1, 2))(q, k, v)
+    for a, b in zip(g_fused, g_dense):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_model_logits_do_not_depend_on_the_attention_implementation():
+    cfg = tiny_config("qwen2", num_layers=2)
+    tokens = jnp.asarray(np.random.default_rng(1).integers(3, 256, (2, 24)), jnp.int32)
+    seg = jnp.asarray(tree_segments())
+    mask = segment_mask(seg)
+    positions = jnp.broadcast_to(jnp.arange(24), (2, 24))
+    out = {}
+    for impl in ("dense", "xla"):
+        model = init_model(cfg.replace(attention=impl), seed=0)
+        out[impl] = np.asarray(model.hidden_states(tokens, positions, mask)[0])
+    np.testing.assert_allclose(out["xla"], out["dense"], rtol=2e-5, atol=2e-5)
+
+
+def test_attention_setting_is_checked_and_auto_resolves():
+    with pytest.raises(ValueError, match="attention='flash'"):
+        tiny_config(attention="flash")
+    with pytest.raises(ValueError, match="needs dtype='bfloat16'"):
+        tiny_config(attention="cudnn", dtype="float32")
+    assert attention_impl("auto", jnp.float32, 64) == "dense"
+    assert attention_impl("auto", jnp.bfloat16, 64) == ("cudnn" if ON_GPU else "dense")
+    assert attention_impl("auto", jnp.bfloat16, 12) == "dense"  # not a multiple of 8: cuDNN refuses it
+    assert attention_impl("xla", jnp.float32, 64) == "xla"
+    assert isinstance(tiny_config(attention="auto"), ModelConfig)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="cuDNN's fused attention needs a GPU")
+def test_cudnn_attention_matches_dense_in_bf16():
+    q, k, v = qkv(jnp.bfloat16, t=128, h=8, k=2, d=64)
+    seg = np.full((2, 128), -1, np.int32)
+    seg[0, :64], seg[0, 64:96], seg[0, 96:120] = 0, 1, 2
+    seg[1, :100], seg[1, 100:128] = 0, 1
+    mask = segment_mask(jnp.asarray(seg))
+    dense = np.asarray(attention(q, k, v, mask, "dense").astype(jnp.float32))
+    fused = np.asarray(attention(q, k, v, mask, "cudnn").astype(jnp.float32))
+    # both round the probabilities and the output to bf16 (8 bits of mantissa): a few ulps of an O(1) output
+    np.testing.assert_allclose(fused, dense, atol=3e-2, rtol=3e-2)
+
+    def loss(impl):
+        return lambda q, k, v: jnp.sum(attention(q, k, v, mask, impl).astype(jnp.float32) ** 2)
+
+    g_dense = jax.grad(loss("dense"), argnums=(0, 1, 2))(q, k, v)
+    g_fused = jax.grad(loss("cudnn"), argnums=(0, 1, 2))(q, k, v)
+    for a, b in zip(g_fused, g_dense):
+        a, b = np.asarray(a.astype(jnp.float32)), np.asarray(b.astype(jnp.float32))
+        assert np.linalg.norm(a - b) <= 2e-2 * np.linalg.norm(b), np.linalg.norm(a - b) / np.linalg.norm(b)
