@@ -79,6 +79,9 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         # rounds >= 2: the collecting model decodes as the evaluation does (valid-argument decoding), so the
         # trees hold the mistakes the deployed policy makes, not malformed text that decoding rules out
         constrain=True,
+        # rounds >= 2: the collecting model's sampling temperature (< 0: collect.temperature). 0 collects the greedy
+        # policy's own mistakes (the ones evaluation sees); > 0 samples around them, more varied but less on-policy
+        temperature=-1.0,
     ))
     c.eval = ml_collections.ConfigDict(dict(
         models=(),  # Table 1's rows; () = base and every trained model (later rounds are added)

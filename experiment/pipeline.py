@@ -167,6 +167,8 @@ class Pipeline:
                 spec["collect"].update(runs=runs, tree_tasks=tree_tasks)
             if r > 1:
                 spec["collect"]["constrain"] = bool(c.rounds.constrain)
+                if c.rounds.temperature >= 0:  # only when set, so runs made before the setting keep their state
+                    spec["collect"]["temperature"] = float(c.rounds.temperature)
             if r > 1 or not policy.startswith("oracle"):  # a model policy: its prompt and sampling matter
                 spec.update(prompt_spec)
             else:
@@ -304,14 +306,16 @@ class Pipeline:
         else:
             spec = self.model_dir(self.previous(self.cfg.rounds.behaviour, r))
             constrain = self.cfg.rounds.constrain
-        policy = self._policy(spec, c.temperature, c.top_p, c.max_tokens, c.max_batch, seed, constrain=constrain)
+        temperature = c.temperature if r == 1 or self.cfg.rounds.temperature < 0 else self.cfg.rounds.temperature
+        policy = self._policy(spec, temperature, c.top_p, c.max_tokens, c.max_batch, seed, constrain=constrain)
         harness = HarnessConfig(max_steps=c.max_steps, step_slack=c.step_slack, budget_tokens=c.budget_tokens,
                                 screenshots=c.screenshots)
         runs, tree_tasks = self.runs(r)
         ccfg = CollectConfig(out_dir=self.episodes(r), runs=runs, tree_tasks=tree_tasks, seed=seed,
                              contexts=c.contexts,
                              harness=harness, progress=self.progress)
-        meta = {"split": "train", "locale": self.cfg.env.locale, "round": r, "behaviour": spec}
+        meta = {"split": "train", "locale": self.cfg.env.locale, "round": r, "behaviour": spec,
+                "temperature": temperature}
         counts = self._with_policy(policy, collect_async(self.env, self.tasks("train"), policy, ccfg, meta=meta))
         if not counts.get("success", 0) + counts.get("failure", 0) + counts.get("skipped", 0):
             raise RuntimeError(f"round {r}: every episode errored ({counts}); the errors are in "

@@ -149,6 +149,11 @@ def test_sft_can_collect_later_rounds_and_start_a_method_round_one_did_not_train
     assert on_sft["collect-r1"].spec == agent_q["collect-r1"].spec
     free = plan(rounds=dict(count=2, constrain=False))
     assert not free["collect-r2"].spec["collect"]["constrain"] and free["collect-r1"].spec == agent_q["collect-r1"].spec
+    # rounds.temperature: unset (< 0) round 2 samples at collect.temperature; set, only round 2's spec changes
+    assert agent_q["collect-r2"].spec["collect"]["temperature"] == get_config("tiny").collect.temperature > 0
+    greedy = plan(rounds=dict(count=2, temperature=0.0))
+    assert greedy["collect-r2"].spec["collect"]["temperature"] == 0.0
+    assert greedy["collect-r1"].spec == agent_q["collect-r1"].spec
     c = get_config("tiny")
     c.rounds.update(count=2, behaviour="kto")
     with pytest.raises(ValueError, match="rounds.behaviour"):
