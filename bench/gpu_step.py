@@ -147,12 +147,12 @@ def run_ours() -> None:
     from jax.sharding import NamedSharding, PartitionSpec as P
 
     from configs import sft, tgpo
-    from tgpo_jax.training.loop import loss_config
+    from tgpo_jax.training.loop import loss_config, optim_config
     from tgpo_jax import sharding as shd
     from tgpo_jax.models.config import ModelConfig
     from tgpo_jax.models.loading import shard_model
     from tgpo_jax.models.transformer import attention_impl, init_model, param_count
-    from tgpo_jax.training.step import OptimConfig, Trainer, to_global_batch
+    from tgpo_jax.training.step import Trainer, to_global_batch
 
     # the launch/train.py config; its model path is replaced by random init
     cfg = (sft if _METHOD.value == "sft" else tgpo).get_config("qwen2.5-0.5b")
@@ -170,10 +170,7 @@ def run_ours() -> None:
     total = _WARMUP.value + _STEPS.value
     # as tgpo_jax.training.loop.fit maps the config
     loss_cfg = loss_config(cfg)
-    optim = OptimConfig(optimizer=o.optimizer, learning_rate=o.learning_rate,
-                        warmup_steps=o.warmup_steps or int(o.warmup_fraction * total), schedule=o.schedule,
-                        total_steps=total, end_lr_fraction=o.end_lr_fraction, weight_decay=o.weight_decay, b1=o.b1,
-                        b2=o.b2, eps=o.eps, clip_norm=o.clip_norm, grad_accum=o.grad_accum)
+    optim = optim_config(cfg, total)
     trainer = Trainer(model, loss_cfg, optim, mesh, chunk=cfg.train.chunk)
     del model
     state = trainer.init_state(cfg.train.seed)

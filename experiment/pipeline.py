@@ -167,8 +167,7 @@ class Pipeline:
                 spec["collect"].update(runs=runs, tree_tasks=tree_tasks)
             if r > 1:
                 spec["collect"]["constrain"] = bool(c.rounds.constrain)
-                if c.rounds.temperature >= 0:  # only when set, so runs made before the setting keep their state
-                    spec["collect"]["temperature"] = float(c.rounds.temperature)
+                spec["collect"]["temperature"] = self.temperature(r)  # unset: collect.temperature, as before
             if r > 1 or not policy.startswith("oracle"):  # a model policy: its prompt and sampling matter
                 spec.update(prompt_spec)
             else:
@@ -306,7 +305,7 @@ class Pipeline:
         else:
             spec = self.model_dir(self.previous(self.cfg.rounds.behaviour, r))
             constrain = self.cfg.rounds.constrain
-        temperature = c.temperature if r == 1 or self.cfg.rounds.temperature < 0 else self.cfg.rounds.temperature
+        temperature = self.temperature(r)
         policy = self._policy(spec, temperature, c.top_p, c.max_tokens, c.max_batch, seed, constrain=constrain)
         harness = HarnessConfig(max_steps=c.max_steps, step_slack=c.step_slack, budget_tokens=c.budget_tokens,
                                 screenshots=c.screenshots)
@@ -328,6 +327,11 @@ class Pipeline:
         if r > 1 and rd.runs:
             return int(rd.runs), int(rd.tree_tasks)
         return int(c.runs), int(c.tree_tasks)
+
+    def temperature(self, r: int) -> float:
+        """Round r's collection temperature (``rounds.temperature`` for rounds >= 2 when set, i.e. >= 0)."""
+        t = self.cfg.rounds.temperature
+        return float(t if r > 1 and t >= 0 else self.cfg.collect.temperature)
 
     def reuse_episodes(self, src: str) -> dict:
         """Round 1 from an earlier collection (its own tasks.jsonl decides the tasks): copied, so this run owns it."""

@@ -49,7 +49,7 @@ def test_xla_attention_equals_dense_on_a_tree_mask():
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
-def test_model_logits_do_not_depend_on_the_attention_implementation():
+def test_model_hidden_states_do_not_depend_on_the_attention_implementation():
     cfg = tiny_config("qwen2", num_layers=2)
     tokens = jnp.asarray(np.random.default_rng(1).integers(3, 256, (2, 24)), jnp.int32)
     seg = jnp.asarray(tree_segments())
