@@ -5,6 +5,13 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One persistent XLA cache for the whole suite and the processes it starts (pipelines, CLIs): a resumed or re-run
+# pipeline, a second test building the same train step, and the slow tier after the fast one load the compiled
+# programs instead of compiling them again (BUILD_NOTES.md, "CI time"). The key is the program, the jax version and
+# the XLA flags, so a stale entry is never used; the directory is git-ignored.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache", "jax"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -20,3 +20,44 @@ def test_entry_point_lists_its_flags(name):
     out = r.stdout + r.stderr
     assert "Traceback" not in out, out[-3000:]
     assert f"launch.{name}" in out or "flags:" in out.lower(), out[-3000:]
+
+
+_COMPILE = """
+import sys
+if sys.argv[1] == "after":  # jax imported before prepare: the settings go into its config
+    import jax
+from launch.entry import prepare
+prepare(["x"])  # else they go into the environment jax reads at import
+import jax, jax.monitoring, jax.numpy as jnp
+events = []
+jax.monitoring.register_event_listener(lambda event, **kw: events.append(event))
+print(float(jax.jit(lambda x: jnp.sin(x) @ x.T)(jnp.ones((64, 64))).sum()))
+print(sum(e.endswith("/cache_hits") for e in events), sum(e.endswith("/cache_misses") for e in events))
+"""
+
+
+def _compile_in_a_new_process(tmp_path, order, **env_overrides):
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR")}
+    env.update(HOME=str(tmp_path), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", **env_overrides)
+    r = subprocess.run([sys.executable, "-c", _COMPILE, order], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    value, counts = r.stdout.strip().splitlines()[-2:]
+    return float(value), tuple(map(int, counts.split()))
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_entry_points_keep_compiled_programs_between_runs(tmp_path, order):
+    """launch.entry.prepare turns on the persistent XLA cache (~/.cache/tgpo-jax/xla by default): a second process
+    loads what the first compiled; JAX_COMPILATION_CACHE_DIR moves it and '' turns it off."""
+    default = tmp_path / ".cache" / "tgpo-jax" / "xla"
+    v1, (hits1, misses1) = _compile_in_a_new_process(tmp_path, order)
+    assert hits1 == 0 and misses1 > 0 and any(p.name.endswith("-cache") for p in default.iterdir())
+    v2, (hits2, misses2) = _compile_in_a_new_process(tmp_path, order)
+    assert (hits2, misses2) == (misses1, 0) and v2 == v1
+    moved = tmp_path / "elsewhere"
+    _, (hits3, misses3) = _compile_in_a_new_process(tmp_path, order, JAX_COMPILATION_CACHE_DIR=str(moved))
+    assert hits3 == 0 and misses3 == misses1 and any(moved.iterdir())
+    entries = sorted(p.name for p in default.iterdir())
+    _, counts = _compile_in_a_new_process(tmp_path, order, JAX_COMPILATION_CACHE_DIR="")
+    assert counts == (0, 0) and sorted(p.name for p in default.iterdir()) == entries

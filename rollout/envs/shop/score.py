@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import Iterable, Mapping
 
@@ -41,13 +42,21 @@ def type_words(title: str, vocab: Iterable[str]) -> set[str]:
     t = title.lower()
     out = set()
     for phrase in vocab:
-        p = phrase.lower()
-        if re.search(r"[a-z0-9]", p):
-            if re.search(r"(?<![a-z0-9])" + re.escape(p) + r"(?![a-z0-9])", t):
+        p, word = _phrase(phrase)
+        if word is not None:
+            if word.search(t):
                 out.add(p)
         elif p in t:
             out.add(p)
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _phrase(phrase: str) -> tuple[str, re.Pattern | None]:
+    """A vocabulary phrase lower-cased, with its whole-word pattern when it has Latin letters or digits (compiled
+    once: task generation scores thousands of goals against the same vocabulary)."""
+    p = phrase.lower()
+    return p, re.compile(r"(?<![a-z0-9])" + re.escape(p) + r"(?![a-z0-9])") if re.search(r"[a-z0-9]", p) else None
 
 
 def _norm(s: str) -> str:

@@ -58,7 +58,11 @@ class BM25Index:
     def rank(self, query: str, limit: int | None = None) -> list[int]:
         """Document indices with a positive score, best first, ties by index."""
         s = self.scores(query)
-        idx = [int(i) for i in np.nonzero(s > 0)[0]]
+        pos = np.nonzero(s > 0)[0]
+        if limit and len(pos) > limit:  # only scores near the top can rank: rounding moves a score by <= 5e-7
+            kth = np.partition(s[pos], len(pos) - limit)[len(pos) - limit]  # the limit-th largest
+            pos = pos[s[pos] >= kth - 1e-5]
+        idx = [int(i) for i in pos]
         idx.sort(key=lambda i: (-round(float(s[i]), 6), i))
         return idx[:limit] if limit else idx
 

@@ -131,7 +131,7 @@ class TaskMaker:
                     if first == [p.id] and res.index(p.id) < WEBSHOP_MAX_RANK:
                         candidates.append((p, list(attrs), query, res[:PAGE_SIZE]))
         rng.shuffle(candidates)
-        out, n = [], self.counts[split]
+        out, n, texts = [], self.counts[split], set()
         for p, attrs, query, page in itertools.islice(itertools.cycle(candidates), 4 * n) if candidates else ():
             if len(out) >= n:
                 break
@@ -149,8 +149,9 @@ class TaskMaker:
                 text += f", and price lower than {bound:.2f} dollars"
             goal = {"target": p.id, "name": p.title, "product_category": p.breadcrumb, "query": p.ptype,
                     "attributes": attrs, "goal_options": opts, "price_upper": bound, "search": query}
-            if any(t.instruction == text for t in out) or not self._has_decision(p, page, goal):
+            if text in texts or not self._has_decision(p, page, goal):
                 continue
+            texts.add(text)
             steps = 2 + 1 + n_selects(p, opts) + 1  # TYPE, Search, item link, SELECTs, Buy Now
             out.append(Task(self.task_id("webshop", split, len(out)), "shop", "webshop", text, "/", steps, split,
                             goal))
