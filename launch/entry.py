@@ -1,6 +1,7 @@
 """What every entry point does first: refuse stray arguments, stay offline, log to stderr, keep compiled programs."""
 import logging
 import os
+import sys
 
 from absl import app
 
@@ -24,8 +25,6 @@ def compile_cache() -> str | None:
     """Turn on the persistent compilation cache (before the first compile); its directory, or None when off. jax is
     not imported here (launch.plan sets the number of CPU devices first): the settings go in the environment that
     jax reads at import, or into its config when it is already imported."""
-    import sys
-
     path = os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", COMPILE_CACHE)
     if not path:
         return None

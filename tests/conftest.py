@@ -7,7 +7,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # One persistent XLA cache for the whole suite and the processes it starts (pipelines, CLIs): a resumed or re-run
 # pipeline, a second test building the same train step, and the slow tier after the fast one load the compiled
-# programs instead of compiling them again (BUILD_NOTES.md, "CI time"). The key is the program, the jax version and
+# programs instead of compiling them again (BUILD_NOTES.md, "Stop 43: a persistent XLA cache"). The key is the program, the jax version and
 # the XLA flags, so a stale entry is never used; the directory is git-ignored.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
                       os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache", "jax"))
