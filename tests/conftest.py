@@ -16,10 +16,22 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
-# GPUs multiply float32 matrices in TF32 by default (measured on an H200: 3e-4 relative error, 3e-7 at 'highest'),
-# above the parity tests' tolerances, which come from float32 numerics; the CPU computes them in float32 anyway
-if jax.default_backend() != "cpu":
-    jax.config.update("jax_default_matmul_precision", "highest")
+
+
+def pytest_configure(config):
+    # The fast tier (the default `-m "not slow"`) compiles its programs with LLVM's optimiser off: they are tiny and
+    # run once or a few times, and compiling them was two thirds of that tier's CPU time. The slow tier keeps the
+    # default level: its training runs are bound by running the programs (BUILD_NOTES.md, "Stop 44"). Set here, not
+    # at import, because the tier is known only once pytest has read its options; XLA reads the flags when the
+    # backend starts, which is below.
+    flags = os.environ.get("XLA_FLAGS", "")
+    if config.option.markexpr.replace(" ", "") == "notslow" and "xla_backend_optimization_level" not in flags:
+        os.environ["XLA_FLAGS"] = flags + " --xla_backend_optimization_level=0"
+    # GPUs multiply float32 matrices in TF32 by default (measured on an H200: 3e-4 relative error, 3e-7 at
+    # 'highest'), above the parity tests' tolerances, which come from float32 numerics; the CPU computes them in
+    # float32 anyway
+    if jax.default_backend() != "cpu":
+        jax.config.update("jax_default_matmul_precision", "highest")
 
 CORPUS = [
     "search for red running shoes under 50 dollars",
