@@ -22,7 +22,8 @@ from ml_collections import config_flags
 from launch.entry import prepare
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/pipeline.py", "pipeline config (path[:preset])")
-flags.DEFINE_list("redo", [], "stages to run again (their outputs are deleted), with every stage after them")
+flags.DEFINE_list("redo", [], "stages to run again (their outputs are deleted), with every stage after them up to "
+                  "--until; a run killed midway re-runs the rest when started again without --redo")
 flags.DEFINE_string("until", None, "stop after this stage (e.g. sft)")
 flags.DEFINE_bool("list", False, "print the stages and their state, run nothing")
 flags.DEFINE_bool("progress", True, "progress bars")

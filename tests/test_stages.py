@@ -60,6 +60,30 @@ def test_skip_resume_stale_and_redo(tmp_path):
     assert (tmp_path / "b").read_text() == "b"
 
 
+def test_a_redo_killed_midway_still_reruns_what_it_had_not_reached(tmp_path):
+    """--redo=a re-runs a and everything after it (b, c, d); killed in c, a plain re-run resumes c and still re-runs
+    d, which the killed run never reached (its old output deleted first). --until bounds the redo: what comes after
+    the stop keeps its finished state."""
+    calls = []
+    StageRunner(str(tmp_path), make(tmp_path, calls), log=lambda m: None).run()
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        StageRunner(str(tmp_path), make(tmp_path, calls, fail_c=True), redo=["a"], log=lambda m: None).run()
+    assert calls == ["a", "b", "c"]
+    rows = {r["stage"]: r["state"] for r in StageRunner(str(tmp_path), make(tmp_path, [])).status()}
+    assert rows == {"a": "done", "b": "done", "c": "running", "d": "redo"}
+    (tmp_path / "d").write_text("old")
+    calls.clear()
+    StageRunner(str(tmp_path), make(tmp_path, calls), log=lambda m: None).run()
+    assert calls == ["c", "d"] and (tmp_path / "d").read_text() == "d"
+    calls.clear()
+    StageRunner(str(tmp_path), make(tmp_path, calls), redo=["a"], log=lambda m: None).run(until="b")
+    assert calls == ["a", "b"]
+    calls.clear()
+    StageRunner(str(tmp_path), make(tmp_path, calls), log=lambda m: None).run()
+    assert calls == []
+
+
 def test_a_stage_that_reads_more_stages_runs_again(tmp_path):
     """The report reads every evaluation: when one is added (same configuration, another dependency set) the report
     re-runs by itself, with what follows it; a changed configuration downstream is still refused."""
