@@ -170,7 +170,7 @@ def test_killed_in_every_kind_of_stage_resumes_to_the_undisturbed_outputs(run):
     step: tests/test_train.py.) Where a stage shows its progress (steps recorded, training rows written) the kill
     comes after a random number of them short of the undisturbed run's total, so it lands inside the stage however
     busy the machine is (the slow tier runs two test files at once); the others are killed at a random fraction of
-    their duration in the undisturbed run, and the two shortest (dataset, export: under a second) may end first.
+    their duration in the undisturbed run and may end first (the tokenizer, dataset and export stages take seconds).
     One stage at a time, not a second whole pipeline: CI time (BUILD_NOTES.md, "Stop 44")."""
     import hashlib
     import random
@@ -215,7 +215,9 @@ def test_killed_in_every_kind_of_stage_resumes_to_the_undisturbed_outputs(run):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        assert landed[stage] == "running" or stage in ("dataset-r1", "export"), (stage, landed[stage])
+        # the stages that show progress are killed inside; the others, at a fraction of their undisturbed time, may
+        # have ended first on a busier or idler machine
+        assert landed[stage] == "running" or total is None, (stage, landed[stage])
         assert landed[stage] != "running" or proc.returncode == -signal.SIGKILL, (stage, proc.returncode)
         done = pipeline(out, f"--until={stage}")
         assert done.returncode == 0, done.stderr[-3000:]
