@@ -17,15 +17,18 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 
 
-
 def pytest_configure(config):
-    # The fast tier (the default `-m "not slow"`) compiles its programs with LLVM's optimiser off: they are tiny and
-    # run once or a few times, and compiling them was two thirds of that tier's CPU time. The slow tier keeps the
+    # The fast tier (the default `-m "not slow"`) compiles its CPU programs with LLVM's optimiser off: they are tiny
+    # and run once or a few times, and compiling them was two thirds of that tier's CPU time. The slow tier keeps the
     # default level: its training runs are bound by running the programs (BUILD_NOTES.md, "Stop 44"). Set here, not
     # at import, because the tier is known only once pytest has read its options; XLA reads the flags when the
-    # backend starts, which is below.
+    # backend starts, which is below. Not with a GPU plugin installed: the flag would reach the GPU's kernels too.
+    import importlib.util
+
     flags = os.environ.get("XLA_FLAGS", "")
-    if config.option.markexpr.replace(" ", "") == "notslow" and "xla_backend_optimization_level" not in flags:
+    gpu = any(importlib.util.find_spec(m) for m in ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm7_plugin"))
+    if config.option.markexpr.replace(" ", "") == "notslow" and "xla_backend_optimization_level" not in flags \
+            and not gpu:
         os.environ["XLA_FLAGS"] = flags + " --xla_backend_optimization_level=0"
     # GPUs multiply float32 matrices in TF32 by default (measured on an H200: 3e-4 relative error, 3e-7 at
     # 'highest'), above the parity tests' tolerances, which come from float32 numerics; the CPU computes them in
