@@ -182,16 +182,12 @@ def test_killed_in_every_kind_of_stage_resumes_to_the_undisturbed_outputs(run):
                for f in os.listdir(os.path.join(out, "stages"))}
     files = lambda d: {f: hashlib.sha256(open(os.path.join(out, d, f), "rb").read()).hexdigest()  # noqa: E731
                        for f in sorted(os.listdir(os.path.join(out, d)))}
-    # what each stage decides, read before any is run again
-    undisturbed = {"collect-r1": _episodes(out, 1), "tokenizer": files("tokenizer"), "dataset-r1": _shards(out, 1),
-                   "collect-r2": _episodes(out, 2), "tgpo-r2": [r["train/loss"] for r in _rows(out, "tgpo-r2")],
-                   "eval-sft": json.load(open(os.path.join(out, "eval", "sft", "eval.json")))["mean"],
-                   "export": files("export")}
-    now = {"collect-r1": lambda: _episodes(out, 1), "tokenizer": lambda: files("tokenizer"),
-           "dataset-r1": lambda: _shards(out, 1), "collect-r2": lambda: _episodes(out, 2),
-           "tgpo-r2": lambda: [r["train/loss"] for r in _rows(out, "tgpo-r2")],
-           "eval-sft": lambda: json.load(open(os.path.join(out, "eval", "sft", "eval.json")))["mean"],
-           "export": lambda: files("export")}
+    read = {"collect-r1": lambda: _episodes(out, 1), "tokenizer": lambda: files("tokenizer"),
+            "dataset-r1": lambda: _shards(out, 1), "collect-r2": lambda: _episodes(out, 2),
+            "tgpo-r2": lambda: [r["train/loss"] for r in _rows(out, "tgpo-r2")],
+            "eval-sft": lambda: json.load(open(os.path.join(out, "eval", "sft", "eval.json")))["mean"],
+            "export": lambda: files("export")}  # what each stage decides
+    undisturbed = {stage: f() for stage, f in read.items()}  # read before any stage runs again
     rng = random.Random(os.getpid())
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     landed = {}
@@ -224,15 +220,15 @@ def test_killed_in_every_kind_of_stage_resumes_to_the_undisturbed_outputs(run):
         if landed[stage] == "running":
             assert f"{stage}: resuming" in done.stderr, done.stderr[-3000:]
         if stage == "tgpo-r2":  # trained again from the same records: the same losses
-            np.testing.assert_allclose(now[stage](), undisturbed[stage], rtol=1e-6, err_msg=stage)
+            np.testing.assert_allclose(read[stage](), undisturbed[stage], rtol=1e-6, err_msg=stage)
         else:
-            assert now[stage]() == undisturbed[stage], f"{stage} differs after the kill ({landed[stage]})"
+            assert read[stage]() == undisturbed[stage], f"{stage} differs after the kill ({landed[stage]})"
     again = pipeline(out)  # the run is whole again: nothing left to do
     assert again.returncode == 0 and again.stderr.count("skipped") == 21, again.stderr[-3000:]
 
 
 def test_faults_name_the_damaged_file_or_end_in_the_same_artefacts(run):
-    """Fault injection on the finished run (last in this module: it re-runs a dataset stage): a cut stage marker and
+    """Fault injection on the finished run (last in this module: it leaves stages to re-run): a cut stage marker and
     a damaged shard are refused with the file named; a changed episode is collected again (the same shards); a
     damaged exported model, evaluation, manifest and final checkpoint are refused naming the stage that rewrites
     them. (A training stage killed and resumed is in the kill test above.)"""
