@@ -187,14 +187,14 @@ class StageRunner:
         if until is not None and until not in self.prints:
             raise ValueError(f"unknown stage {until!r}; stages: {list(self.prints)}")
         self.check()
-        names = [s.name for s in self.stages]
-        reached = names[: names.index(until) + 1] if until is not None else names
         # a redo outlives this process: a finished stage this run is to re-run is marked 'redo' now, so a run killed
         # before reaching it still re-runs it (with its outputs deleted) when started again without --redo
-        for name in reached:
-            m = self.marker(name)
-            if name in self.redo and m is not None and m.get("status") == "done":
-                self._write(name, {**m, "status": "redo"})
+        for s in self.stages:
+            m = self.marker(s.name)
+            if s.name in self.redo and m is not None and m.get("status") == "done":
+                self._write(s.name, {**m, "status": "redo"})
+            if s.name == until:
+                break
         results: dict[str, dict] = {}
         n = len(self.stages)
         for i, s in enumerate(self.stages, 1):

@@ -7,8 +7,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # One persistent XLA cache for the whole suite and the processes it starts (pipelines, CLIs): a resumed or re-run
 # pipeline, a second test building the same train step, and the slow tier after the fast one load the compiled
-# programs instead of compiling them again (BUILD_NOTES.md, "Stop 43: a persistent XLA cache"). The key is the program, the jax version and
-# the XLA flags, so a stale entry is never used; the directory is git-ignored.
+# programs instead of compiling them again (BUILD_NOTES.md, "Stop 43: a persistent XLA cache"). The key is the
+# program, the jax version and the XLA flags, so a stale entry is never used; the directory is git-ignored.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
                       os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache", "jax"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
@@ -22,13 +22,15 @@ def pytest_configure(config):
     # and run once or a few times, and compiling them was two thirds of that tier's CPU time. The slow tier keeps the
     # default level: its training runs are bound by running the programs (BUILD_NOTES.md, "Stop 44"). Set here, not
     # at import, because the tier is known only once pytest has read its options; XLA reads the flags when the
-    # backend starts, which is below. Not with a GPU plugin installed: the flag would reach the GPU's kernels too.
+    # backend starts, which is below. Not with an accelerator plugin installed (found as jax finds them: the
+    # `jax_plugins` entry points and namespace package): the flag would reach its kernels too.
+    import importlib.metadata
     import importlib.util
 
     flags = os.environ.get("XLA_FLAGS", "")
-    gpu = any(importlib.util.find_spec(m) for m in ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm7_plugin"))
+    plugin = bool(importlib.metadata.entry_points(group="jax_plugins")) or importlib.util.find_spec("jax_plugins")
     if config.option.markexpr.replace(" ", "") == "notslow" and "xla_backend_optimization_level" not in flags \
-            and not gpu:
+            and not plugin:
         os.environ["XLA_FLAGS"] = flags + " --xla_backend_optimization_level=0"
     # GPUs multiply float32 matrices in TF32 by default (measured on an H200: 3e-4 relative error, 3e-7 at
     # 'highest'), above the parity tests' tolerances, which come from float32 numerics; the CPU computes them in
