@@ -94,3 +94,42 @@ def test_cudnn_attention_matches_dense_in_bf16():
     for a, b in zip(g_fused, g_dense):
         a, b = np.asarray(a.astype(jnp.float32)), np.asarray(b.astype(jnp.float32))
         assert np.linalg.norm(a - b) <= 2e-2 * np.linalg.norm(b), np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+def _prefill_logits(cfg, flat, prompts, max_tokens=16):
+    """The sampler's prefill (the prompt's keys only, the model's attention implementation) -> logits [B, V], and
+    its greedy continuation."""
+    from tgpo_jax.models.loading import model_from_flat
+    from tgpo_jax.models.sampler import Sampler, SamplingParams
+
+    sampler = Sampler(model_from_flat(cfg, flat))
+    p = 64
+    tokens = np.zeros((len(prompts), p), np.int32)
+    valid = np.zeros((len(prompts), p), bool)
+    for i, x in enumerate(prompts):
+        tokens[i, p - len(x):], valid[i, p - len(x):] = x, True
+    logits = sampler._prefill(sampler.state, jnp.asarray(tokens), jnp.asarray(valid), p + max_tokens)[1]
+    out = sampler.generate_ids(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens))
+    return np.asarray(logits, np.float32), [toks for toks, _, _ in out]
+
+
+# left-padded prompts of several lengths: padding queries see no valid key (the prefill lets them see themselves)
+PREFILL_PROMPTS = [[5, 17, 33, 9], list(range(3, 40)), [250], [7] * 64]
+
+
+@pytest.mark.parametrize("impl, dtype", [("xla", "float32")] + ([("cudnn", "bfloat16")] if ON_GPU else []))
+def test_sampler_prefill_is_the_same_under_a_fused_attention(impl, dtype):
+    from tgpo_jax.models.loading import flat_params
+
+    cfg = tiny_config("qwen2", num_layers=2, eos_token_id=None, dtype=dtype, param_dtype=dtype)
+    # scaled-up weights: peaked next-token distributions, so greedy has no near-ties to break differently
+    flat = {k: v * (1.0 if "norm" in k else 4.0) for k, v in flat_params(init_model(cfg, seed=0)).items()}
+    dense, dense_toks = _prefill_logits(cfg, flat, PREFILL_PROMPTS)
+    fused, fused_toks = _prefill_logits(cfg.replace(attention=impl), flat, PREFILL_PROMPTS)
+    assert np.isfinite(fused).all()
+    if dtype == "float32":
+        np.testing.assert_allclose(fused, dense, rtol=1e-4, atol=1e-4)
+        assert fused_toks == dense_toks
+    else:  # bf16 rounding of the probabilities and outputs: compare the logits as a whole and the first token
+        assert np.linalg.norm(fused - dense) <= 3e-2 * np.linalg.norm(dense)
+        assert [t[0] for t in fused_toks] == [t[0] for t in dense_toks]

@@ -123,8 +123,11 @@ def test_stop_strings(spm_tokenizer):
     prompt = spm_tokenizer("search for shoes", add_special_tokens=False)["input_ids"]
     free = sampler.generate([prompt], SamplingParams(temperature=0.0, max_tokens=16))[0]
     decode = lambda t: spm_tokenizer.decode(t, skip_special_tokens=False)  # noqa: E731
-    stop = decode(free.tokens[:6])[len(decode(free.tokens[:4])):]
-    assert stop.strip(), "need a visible stop string"
+    # the text two tokens add after the 4th (or a later) one, if the whole output's text still holds it: a later
+    # byte-fallback piece can turn a prefix's last characters into U+FFFD (which tokens a random model emits, and so
+    # whether that happens, differs between backends)
+    stop = next(c for k in range(4, 14) if (c := decode(free.tokens[:k + 2])[len(decode(free.tokens[:k])):]).strip()
+                and c in decode(free.tokens))
     n = next(i for i in range(1, 17) if stop in decode(free.tokens[:i]))
     got = sampler.generate([prompt], SamplingParams(temperature=0.0, max_tokens=16, stop=(stop,)))[0]
     assert got.finish_reason == "stop"

@@ -134,8 +134,11 @@ class Sampler:
         model = nnx.merge(self.graphdef, state)
         b, p = tokens.shape
         cache = KVCache.zeros(self.cfg, b, cache_len)
-        mask = jnp.pad(causal_mask(valid), ((0, 0), (0, 0), (0, cache_len - p)))  # [B, P, S]
-        h, cache = model.hidden_states(tokens, positions_from_valid(valid), mask, cache, 0)
+        # a left-padding query sees no valid key; it attends to itself so that no row of the mask is empty (a fused
+        # kernel's softmax over an empty row may give NaN, which would reach the valid rows through the values)
+        pad_self = jnp.eye(p, dtype=bool)[None] & ~valid[:, :, None]
+        mask = causal_mask(valid) | pad_self  # [B, P, P]: the prompt's keys only (prefill)
+        h, cache = model.hidden_states(tokens, positions_from_valid(valid), mask, cache, 0, prefill=True)
         logits = model.logits_from_hidden(h[:, -1:])[:, 0].astype(jnp.float32)  # [B, V]
         key_valid = jnp.pad(valid, ((0, 0), (0, cache_len - p)))
         next_pos = jnp.sum(valid, axis=-1).astype(jnp.int32)

@@ -214,16 +214,21 @@ class Transformer(nnx.Module):
 
     # tokens [B,T] int, positions [B,T] int, mask [B,T,S] bool -> hidden [B,T,D] (after the final norm)
     def hidden_states(self, tokens, positions, mask, cache: KVCache | None = None, cache_index=None,
-                      use_lora: bool = True):
-        """use_lora=False runs the frozen base model: the reference policy of LoRA fine-tuning."""
+                      use_lora: bool = True, prefill: bool = False):
+        """use_lora=False runs the frozen base model: the reference policy of LoRA fine-tuning.
+
+        prefill=True (with a cache and cache_index 0): the cache holds nothing yet, so this step attends over its
+        own T keys alone (mask[..., :T]), with the model's attention implementation (cuDNN on a GPU), and writes
+        them to the cache; the rest of the cache must be masked out (it is empty)."""
         cfg = self.cfg
         dt = jnp.dtype(cfg.dtype)
         x = jnp.take(self.embed[...], tokens, axis=0).astype(dt)  # [B,T,D]
         inv_freq = jnp.asarray(rope_inv_freq(cfg))
         params = self.layer_params(use_lora)
         lora_scale = cfg.lora_alpha / max(cfg.lora_rank, 1)
-        # decode steps (a cache) keep the dense path: one query row, nothing to fuse
-        impl = "dense" if cache is not None else attention_impl(cfg.attention, dt, cfg.head_dim)
+        # decode steps (a cache, not a prefill) keep the dense path: one query row, nothing to fuse
+        impl = "dense" if cache is not None and not prefill else attention_impl(cfg.attention, dt, cfg.head_dim)
+        t = tokens.shape[1]
 
         def layer(x, p, ck, cv):
             # LoRA: W + s * A @ B per layer inside the scan, so only one layer's merged weights exist at a time
@@ -241,8 +246,9 @@ class Transformer(nnx.Module):
             if ck is not None:  # write this step's keys/values at cache_index, attend over the cache
                 ck = jax.lax.dynamic_update_slice_in_dim(ck, k.astype(ck.dtype), cache_index, axis=1)
                 cv = jax.lax.dynamic_update_slice_in_dim(cv, v.astype(cv.dtype), cache_index, axis=1)
-                k, v = ck.astype(dt), cv.astype(dt)
-            a = attention(q, k, v, mask, impl)
+                if not prefill:
+                    k, v = ck.astype(dt), cv.astype(dt)
+            a = attention(q, k, v, mask[:, :, :t] if prefill else mask, impl)
             a = jnp.einsum("bthk,hkd->btd", a, p["o_proj"])
             if cfg.o_bias:
                 a = a + p["o_bias"]
