@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tgpo_jax.models.config import ModelConfig, tiny_config
-from tgpo_jax.models.transformer import attention, attention_impl, init_model
+from tgpo_jax.models.transformer import attention, attention_impl, cached_attention, init_model
 from tgpo_jax.training.logprobs import segment_mask
 
 ON_GPU = jax.default_backend() == "gpu"
@@ -133,3 +133,22 @@ def test_sampler_prefill_is_the_same_under_a_fused_attention(impl, dtype):
     else:  # bf16 rounding of the probabilities and outputs: compare the logits as a whole and the first token
         assert np.linalg.norm(fused - dense) <= 3e-2 * np.linalg.norm(dense)
         assert [t[0] for t in fused_toks] == [t[0] for t in dense_toks]
+
+
+@pytest.mark.parametrize("t, index", [(1, 0), (1, 13), (3, 9)])
+def test_a_decode_steps_attention_equals_writing_its_keys_into_the_cache_first(t, index):
+    rng = np.random.default_rng(t + index)
+    b, s, h, kv, d = 2, 20, 4, 2, 16
+    q, k, v = (jnp.asarray(rng.normal(size=(b, t, n, d)), jnp.float32) for n in (h, kv, kv))
+    # the cache before the step: keys up to index, garbage beyond (a slot this step writes must not be read)
+    ck, cv = (jnp.asarray(rng.normal(size=(b, s, kv, d)), jnp.float32) for _ in range(2))
+    mask = np.zeros((b, t, s), bool)
+    mask[:, :, :index] = rng.random((b, t, index)) < 0.8  # padding / other branches masked out
+    for i in range(t):  # each new token sees itself and the step's earlier ones
+        mask[:, i, index:index + i + 1] = True
+    mask = jnp.asarray(mask)
+    full_k = jax.lax.dynamic_update_slice_in_dim(ck, k, index, axis=1)
+    full_v = jax.lax.dynamic_update_slice_in_dim(cv, v, index, axis=1)
+    want = attention(q, full_k, full_v, mask)
+    got = cached_attention(q, k, v, ck, cv, mask, index)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)

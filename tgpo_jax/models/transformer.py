@@ -131,6 +131,32 @@ def attention(q, k, v, mask, impl: str = "dense"):
     return out.reshape(b, t, h, dh)
 
 
+def cached_attention(q, k, v, ck, cv, mask, index):
+    """A decode step's attention: q/k/v [B,T,*,Dh] for the step's T tokens (at positions index..index+T-1),
+    ck/cv [B,S,K,Dh] the cache *before* this step, mask [B,T,S] over the cache's positions -> [B,T,H,Dh].
+
+    The same as writing k/v into the cache and attending over it (``attention``), but the cache is only read:
+    the step's own keys are scored beside it and the softmax taken over both. So a step does not rebuild the
+    cache (the layer scan would otherwise emit a whole new [L,B,S,K,Dh] cache per token); the caller writes the
+    step's keys into the cache once, after the layers."""
+    b, t, h, dh = q.shape
+    s, kv = ck.shape[1], ck.shape[2]
+    qg = q.reshape(b, t, kv, h // kv, dh)
+    new = (jnp.arange(s) >= index) & (jnp.arange(s) < index + t)  # [S]: the slots this step writes
+    old_mask = mask & ~new[None, None, :]  # [B,T,S]
+    new_mask = jax.lax.dynamic_slice_in_dim(mask, index, t, axis=2)  # [B,T,T]: which of the step's keys
+    scale = 1.0 / math.sqrt(dh)
+    s_old = jnp.einsum("btkgd,bskd->bkgts", qg, ck, preferred_element_type=jnp.float32) * scale
+    s_new = jnp.einsum("btkgd,bukd->bkgtu", qg, k, preferred_element_type=jnp.float32) * scale
+    low = jnp.finfo(jnp.float32).min
+    scores = jnp.concatenate([jnp.where(old_mask[:, None, None], s_old, low),
+                              jnp.where(new_mask[:, None, None], s_new, low)], axis=-1)  # [B,K,G,T,S+T]
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = (jnp.einsum("bkgts,bskd->btkgd", probs[..., :s], cv)
+           + jnp.einsum("bkgtu,bukd->btkgd", probs[..., s:], v))
+    return out.reshape(b, t, h, dh)
+
+
 def causal_mask(valid: jax.Array) -> jax.Array:
     """valid [B, S] (False on padding) -> [B, S, S]: query i sees valid keys j <= i."""
     s = valid.shape[-1]
@@ -243,12 +269,10 @@ class Transformer(nnx.Module):
                 q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)
                 k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
             q, k = apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq)
-            if ck is not None:  # write this step's keys/values at cache_index, attend over the cache
-                ck = jax.lax.dynamic_update_slice_in_dim(ck, k.astype(ck.dtype), cache_index, axis=1)
-                cv = jax.lax.dynamic_update_slice_in_dim(cv, v.astype(cv.dtype), cache_index, axis=1)
-                if not prefill:
-                    k, v = ck.astype(dt), cv.astype(dt)
-            a = attention(q, k, v, mask[:, :, :t] if prefill else mask, impl)
+            if ck is not None and not prefill:  # a decode step: read the cache, score this step's keys beside it
+                a = cached_attention(q, k, v, ck.astype(dt), cv.astype(dt), mask, cache_index)
+            else:  # no cache, or a prefill: this step's keys are all there is
+                a = attention(q, k, v, mask[:, :, :t] if prefill else mask, impl)
             a = jnp.einsum("bthk,hkd->btd", a, p["o_proj"])
             if cfg.o_bias:
                 a = a + p["o_bias"]
@@ -257,7 +281,7 @@ class Transformer(nnx.Module):
             g = jnp.einsum("btd,df->btf", h, p["gate_proj"])
             u = jnp.einsum("btd,df->btf", h, p["up_proj"])
             x = x + jnp.einsum("btf,fd->btd", jax.nn.silu(g) * u, p["down_proj"])
-            return x, ck, cv
+            return x, k, v  # this step's keys/values [B,T,K,Dh]: the caller writes them into the cache
 
         if cfg.remat:
             layer = jax.checkpoint(layer, policy=jax.checkpoint_policies.nothing_saveable)
@@ -271,10 +295,12 @@ class Transformer(nnx.Module):
         else:
             def body(x, xs):
                 p, ck, cv = xs
-                x, ck, cv = layer(x, p, ck, cv)
-                return x, (ck, cv)
-            x, (ks, vs) = jax.lax.scan(body, x, (params, cache.k, cache.v))
-            new_cache = KVCache(ks, vs)
+                x, k, v = layer(x, p, ck, cv)
+                return x, (k, v)
+            x, (ks, vs) = jax.lax.scan(body, x, (params, cache.k, cache.v))  # ks/vs [L,B,T,K,Dh]
+            # one write of the step's keys into the cache (in place where the cache is a loop's carry)
+            new_cache = KVCache(*(jax.lax.dynamic_update_slice_in_dim(c, n.astype(c.dtype), cache_index, axis=2)
+                                  for c, n in ((cache.k, ks), (cache.v, vs))))
         return rms_norm(x, self.final_norm[...].astype(dt), cfg.rms_norm_eps), new_cache
 
     def output_embedding(self) -> jax.Array:
