@@ -25,12 +25,13 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 from absl import app, flags
+
+from bench.sides import run_side, versions
 
 _SIDE = flags.DEFINE_enum("side", "all", ["all", "ours", "torch"], "what to run (all = the parent)")
 _MODEL = flags.DEFINE_enum("model", "smollm2", ["smollm2", "qwen2.5-0.5b", "tiny"],
@@ -52,7 +53,6 @@ _ATTN = flags.DEFINE_string("attention", "dense", "(--side=ours) model.attention
 _TORCH_MODE = flags.DEFINE_string("torch_mode", "dynamic", "(--side=torch) cache implementation")
 
 MARK = "DECODE_JSON "
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def prompts() -> list[list[int]]:
@@ -75,18 +75,6 @@ def timed(call, runs: int) -> tuple[list[float], object]:
         out = call()
         times.append(time.perf_counter() - t0)
     return times, out
-
-
-def _versions(names) -> dict:
-    from importlib import metadata
-
-    out = {}
-    for n in names:
-        try:
-            out[n] = metadata.version(n)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
 
 
 # ---------------------------------------------------------------------------------------------- the checkpoint
@@ -138,7 +126,7 @@ def run_ours() -> None:
     emit({"side": "ours", "attention": _ATTN.value, "attention_impl": attention_impl(_ATTN.value, jnp.dtype(cfg.dtype),
                                                                                      cfg.head_dim),
           "device": getattr(dev, "device_kind", dev.platform), "platform": dev.platform,
-          "versions": {"jax": jax.__version__, **_versions(("jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin",
+          "versions": {"jax": jax.__version__, **versions(("jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin",
                                                             "flax"))},
           "first_s": times[0], "call_s": times[1:], "median_s": statistics.median(times[1:]),
           "prefill_s": statistics.median(pre[1:]), "tokens": [t for t, _, _ in out]})
@@ -179,22 +167,7 @@ def run_torch() -> None:
 
 # ---------------------------------------------------------------------------------------------- parent
 def child(args: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "bench.decode", *args]
-    print("  running: " + " ".join(a for a in args if not a.startswith("--ckpt")), file=sys.stderr, flush=True)
-    t0 = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=_TIMEOUT.value)
-    except subprocess.TimeoutExpired as e:
-        sys.stderr.write(f"    timed out after {_TIMEOUT.value} s\n{(e.stderr or b'')[-3000:]!s}\n")
-        return {"side": args[0], "args": args, "error": "timeout"}
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith(MARK)]
-    if p.returncode or not lines:
-        sys.stderr.write(p.stdout[-3000:] + "\n" + p.stderr[-6000:] + "\n")
-        return {"side": args[0], "args": args, "error": f"exit {p.returncode}"}
-    out = json.loads(lines[-1][len(MARK):])
-    out["wall_s"] = time.perf_counter() - t0
-    print(f"    done in {out['wall_s']:.0f} s", file=sys.stderr, flush=True)
-    return out
+    return run_side("bench.decode", MARK, args, _TIMEOUT.value, shown=[a for a in args if not a.startswith("--ckpt")])
 
 
 def name(r: dict) -> str:

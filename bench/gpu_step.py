@@ -36,13 +36,12 @@ import os
 import platform
 import resource
 import statistics
-import subprocess
-import sys
 import time
 
 from absl import app, flags
 
 from bench.shapes import QWEN25_05B, TINY
+from bench.sides import run_side, versions
 
 _SIDE = flags.DEFINE_enum("side", "all", ["all", "ours", "torch"], "what to run (all = the parent)")
 _BATCH = flags.DEFINE_integer("batch", 8, "sequences per step")
@@ -69,7 +68,6 @@ _ATTN = flags.DEFINE_string("attention", "dense", "(--side=ours) model.attention
 _TORCH_MODE = flags.DEFINE_enum("torch_mode", "bf16", ["bf16", "amp"], "(--side=torch) precision")
 
 MARK = "GPU_STEP_JSON "
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEAKS = {"H100": 989e12, "H200": 989e12, "H800": 989e12, "H20": 148e12, "A100": 312e12, "L40S": 362e12}
 
 
@@ -187,7 +185,7 @@ def run_ours() -> None:
           "attention_impl": attention_impl(m.attention, jnp.dtype(mc.dtype), mc.head_dim), "dtype": m.dtype, "param_dtype": m.param_dtype, "chunk": cfg.train.chunk,
           "optimizer": o.optimizer, "n_params": n_params, "n_matmul": n_matmul,
           "device": getattr(dev, "device_kind", dev.platform), "platform": dev.platform,
-          "versions": {"jax": jax.__version__, **_versions(("jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "flax",
+          "versions": {"jax": jax.__version__, **versions(("jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "flax",
                                                             "optax"))},
           "peak_bytes": int(stats["peak_bytes_in_use"]) if stats else peak_rss(),
           "peak_kind": "peak_bytes_in_use" if stats else "process peak RSS", "first_step_s": times[0],
@@ -249,36 +247,9 @@ def run_torch() -> None:
           "loss_tokens": int(np.sum(local["slot"] >= 0))})
 
 
-def _versions(names) -> dict:
-    from importlib import metadata
-
-    out = {}
-    for n in names:
-        try:
-            out[n] = metadata.version(n)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
-
-
 # ---------------------------------------------------------------------------------------------- parent
 def child(args: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "bench.gpu_step", *args]
-    print("  running: " + " ".join(args), file=sys.stderr, flush=True)
-    t0 = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=_TIMEOUT.value)
-    except subprocess.TimeoutExpired as e:
-        sys.stderr.write(f"    timed out after {_TIMEOUT.value} s\n{(e.stderr or b'')[-3000:]!s}\n")
-        return {"side": args[0], "args": args, "error": "timeout"}
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith(MARK)]
-    if p.returncode or not lines:
-        sys.stderr.write(p.stdout[-3000:] + "\n" + p.stderr[-6000:] + "\n")
-        return {"side": args[0], "args": args, "error": f"exit {p.returncode}"}
-    out = json.loads(lines[-1][len(MARK):])
-    out["wall_s"] = time.perf_counter() - t0
-    print(f"    done in {out['wall_s']:.0f} s", file=sys.stderr, flush=True)
-    return out
+    return run_side("bench.gpu_step", MARK, args, _TIMEOUT.value)
 
 
 def name(r: dict) -> str:
