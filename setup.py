@@ -31,7 +31,7 @@ INSTALL_REQUIRES = [
 ]
 EXTRAS = {
     # torch is pinned: any unpinned torch requirement pulls the CUDA build (several GB).
-    # pytest-xdist: .ci/run's slow tier runs as two processes, a test file per process
+    # pytest-xdist: the fast tier (the README command) and .ci/run's slow tier run as two processes
     "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "torch==2.13.0", "accelerate>=1.15,<2", "portpicker>=1.6",
              "psutil>=5.9"],
     # launch/plan.py --topology: libtpu compiles for a TPU topology without a TPU (not needed on the CPU route)
