@@ -2,7 +2,7 @@
 export of the best model. Every stage is resumable: re-running the same command skips finished stages and resumes
 the interrupted one.
 
-  python -m launch.pipeline                                   # the embedded default (CPU, ≈ 30-35 min on 2 cores)
+  python -m launch.pipeline                                   # the embedded default (CPU, 30-60 min on 2 cores)
   python -m launch.pipeline --config=configs/pipeline.py:tiny --config.out=runs/tiny      # CI-sized
   python -m launch.pipeline --config=configs/pipeline.py:large --config.out=runs/large    # the learning result
   python -m launch.pipeline --config.rounds.count=2            # Agent Q rounds: round 2 collects with round 1's TGPO
