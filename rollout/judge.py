@@ -8,8 +8,11 @@ JSON object ``{"scores": [...]}`` or as one ``<number>: <score>`` line per candi
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+import threading
 from typing import Sequence
 
 JUDGE_PROMPT = (
@@ -74,3 +77,98 @@ def parse_scores(answer: str, n: int) -> list[int]:
     if len(found) != n:
         raise JudgeParseError(f"{len(found)} scores for {n} candidates (missing {sorted(set(range(1, n + 1)) - set(found))})")
     return [found[k] for k in range(1, n + 1)]
+
+
+class StepJudge:
+    """Scores a step's candidates with a model behind an OpenAI-compatible chat endpoint (``ChatEndpoint``:
+    retries on connection errors, 5xx and 429; other failures raise ``EndpointError``).
+
+    - an answer that does not parse is asked again, ``max_tries`` times in all, then the step gets no scores
+      (``None``; counted in ``failed``); every such answer is counted in ``malformed``;
+    - answers are cached by (sha256 of the judge prompt, model), in memory and, with ``cache_path``, in a JSON-lines
+      file that a later run reads back (a torn last line from a killed run is skipped);
+    - at most ``concurrency`` requests are in flight from ``ascore`` calls at once.
+    """
+
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 120,
+                 retries: int = 2, max_tries: int = 3, concurrency: int = 4, cache_path: str | None = None,
+                 max_tokens: int = 256):
+        from rollout.endpoint import ChatEndpoint
+
+        if max_tries < 1 or concurrency < 1:
+            raise ValueError(f"max_tries={max_tries}, concurrency={concurrency}: both must be >= 1")
+        self.endpoint = ChatEndpoint(base_url, api_key=api_key, timeout_s=timeout_s, retries=retries)
+        self.model, self.max_tries, self.concurrency, self.max_tokens = model, max_tries, concurrency, max_tokens
+        self.cache_path = cache_path
+        self.cache: dict[str, list[int]] = {}
+        self.calls = self.malformed = self.failed = self.hits = 0
+        self._sem = None
+        self._lock = threading.Lock()  # ``ascore`` runs ``score`` in worker threads
+        if cache_path and os.path.exists(cache_path):
+            self._load(cache_path)
+
+    def _load(self, path: str) -> None:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                self.cache[row["key"]] = [int(s) for s in row["scores"]]
+            except (ValueError, KeyError, TypeError):
+                if i != len(lines) - 1:  # only a last line without its newline is a killed run's torn write
+                    raise ValueError(f"{path}: line {i + 1} is not a judge cache row: {line[:80]!r}") from None
+
+    def key(self, text: str) -> str:
+        return hashlib.sha256(f"{self.model}\n{text}".encode()).hexdigest()
+
+    def _remember(self, key: str, scores: list[int]) -> None:
+        with self._lock:
+            self.cache[key] = scores
+            if self.cache_path:
+                with open(self.cache_path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps({"key": key, "scores": scores}) + "\n")
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + 1)
+
+    def _body(self, text: str) -> dict:
+        return {"model": self.model, "temperature": 0, "max_tokens": self.max_tokens,
+                "messages": [{"role": "user", "content": text}]}
+
+    @staticmethod
+    def _content(answer: dict) -> str:
+        try:
+            return str(answer["choices"][0]["message"]["content"] or "")
+        except (KeyError, IndexError, TypeError):
+            return ""
+
+    def score(self, prompt: str, reference: str, candidates: Sequence[str]) -> list[int] | None:
+        """The candidates' scores, candidate order; ``None`` when no answer parsed in ``max_tries``."""
+        text = judge_prompt(prompt, reference, candidates)
+        key = self.key(text)
+        if key in self.cache:
+            self._count("hits")
+            return self.cache[key]
+        for _ in range(self.max_tries):
+            self._count("calls")
+            try:
+                scores = parse_scores(self._content(self.endpoint.post(self._body(text))), len(candidates))
+            except JudgeParseError:
+                self._count("malformed")
+                continue
+            self._remember(key, scores)
+            return scores
+        self._count("failed")
+        return None
+
+    async def ascore(self, prompt: str, reference: str, candidates: Sequence[str]) -> list[int] | None:
+        """``score`` in a worker thread, at most ``concurrency`` at once."""
+        import asyncio
+
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.concurrency)
+        async with self._sem:
+            return await asyncio.to_thread(self.score, prompt, reference, candidates)

@@ -1,6 +1,7 @@
 """Agent Q's search core and the LLM-as-judge pairings (issue 11), on hand-worked trees and scores: UCB1 values and
 choices, backup (eq. 8), the value blend (eq. 10) and θ pairs, the critic's iterative ranking, and the strict
 parsers of the critic's and the judge's answers."""
+import json
 import math
 
 import pytest
@@ -176,3 +177,117 @@ def test_dpo_pairings_on_a_hand_made_step():
         judge_pairs([step], "dpo4")
     with pytest.raises(ValueError, match="candidates"):
         ScoredStep("s3", "x", ("a", "b"), (1,))
+
+
+class _ModelServer:
+    """A real HTTP server on loopback speaking the chat-completions protocol; ``answer(text) -> str`` decides what
+    the "model" says. Records every prompt and the most requests it held at once."""
+
+    def __init__(self, answer, delay_s: float = 0.0):
+        import http.server
+        import threading
+        import time
+
+        self.prompts: list[str] = []
+        self.in_flight = self.max_in_flight = 0
+        lock = threading.Lock()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                text = body["messages"][0]["content"]
+                with lock:
+                    outer.prompts.append(text)
+                    outer.in_flight += 1
+                    outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
+                time.sleep(delay_s)
+                out = json.dumps({"choices": [{"message": {"role": "assistant", "content": answer(text)}}]}).encode()
+                with lock:
+                    outer.in_flight -= 1
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _listed(text: str, header: str) -> list[str]:
+    """The numbered lines after ``header`` in a prompt."""
+    block = text.split(header, 1)[1].split("\n\n", 1)[0]
+    return [ln.split(". ", 1)[1] for ln in block.strip().splitlines()]
+
+
+def test_step_judge_retries_malformed_answers_caches_and_bounds_concurrency(tmp_path):
+    import asyncio
+
+    from rollout.judge import StepJudge
+
+    bad_once: set[str] = set()
+
+    def judge(text):  # 100 for the reference's command, 10 otherwise; the first answer to each prompt is prose
+        if text not in bad_once:
+            bad_once.add(text)
+            return "The first candidate looks best."
+        ref = text.split("Reference action (correct):\n", 1)[1].split("\n", 1)[0]
+        return json.dumps({"scores": [100 if c == ref else 10 for c in _listed(text, "Candidates:\n")]})
+
+    server = _ModelServer(judge, delay_s=0.05)
+    cache = str(tmp_path / "judge.jsonl")
+    try:
+        j = StepJudge(server.url, "judge", cache_path=cache, concurrency=2)
+        assert j.score("Task: t", "CLICK [1]", ["CLICK [2]", "CLICK [1]"]) == [10, 100]
+        assert (j.calls, j.malformed, j.failed) == (2, 1, 0)
+        assert j.score("Task: t", "CLICK [1]", ["CLICK [2]", "CLICK [1]"]) == [10, 100] and j.hits == 1
+        assert len(server.prompts) == 2  # the cached step asked nothing
+
+        async def many():
+            return await asyncio.gather(*[j.ascore(f"Task: {k}", "STOP []", ["STOP []", "GO_BACK"]) for k in range(6)])
+
+        assert asyncio.run(many()) == [[100, 10]] * 6
+        assert server.max_in_flight <= 2 and len(server.prompts) == 2 + 12
+        again = StepJudge(server.url, "judge", cache_path=cache)  # a later run reads the cache back
+        assert len(again.cache) == 7 and again.score("Task: 3", "STOP []", ["STOP []", "GO_BACK"]) == [100, 10]
+        assert again.calls == 0
+        with open(cache, "a") as f:
+            f.write('{"key": "torn')  # a killed run's last write
+        assert len(StepJudge(server.url, "judge", cache_path=cache).cache) == 7
+        with open(cache, "a") as f:
+            f.write('\n{"key": "x", "scores": [1]}\n')  # the torn line is now in the middle: damage, not a tear
+        with pytest.raises(ValueError, match="line 8"):
+            StepJudge(server.url, "judge", cache_path=cache)
+        never = StepJudge(server.url, "other-judge", max_tries=1)  # another model: another cache key, asked anew
+        assert never.score("Task: fresh", "STOP []", ["GO_BACK"]) is None and (never.failed, never.malformed) == (1, 1)
+    finally:
+        server.close()
+
+
+def test_model_critic_ranks_by_asking_for_the_best_of_the_rest():
+    from rollout.search.critic import ModelCritic
+
+    def critic(text):  # prefers longer commands; the first round's first answer is out of range
+        offered = _listed(text, "Candidates:\n")
+        if len(offered) == 4 and not critic.bad:
+            critic.bad = True
+            return "7"
+        return str(1 + max(range(len(offered)), key=lambda k: len(offered[k])))
+
+    critic.bad = False
+    server = _ModelServer(critic)
+    try:
+        c = ModelCritic(server.url, "critic")
+        ranking, bad = c.rank("buy", "page", ["STOP []", "TYPE [2] [long text]", "CLICK [3]", "GOTO /cart"])
+        assert ranking == [1, 3, 2, 0] and bad == 1 and c.calls == 4  # 3 rounds + 1 retried answer
+        assert math.isclose(rank_values(ranking)[1], 1.0)
+    finally:
+        server.close()

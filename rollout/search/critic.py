@@ -64,3 +64,31 @@ def iterative_ranking(n: int, pick_best: Callable[[list[int]], int], max_tries: 
             raise ValueError(f"pick_best returned position {pos} for {len(left)} offered candidates")
         ranking.append(left.pop(pos))
     return ranking + left, malformed
+
+
+class ModelCritic:
+    """The critic as a model behind an OpenAI-compatible chat endpoint (the policy's own server, ``launch.serve``,
+    or any other): ``rank`` asks it once per round of the iterative ranking, greedily."""
+
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 120,
+                 retries: int = 2, max_tries: int = 3, max_tokens: int = 8):
+        from rollout.endpoint import ChatEndpoint
+
+        self.endpoint = ChatEndpoint(base_url, api_key=api_key, timeout_s=timeout_s, retries=retries)
+        self.model, self.max_tries, self.max_tokens = model, max_tries, max_tokens
+        self.calls = 0
+
+    def rank(self, task: str, page: str, candidates: Sequence[str]) -> tuple[list[int], int]:
+        """-> (candidate indices best first, malformed answers)."""
+        def pick(offered: list[int]) -> int:
+            self.calls += 1
+            answer = self.endpoint.post({"model": self.model, "temperature": 0, "max_tokens": self.max_tokens,
+                                         "messages": [{"role": "user", "content": critic_prompt(
+                                             task, page, candidates, offered)}]})
+            try:
+                content = str(answer["choices"][0]["message"]["content"] or "")
+            except (KeyError, IndexError, TypeError):
+                raise CriticParseError("the endpoint's answer has no message content") from None
+            return parse_choice(content, len(offered))
+
+        return iterative_ranking(len(candidates), pick, self.max_tries)
