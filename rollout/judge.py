@@ -75,7 +75,8 @@ def parse_scores(answer: str, n: int) -> list[int]:
             raise JudgeParseError(f"candidate {k} scored twice")
         found[k] = _score(int(m.group(2)), f"candidate {k}")
     if len(found) != n:
-        raise JudgeParseError(f"{len(found)} scores for {n} candidates (missing {sorted(set(range(1, n + 1)) - set(found))})")
+        missing = sorted(set(range(1, n + 1)) - set(found))
+        raise JudgeParseError(f"{len(found)} scores for {n} candidates (missing {missing})")
     return [found[k] for k in range(1, n + 1)]
 
 

@@ -68,7 +68,8 @@ def dpo1_pairs(step: ScoredStep, canonical: Callable[[str], str] = command_key,
             for text, score in merged(step, canonical) if score < threshold and canonical(text) != ref]
 
 
-def dpo2_pairs(step: ScoredStep, canonical: Callable[[str], str] = command_key, min_gap: float = 1.0) -> list[JudgePair]:
+def dpo2_pairs(step: ScoredStep, canonical: Callable[[str], str] = command_key,
+               min_gap: float = 1.0) -> list[JudgePair]:
     if min_gap <= 0:
         raise ValueError(f"min_gap={min_gap}: must be > 0 (equal scores give no preference)")
     cands = merged(step, canonical)
