@@ -6,7 +6,11 @@
   python -m launch.collect --policy=http --http_url=http://127.0.0.1:8000 --http_model=tgpo --out=…
   # shard over processes / hosts (same --out on a shared disk, or merge the directories later):
   python -m launch.collect … --shard_index=$I --num_shards=4
-Re-running the same command resumes: finished episodes are skipped, interrupted and errored ones re-run.
+  # Agent Q's search (docs/method.md §9.1): simulations per task, K proposals per node, a critic
+  python -m launch.collect --mode=mcts --policy=model --model=runs/sft --simulations=16 --k=3 \
+      --critic=http://127.0.0.1:8000 --critic_model=tgpo --out=data/episodes/search
+Re-running the same command resumes: finished episodes are skipped, interrupted and errored ones re-run (a search:
+finished tasks are skipped, an interrupted task is searched again).
 """
 from __future__ import annotations
 
@@ -26,6 +30,15 @@ browser_flags.define(split="train", runs=4, runs_help="K: runs per task", temper
 flags.DEFINE_integer("tree_tasks", 0, "only the first N tasks get --runs runs (their trees), every other task one run; "
                      "0 = every task gets --runs")
 flags.DEFINE_enum("policy", "oracle", ["oracle", "model", "http"], "policy")
+flags.DEFINE_enum("mode", "episodes", ["episodes", "mcts"], "episodes: --runs independent runs per task; mcts: Agent "
+                  "Q's search, --simulations episodes per task grown into a tree (rollout/search/)")
+flags.DEFINE_integer("simulations", 8, "mcts: simulations (episodes) per task")
+flags.DEFINE_integer("k", 3, "mcts: commands proposed per expanded node (samples of the policy)")
+flags.DEFINE_float("c_exp", 1.0, "mcts: UCB1 exploration constant")
+flags.DEFINE_float("alpha", 0.5, "mcts: Q = alpha * search value + (1 - alpha) * critic value")
+flags.DEFINE_string("critic", "logprob", "mcts: 'logprob' (rank proposals by the policy's own log-prob) or the base "
+                    "URL of an OpenAI-compatible server whose model ranks them")
+flags.DEFINE_string("critic_model", "bundled", "mcts: the critic's model name on that server")
 flags.DEFINE_float("wrong_choice", 0.1, "oracle: rate of wrong item / option choices")
 flags.DEFINE_float("loop", 0.1, "oracle: rate of redundant detours (link, then GO_BACK)")
 flags.DEFINE_float("malformed", 0.03, "oracle: rate of malformed outputs")
@@ -71,6 +84,9 @@ def main(argv):
 
     from rollout.collect import CollectConfig, collect_async
 
+    if F.mode == "mcts" and F.policy == "oracle":
+        raise app.UsageError("--mode=mcts needs a sampling policy (--policy=model or http): the oracle keeps "
+                             "per-episode memory and cannot propose at a replayed state")
     env, tasks = browser_flags.env_and_tasks()
     policy, policy_meta = make_policy(env)
     harness = HarnessConfig(max_steps=F.max_steps, step_slack=F.step_slack, budget_tokens=F.budget_tokens, screenshots=F.screenshots,
@@ -83,6 +99,14 @@ def main(argv):
 
     async def go():
         try:
+            if F.mode == "mcts":
+                from rollout.search.critic import ModelCritic
+                from rollout.search.driver import LogprobCritic, SearchConfig, search_collect
+
+                critic = LogprobCritic() if F.critic == "logprob" else ModelCritic(F.critic, F.critic_model)
+                search = SearchConfig(simulations=F.simulations, k=F.k, c=F.c_exp, alpha=F.alpha)
+                return await search_collect(env, tasks, policy, critic, search, harness, F.out, seed=F.seed,
+                                            contexts=F.contexts)
             return await collect_async(env, tasks, policy, cfg, meta=json.loads(json.dumps(meta, default=str)))
         finally:
             await policy.close()

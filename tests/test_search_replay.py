@@ -1,6 +1,8 @@
 """Restoring a search node by replaying its command prefix in a fresh browser context (issue 11), on the embedded
 shop with real Chromium: the exact recorded state is reached, and a replay that reaches another page is reported."""
 import asyncio
+import json
+import os
 
 import pytest
 
@@ -79,3 +81,113 @@ def test_replay_that_reaches_another_page_is_reported(recorded):
     assert isinstance(diverged, ReplayDiverged) and "after 1 command" in str(diverged)
     assert diverged.step == 1 and diverged.expected == keys[1] and diverged.got != keys[1]
     assert isinstance(short, ValueError) and "expected state keys" in str(short)
+
+
+class _GoldOrRandom:
+    """A stateless sampling policy for the search: at a state on the recorded gold path it proposes the gold
+    command with probability ``p_gold``, else (and off the path always) a click on a random link or button of the
+    page. Its randomness comes from the request's episode key and step only, as a sampling model's would."""
+
+    name = "gold-or-random"
+
+    def __init__(self, gold: dict, essential, p_gold: float = 0.5):
+        self.gold, self.essential, self.p_gold = gold, essential, p_gold
+
+    async def act(self, request):
+        import hashlib
+        import random
+
+        from rollout.core import PolicyOutput
+        from rollout.search.replay import state_key
+
+        rng = random.Random(hashlib.sha256(f"{request.episode_key}/{request.step}".encode()).digest())
+        gold = self.gold.get(state_key(request.observation, self.essential))
+        if gold is not None and rng.random() < self.p_gold:
+            return PolicyOutput(gold)
+        ids = [e.id for e in request.observation.elements if e.role in ("link", "button") and e.id]
+        return PolicyOutput(f"Thought: try something.\nCommand: CLICK [{rng.choice(ids)}]")
+
+    async def close(self):
+        pass
+
+
+def test_search_finds_the_gold_path_and_its_values_match_the_episodes(recorded, tmp_path):
+    from rollout.search.driver import LogprobCritic, SearchConfig, search_collect, tree_path
+    from rollout.search.mcts import node_pairs
+
+    env, tasks, episodes = recorded
+    task = tasks[1]  # webshop: 5 steps on the gold path
+    gold_ep = episodes[task.task_id]
+    gold = {key_of(s["norm_url"], s["observation"]): s["output"] for s in gold_ep.steps}
+    policy = _GoldOrRandom(gold, env.essential_query_params())
+    harness = HarnessConfig(screenshots=False, max_steps=len(gold_ep.steps) + 1)
+    cfg = SearchConfig(simulations=8, k=3, c=1.0, alpha=0.5)
+    out = str(tmp_path / "search")
+
+    from rollout.recording import episode_dir
+
+    os.makedirs(episode_dir(out, task.task_id, 3))  # left by an interrupted search: set aside, searched anew
+    counts = asyncio.run(search_collect(env, [task], policy, LogprobCritic(), cfg, harness, out, progress=False))
+    assert counts["diverged"] == 0 and counts["errored"] == 0 and counts["searched"] == 1, counts
+    assert counts["episodes"] + counts["terminal_reuse"] == 8
+    eps = list(iter_episodes(out))
+    assert len(eps) == counts["episodes"] and sum(e.summary["success"] for e in eps) == counts["success"] >= 1
+    assert asyncio.run(search_collect(env, [task], policy, LogprobCritic(), cfg, harness, out,
+                                      progress=False))["skipped"] == 1  # resumed: the finished task is not re-run
+    s = _Loaded(json.load(open(tree_path(out, task.task_id))))
+    root = s.root
+    assert root.key == key_of(gold_ep.steps[0]["norm_url"], gold_ep.steps[0]["observation"])
+    assert root.visits == 8  # every simulation backs up through one of the root's edges
+    # each root edge's Q̃ is the success rate of the episodes that began with its command (terminal reuses aside)
+    for e in root.edges:
+        if e.visits and e.child is not None and not e.child.terminal:
+            firsts = [ep.summary["success"] for ep in eps if ep.steps[0]["command"] == e.command]
+            assert len(firsts) == e.visits and e.q_search == pytest.approx(sum(firsts) / len(firsts))
+    gold_first = gold_ep.steps[0]["command"]
+    by_cmd = {e.command: e for e in root.edges}
+    assert gold_first in by_cmd and by_cmd[gold_first].q_search > 0
+    for p in node_pairs(root, alpha=1.0, theta=0.0):  # by search value, every root pair with the gold command prefers it
+        if gold_first in (root.edges[p.chosen].command, root.edges[p.rejected].command):
+            assert root.edges[p.chosen].command == gold_first
+    assert s.stats["simulations"] == 8 and os.path.isdir(os.path.join(out, "damaged"))
+
+
+class _Loaded:
+    """A written search tree read back into nodes and edges (what the test checks is what was saved)."""
+
+    def __init__(self, tree):
+        from rollout.search.mcts import Edge, SearchNode
+
+        nodes = {n["id"]: SearchNode(key=n["key"], prefix=tuple(n["prefix"]), terminal=n["terminal"],
+                                     reward=n["reward"]) for n in tree["nodes"]}
+        for n in tree["nodes"]:
+            nodes[n["id"]].edges = [Edge(action=e["action"], command=e["command"], critic=e["critic"],
+                                         q_search=e["q_search"], visits=e["visits"], logprob=e["logprob"],
+                                         child=None if e["child"] is None else nodes[e["child"]]) for e in n["edges"]]
+        self.root, self.stats = nodes[0], tree["stats"]
+
+
+def test_search_with_a_sampling_model_policy(recorded, tmp_path, spm_tokenizer):
+    """Our model as the proposer: K samples per node from distinct request seeds, ranked by their log-probs; its
+    malformed outputs replay to the same error observation, so no replay diverges."""
+    from rollout.policies.model import ModelPolicy
+    from rollout.search.driver import LogprobCritic, SearchConfig, search_collect, tree_path
+    from tgpo_jax.models.config import tiny_config
+    from tgpo_jax.models.sampler import Sampler, SamplingParams
+    from tgpo_jax.models.transformer import init_model
+
+    env, tasks, _ = recorded
+    mcfg = tiny_config("llama", vocab_size=len(spm_tokenizer), eos_token_id=spm_tokenizer.eos_token_id,
+                       max_position_embeddings=2048)
+    policy = ModelPolicy(Sampler(init_model(mcfg, seed=0), spm_tokenizer, bucket=512), spm_tokenizer,
+                         params=SamplingParams(temperature=1.0, max_tokens=8), budget_tokens=400)
+    out = str(tmp_path / "model-search")
+    cfg = SearchConfig(simulations=3, k=3)
+    counts = asyncio.run(search_collect(env, tasks[1:], policy, LogprobCritic(), cfg,
+                                        HarnessConfig(screenshots=False, max_steps=2), out, progress=False))
+    assert counts["diverged"] == 0 and counts["errored"] == 0, counts
+    root = _Loaded(json.load(open(tree_path(out, tasks[1].task_id)))).root
+    assert root.visits == 3 and len(root.edges) >= 2  # three samples at a temperature of 1: distinct outputs
+    by_rank = sorted(root.edges, key=lambda e: -e.critic)
+    assert all(e.logprob is not None and e.logprob < 0 for e in root.edges)
+    assert [e.logprob for e in by_rank] == sorted((e.logprob for e in root.edges), reverse=True)

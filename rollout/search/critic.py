@@ -78,8 +78,9 @@ class ModelCritic:
         self.model, self.max_tries, self.max_tokens = model, max_tries, max_tokens
         self.calls = 0
 
-    def rank(self, task: str, page: str, candidates: Sequence[str]) -> tuple[list[int], int]:
-        """-> (candidate indices best first, malformed answers)."""
+    def rank(self, task: str, page: str, candidates: Sequence[str],
+             logprobs: Sequence[float | None] = ()) -> tuple[list[int], int]:
+        """-> (candidate indices best first, malformed answers). ``logprobs`` (the proposer's) are not shown."""
         def pick(offered: list[int]) -> int:
             self.calls += 1
             answer = self.endpoint.post({"model": self.model, "temperature": 0, "max_tokens": self.max_tokens,
