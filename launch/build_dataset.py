@@ -3,6 +3,8 @@
   python -m launch.build_dataset --episodes=data/episodes/train --out=data/nodes/train
   python -m launch.build_dataset --episodes=… --out=… --alpha=5 --q_aggregate=sum --merge=strict \
       --pairs_jsonl=data/pairs.jsonl          # also export TRL-format preference pairs with weights
+  python -m launch.build_dataset --episodes=data/episodes/search --values=mcts --out=data/nodes/search
+                                              # Agent Q: records of the search trees (launch.collect --mode=mcts)
 Every choice the method leaves open (docs/method.md §2–§4) is a flag here and lands in the manifest's ``config``.
 """
 from __future__ import annotations
@@ -39,6 +41,8 @@ flags.DEFINE_bool("overwrite", False, "replace an existing dataset")
 flags.DEFINE_enum("verifier", "builtin", ["builtin", "judge"], "R_acc: built-in checks or a judge model")
 flags.DEFINE_string("judge_url", None, "judge: OpenAI-compatible endpoint (vision model)")
 flags.DEFINE_string("judge_model", None, "judge: model name")
+flags.DEFINE_enum("values", "tree", ["tree", "mcts"], "branch values: the merged tree's (docs/method.md §4) or the "
+                  "collection's Agent Q search trees (§9.1; train DPO on them with loss margin = theta)")
 flags.DEFINE_string("pairs_jsonl", None, "also write preference pairs (TRL format + weight) here")
 flags.DEFINE_float("pair_margin", 0.0, "pairs need Q_w - Q_l > margin (JSONL export)")
 
@@ -58,7 +62,7 @@ def main(argv):
                       history_last=F.history_last, keep_recent=F.keep_recent, page_cut=F.page_cut,
                       include_invalid=F.include_invalid,
                       overwrite=F.overwrite, verifier=F.verifier, judge_url=F.judge_url,
-                      judge_model=F.judge_model)
+                      judge_model=F.judge_model, values=F.values)
     summary = build_dataset(F.episodes, F.out, cfg)
     if F.pairs_jsonl:
         from trees.export_pairs import export_pairs

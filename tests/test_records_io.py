@@ -301,3 +301,16 @@ def test_exported_pairs_are_the_datasets_pairs(dataset, tmp_path):
     export_pairs(out, path, normalise=True)
     weights = [json.loads(line)["weight"] for line in open(path, encoding="utf-8")]
     assert sum(weights) / len(weights) == pytest.approx(1.0)
+
+
+def test_value_source_version_2_and_version_1_records():
+    rec = make_records(1)[0]
+    assert rec.value_source == "tree" and rec.schema_version == 2
+    mcts = dataclasses.replace(rec, value_source="mcts")
+    assert NodeRecord.from_bytes(mcts.to_bytes()) == mcts  # round trip keeps the source
+    v1 = {k: v for k, v in rec.to_json().items() if k != "value_source"} | {"schema_version": 1}
+    assert NodeRecord.from_json(v1) == rec  # a dataset written before version 2: the tree's values
+    with pytest.raises(SchemaError, match="value_source 'bogus'"):
+        NodeRecord.from_json(rec.to_json() | {"value_source": "bogus"})
+    with pytest.raises(SchemaError, match="version 1 has a value_source"):
+        NodeRecord.from_json(v1 | {"value_source": "mcts"})

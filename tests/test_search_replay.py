@@ -191,3 +191,37 @@ def test_search_with_a_sampling_model_policy(recorded, tmp_path, spm_tokenizer):
     by_rank = sorted(root.edges, key=lambda e: -e.critic)
     assert all(e.logprob is not None and e.logprob < 0 for e in root.edges)
     assert [e.logprob for e in by_rank] == sorted((e.logprob for e in root.edges), reverse=True)
+
+
+def test_search_tree_becomes_records_with_the_blended_values(recorded, tmp_path):
+    """The gold search's tree as node records: one per node with two or more edges run, each branch valued
+    α·Q̃ + (1 − α)·Q̂, the prompt the policy saw there, and pairs derived by the training side."""
+    from rollout.search.driver import LogprobCritic, SearchConfig, search_collect
+    from tgpo_jax.data.examples import preference_pairs
+    from tgpo_jax.data.io import DatasetReader
+    from trees.dataset import BuildConfig, build_dataset, load_episodes, step_prompt
+    from trees.search_records import task_search_records
+
+    env, tasks, episodes = recorded
+    task, gold_ep = tasks[1], episodes[tasks[1].task_id]
+    gold = {key_of(s["norm_url"], s["observation"]): s["output"] for s in gold_ep.steps}
+    out = str(tmp_path / "search")
+    cfg = SearchConfig(simulations=6, k=3, alpha=0.5)
+    asyncio.run(search_collect(env, [task], _GoldOrRandom(gold, env.essential_query_params()), LogprobCritic(), cfg,
+                               HarnessConfig(screenshots=False, max_steps=len(gold_ep.steps) + 1), out,
+                               progress=False))
+    by_task, _ = load_episodes(out)
+    bcfg = BuildConfig()
+    recs = task_search_records([out], task.task_id, by_task[task.task_id], task, bcfg)
+    tree = _Loaded(json.load(open(os.path.join(out, "search", task.task_id + ".json"))))
+    root_rec = next(r for r in recs if r.meta["depth"] == 0)
+    assert all(r.value_source == "mcts" for r in recs)
+    run = [e for e in tree.root.edges if e.visits]
+    assert [b.q for b in root_rec.branches] == pytest.approx([0.5 * e.q_search + 0.5 * e.critic for e in run])
+    assert root_rec.prompt == step_prompt(task, by_task[task.task_id][0], 0, bcfg)
+    assert sum(b.n_total for b in root_rec.branches) == tree.root.visits == 6
+    pairs = preference_pairs(root_rec)
+    assert pairs and all(root_rec.branches[p.chosen].q > root_rec.branches[p.rejected].q for p in pairs)
+    summary = build_dataset(out, str(tmp_path / "ds"), BuildConfig(values="mcts", num_shards=1), progress=False)
+    written = list(DatasetReader(str(tmp_path / "ds")))
+    assert summary["records"] == len(recs) == len(written) and written == recs  # the builder writes these records

@@ -59,6 +59,9 @@ class BuildConfig:
     verifier: str = "builtin"  # R_acc: "builtin" checks, or "judge": a vision model over before/after screenshots
     judge_url: str | None = None  # OpenAI-compatible endpoint of the judge
     judge_model: str | None = None
+    # where the branch values come from: "tree" (the merged tree, docs/method.md §4) or "mcts" (the collection's
+    # Agent Q search trees, §9.1: one record per searched node, only tasks that were searched)
+    values: str = "tree"
 
     def __post_init__(self):
         if self.num_shards < 1 or self.prompt_budget_tokens < 64:
@@ -66,6 +69,8 @@ class BuildConfig:
         bad = set(self.splits) - {"train", "test"}
         if bad or not self.splits:
             raise ValueError(f"splits must be a non-empty subset of ('train', 'test'), got {self.splits}")
+        if self.values not in ("tree", "mcts"):
+            raise ValueError(f"values={self.values!r}; expected 'tree' or 'mcts'")
         if self.verifier not in ("builtin", "judge"):
             raise ValueError(f"verifier={self.verifier!r}; expected 'builtin' or 'judge'")
         if self.verifier == "judge" and not (self.judge_url and self.judge_model):
@@ -358,7 +363,12 @@ def build_dataset(episodes_dir: str | Sequence[str], out_dir: str, cfg: BuildCon
         stats["steps"] += sum(len(e.steps) for e in episodes)
         task = tasks.get(task_id)
         kinds = typed_strings(task) if typed_strings is not None and task is not None else {}
-        records.extend(node_records(graph, episodes, task, cfg, kinds))
+        if cfg.values == "mcts":
+            from trees.search_records import task_search_records
+
+            records.extend(task_search_records(dirs, task_id, episodes, task, cfg))
+        else:
+            records.extend(node_records(graph, episodes, task, cfg, kinds))
     if not records:
         raise RecordingError(f"{episodes_dir}: no node records (episodes of splits {cfg.splits}: none usable; "
                              f"refused splits {sorted(map(str, refused_splits))}, broken episodes {len(broken)})")

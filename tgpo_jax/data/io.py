@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping
 
 from array_record.python.array_record_module import ArrayRecordReader, ArrayRecordWriter
 
-from tgpo_jax.data.schema import SCHEMA_VERSION, NodeRecord
+from tgpo_jax.data.schema import READABLE_VERSIONS, SCHEMA_VERSION, NodeRecord
 from tgpo_jax.files import sha256_file
 
 FORMAT = "tgpo-nodes"
@@ -185,9 +185,9 @@ def read_manifest(data_dir: str, *, check_files: bool = True) -> Manifest:
         raise DatasetError(f"{data_dir}: {MANIFEST} is not a JSON object")
     if d.get("format") != FORMAT:
         raise DatasetError(f"{data_dir}: {MANIFEST} format {d.get('format')!r}, expected {FORMAT!r}")
-    if d.get("schema_version") != SCHEMA_VERSION:
+    if d.get("schema_version") not in READABLE_VERSIONS:
         raise DatasetError(f"{data_dir}: dataset schema_version {d.get('schema_version')!r}, "
-                           f"this reader knows {SCHEMA_VERSION}")
+                           f"this reader knows {', '.join(map(str, READABLE_VERSIONS))}")
     try:
         m = Manifest.from_dict(d)
     except (KeyError, TypeError, ValueError) as e:

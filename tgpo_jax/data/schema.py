@@ -5,7 +5,9 @@ branches (§4), each carrying its value Q, reward components and trajectory coun
 labels are *not* stored: ``tgpo_jax.data.examples`` derives them from the node at collation time, so one
 dataset serves SFT, DPO, KTO, KTO-Tree and TGPO and every ablation of margin or weighting.
 
-Records serialise to UTF-8 JSON (readable with any tool, versioned by ``schema_version``).
+Records serialise to UTF-8 JSON (readable with any tool, versioned by ``schema_version``). Version 2 added
+``value_source``: where the branch values Q came from — ``tree`` (the merged tree's process rewards, §4), ``mcts``
+(Agent Q's search: α·Q̃ + (1 − α)·Q̂, §9.1) or ``judge`` (judge scores, §9.2). Version 1 records read as ``tree``.
 """
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ import json
 import math
 from typing import Any, Mapping, Sequence
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # v1: before value_source, whose values were all the tree's
+VALUE_SOURCES = ("tree", "mcts", "judge")
 ROLES = ("system", "user", "assistant")
 REWARD_KEYS = ("r_acc", "r_format", "r_red", "r_subgoal", "r")  # docs/method.md §3, per-step means over the branch
 
@@ -75,12 +79,16 @@ class NodeRecord:
     prompt: Sequence[Mapping[str, str]]  # chat messages [{"role", "content"}], ending before the action
     branches: Sequence[Branch]
     meta: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # url, depth, split, ... (free form)
+    value_source: str = "tree"  # where the branches' q came from (VALUE_SOURCES)
     schema_version: int = SCHEMA_VERSION
 
     def validate(self) -> "NodeRecord":
         where = f"node {self.task_id}/{self.node_id}"
-        if self.schema_version != SCHEMA_VERSION:
-            raise SchemaError(f"{where}: schema_version {self.schema_version}, this reader knows {SCHEMA_VERSION}")
+        if self.schema_version not in READABLE_VERSIONS:
+            raise SchemaError(f"{where}: schema_version {self.schema_version}, this reader knows "
+                              f"{', '.join(map(str, READABLE_VERSIONS))}")
+        if self.value_source not in VALUE_SOURCES:
+            raise SchemaError(f"{where}: value_source {self.value_source!r}, expected one of {VALUE_SOURCES}")
         if not self.prompt:
             raise SchemaError(f"{where}: empty prompt")
         for i, m in enumerate(self.prompt):
@@ -102,14 +110,18 @@ class NodeRecord:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "NodeRecord":
         version = d.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise SchemaError(f"record schema_version {version!r}; this reader knows {SCHEMA_VERSION}")
+        if version not in READABLE_VERSIONS:
+            raise SchemaError(f"record schema_version {version!r}; this reader knows "
+                              f"{', '.join(map(str, READABLE_VERSIONS))}")
+        if version == 1 and "value_source" in d:
+            raise SchemaError("record schema_version 1 has a value_source field (added in version 2)")
         try:
             branches = [Branch(**b) for b in d["branches"]]
             rec = cls(task_id=d["task_id"], node_id=d["node_id"], prompt=[dict(m) for m in d["prompt"]],
-                      branches=branches, meta=dict(d.get("meta", {})), schema_version=version)
+                      branches=branches, meta=dict(d.get("meta", {})),
+                      value_source=d.get("value_source", "tree") if version >= 2 else "tree", schema_version=2)
         except (KeyError, TypeError) as e:
-            raise SchemaError(f"record does not match schema v{SCHEMA_VERSION}: {e}") from e
+            raise SchemaError(f"record does not match schema v{version}: {e}") from e
         return rec.validate()
 
     @classmethod
