@@ -9,6 +9,7 @@ import pytest
 from rollout.judge import JudgeParseError, judge_prompt, parse_scores
 from rollout.search.critic import CriticParseError, critic_prompt, iterative_ranking, parse_choice
 from rollout.search.mcts import Edge, SearchNode, backup, best_edge, node_pairs, rank_values, select, ucb1, walk
+from tgpo_jax.data.schema import NodeRecord
 from trees.judge_pairs import ScoredStep, command_key, dpo1_pairs, dpo2_pairs, judge_pairs
 
 
@@ -291,3 +292,29 @@ def test_model_critic_ranks_by_asking_for_the_best_of_the_rest():
         assert math.isclose(rank_values(ranking)[1], 1.0)
     finally:
         server.close()
+
+
+def test_judge_records_derive_the_recipes_pairs():
+    from tgpo_jax.data.examples import PairConfig, preference_pairs
+    from trees.judge_pairs import judge_records
+
+    step = ScoredStep("s1", "Thought: a\nCommand: CLICK [3]", (
+        "Thought: b\nCommand: CLICK [3]", "Thought: c\nCommand: CLICK [5]", "Thought: d\nCommand: click [5]",
+        "Thought: e\nCommand: TYPE [2] [x]", "Command: STOP []"), (95, 30, 50, 0, 85))
+    prompt = [{"role": "user", "content": "Task: t"}]
+    (d1,) = judge_records(step, prompt, "task", "dpo1")
+    (d2,) = judge_records(step, prompt, "task", "dpo2")
+    assert d1.value_source == d2.value_source == "judge"
+
+    def texts(rec, margin=0.0):
+        return {(command_key(rec.branches[p.chosen].action), command_key(rec.branches[p.rejected].action))
+                for p in preference_pairs(rec, PairConfig(margin=margin))}
+
+    assert texts(d1) == {(command_key(p.chosen), command_key(p.rejected)) for p in dpo1_pairs(step)}
+    assert texts(d2) == {(command_key(p.chosen), command_key(p.rejected)) for p in dpo2_pairs(step)}
+    wide = {(command_key(p.chosen), command_key(p.rejected)) for p in dpo2_pairs(step, min_gap=50)}
+    assert texts(d2, margin=0.5 - 1e-9) == wide  # DPO-2's min_gap is the pair margin on score / 100
+    assert len(judge_records(step, prompt, "task", "dpo3")) == 2
+    same = ScoredStep("s2", "Command: STOP []", ("Command: STOP []", "Command: GO_BACK"), (90, 90))
+    assert judge_records(same, prompt, "task", "dpo3") == []  # nothing below 80, no score differs: no record
+    assert NodeRecord.from_bytes(d1.to_bytes()) == d1

@@ -90,3 +90,36 @@ def judge_pairs(steps: Sequence[ScoredStep], mode: str, canonical: Callable[[str
         if mode in ("dpo2", "dpo3"):
             out += dpo2_pairs(step, canonical, min_gap)
     return out
+
+
+def judge_records(step: ScoredStep, prompt, task_id: str, mode: str, threshold: float = DPO1_THRESHOLD,
+                  canonical: Callable[[str], str] = command_key) -> list:
+    """One scored step as node records (``value_source`` = ``judge``) whose derived pairs are the recipe's
+    (``tgpo_jax.data.examples.preference_pairs``, margin 0 for DPO-1, ``min_gap`` − ε for DPO-2):
+    - DPO-1: the reference (q = 1) and the candidates scored below ``threshold`` (q = 0): every pair is the
+      reference against one of them;
+    - DPO-2: the distinct candidates with q = score / 100: the pairs are those whose scores differ;
+    - DPO-3: both records.
+    ``prompt``: the step's chat messages (what the policy saw)."""
+    from tgpo_jax.data.schema import Branch, NodeRecord
+
+    if mode not in ("dpo1", "dpo2", "dpo3"):
+        raise ValueError(f"mode={mode!r}; expected dpo1, dpo2 or dpo3")
+
+    def branch(text: str, q: float) -> Branch:
+        return Branch(action=text, command=canonical(text), q=q, rewards={}, n_total=1, n_success=0, n_failed=0,
+                      on_success_path=False, reaches_success=False)
+
+    out = []
+    if mode in ("dpo1", "dpo3"):
+        rejected = [p.rejected for p in dpo1_pairs(step, canonical, threshold)]
+        if rejected:
+            out.append(NodeRecord(task_id=task_id, node_id=f"{step.key}/dpo1", prompt=prompt, value_source="judge",
+                                  branches=[branch(step.reference, 1.0)] + [branch(t, 0.0) for t in rejected],
+                                  meta={"judge": "dpo1", "threshold": threshold}))
+    if mode in ("dpo2", "dpo3"):
+        cands = merged(step, canonical)
+        if len({s for _, s in cands}) > 1:
+            out.append(NodeRecord(task_id=task_id, node_id=f"{step.key}/dpo2", prompt=prompt, value_source="judge",
+                                  branches=[branch(t, s / 100.0) for t, s in cands], meta={"judge": "dpo2"}))
+    return out
