@@ -5,6 +5,8 @@
       --pairs_jsonl=data/pairs.jsonl          # also export TRL-format preference pairs with weights
   python -m launch.build_dataset --episodes=data/episodes/search --values=mcts --out=data/nodes/search
                                               # Agent Q: records of the search trees (launch.collect --mode=mcts)
+  python -m launch.build_dataset --episodes=… --values=judge --sample_url=http://127.0.0.1:8000 \
+      --judge_url=https://api.example.com --judge_model=gpt-4o --out=data/nodes/judge     # DPO-1/2/3 records
 Every choice the method leaves open (docs/method.md §2–§4) is a flag here and lands in the manifest's ``config``.
 """
 from __future__ import annotations
@@ -41,8 +43,14 @@ flags.DEFINE_bool("overwrite", False, "replace an existing dataset")
 flags.DEFINE_enum("verifier", "builtin", ["builtin", "judge"], "R_acc: built-in checks or a judge model")
 flags.DEFINE_string("judge_url", None, "judge: OpenAI-compatible endpoint (vision model)")
 flags.DEFINE_string("judge_model", None, "judge: model name")
-flags.DEFINE_enum("values", "tree", ["tree", "mcts"], "branch values: the merged tree's (docs/method.md §4) or the "
-                  "collection's Agent Q search trees (§9.1; train DPO on them with loss margin = theta)")
+flags.DEFINE_enum("values", "tree", ["tree", "mcts", "judge"], "branch values: the merged tree's (docs/method.md "
+                  "§4), the collection's Agent Q search trees (§9.1; train DPO on them with data.margin = theta) or "
+                  "judge scores of sampled candidates (§9.2: --sample_url, --judge_url, --judge_model)")
+flags.DEFINE_string("sample_url", None, "values=judge: OpenAI-compatible server of the policy that samples candidates")
+flags.DEFINE_string("sample_model", "bundled", "values=judge: the sampling model's name on that server")
+flags.DEFINE_integer("judge_k", 10, "values=judge: candidates per step")
+flags.DEFINE_enum("judge_mode", "dpo3", ["dpo1", "dpo2", "dpo3"], "values=judge: which pairings' records")
+flags.DEFINE_string("judge_cache", None, "values=judge: JSON-lines cache of judge answers (default <out>.judge.jsonl)")
 flags.DEFINE_string("pairs_jsonl", None, "also write preference pairs (TRL format + weight) here")
 flags.DEFINE_float("pair_margin", 0.0, "pairs need Q_w - Q_l > margin (JSONL export)")
 
@@ -61,8 +69,21 @@ def main(argv):
                       system_prompt=SYSTEM_PROMPTS[F.prompt_style], thought_chars=F.thought_chars, page_ids=F.page_ids,
                       history_last=F.history_last, keep_recent=F.keep_recent, page_cut=F.page_cut,
                       include_invalid=F.include_invalid,
-                      overwrite=F.overwrite, verifier=F.verifier, judge_url=F.judge_url,
-                      judge_model=F.judge_model, values=F.values)
+                      overwrite=F.overwrite, judge_url=F.judge_url, judge_model=F.judge_model,
+                      # with --values=judge the judge scores candidates, not R_acc: the tree's verifier is unused
+                      verifier="builtin" if F.values == "judge" else F.verifier,
+                      values="mcts" if F.values == "mcts" else "tree")
+    if F.values == "judge":
+        from rollout.judge import StepJudge
+        from trees.judge_dataset import JudgeDataConfig, build_judge_dataset
+
+        if not (F.sample_url and F.judge_url and F.judge_model):
+            raise app.UsageError("--values=judge needs --sample_url, --judge_url and --judge_model")
+        judge = StepJudge(F.judge_url, F.judge_model, cache_path=F.judge_cache or F.out.rstrip("/") + ".judge.jsonl")
+        summary = build_judge_dataset(F.episodes, F.out, cfg, JudgeDataConfig(k=F.judge_k, mode=F.judge_mode),
+                                      F.sample_url, F.sample_model, judge)
+        print(json.dumps(summary, indent=1, default=str))
+        return
     summary = build_dataset(F.episodes, F.out, cfg)
     if F.pairs_jsonl:
         from trees.export_pairs import export_pairs

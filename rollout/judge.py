@@ -30,9 +30,15 @@ class JudgeParseError(ValueError):
     """The judge's answer is not one score in 0..100 per candidate."""
 
 
+def one_line(text: str) -> str:
+    """An output (thought and command lines) on one line, its lines joined by `` | ``: a numbered list of
+    candidates then has one candidate per line."""
+    return " | ".join(ln.strip() for ln in str(text).strip().splitlines() if ln.strip())
+
+
 def judge_prompt(prompt: str, reference: str, candidates: Sequence[str]) -> str:
-    listing = "\n".join(f"{n}. {c}" for n, c in enumerate(candidates, start=1))
-    return JUDGE_PROMPT.format(prompt=prompt, reference=reference, candidates=listing)
+    listing = "\n".join(f"{n}. {one_line(c)}" for n, c in enumerate(candidates, start=1))
+    return JUDGE_PROMPT.format(prompt=prompt, reference=one_line(reference), candidates=listing)
 
 
 def _score(x, where: str) -> int:

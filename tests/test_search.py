@@ -3,6 +3,7 @@ choices, backup (eq. 8), the value blend (eq. 10) and θ pairs, the critic's ite
 parsers of the critic's and the judge's answers."""
 import json
 import math
+import os
 
 import pytest
 
@@ -184,7 +185,7 @@ class _ModelServer:
     """A real HTTP server on loopback speaking the chat-completions protocol; ``answer(text) -> str`` decides what
     the "model" says. Records every prompt and the most requests it held at once."""
 
-    def __init__(self, answer, delay_s: float = 0.0):
+    def __init__(self, answer, delay_s: float = 0.0, body_answer=None):
         import http.server
         import threading
         import time
@@ -206,7 +207,8 @@ class _ModelServer:
                     outer.in_flight += 1
                     outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
                 time.sleep(delay_s)
-                out = json.dumps({"choices": [{"message": {"role": "assistant", "content": answer(text)}}]}).encode()
+                content = body_answer(body) if body_answer is not None else answer(text)
+                out = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
                 with lock:
                     outer.in_flight -= 1
                 self.send_response(200)
@@ -318,3 +320,68 @@ def test_judge_records_derive_the_recipes_pairs():
     same = ScoredStep("s2", "Command: STOP []", ("Command: STOP []", "Command: GO_BACK"), (90, 90))
     assert judge_records(same, prompt, "task", "dpo3") == []  # nothing below 80, no score differs: no record
     assert NodeRecord.from_bytes(d1.to_bytes()) == d1
+
+
+def test_judge_dataset_from_a_collection_with_sampler_and_judge_servers(tmp_path):
+    """Every step of the successful synthetic episodes: K candidates from a sampling server (by seed), scored by a
+    judge server against the recorded action, written as DPO-3 records; a judge answering prose for one step
+    leaves that step out, counted."""
+    from tgpo_jax.data.examples import preference_pairs
+    from tgpo_jax.data.io import DatasetReader
+    from trees.dataset import BuildConfig, load_episodes
+    from trees.judge_dataset import JudgeDataConfig, build_judge_dataset
+    from trees.synthetic import write_synthetic_collection
+    from rollout.judge import StepJudge
+
+    col = str(tmp_path / "col")
+    write_synthetic_collection(col, num_tasks=3, runs=2, seed=0)
+    by_task, _ = load_episodes(col)
+    good = [(ep, s) for eps in by_task.values() for ep in eps if ep.summary["success"] for s in ep.steps]
+    assert good
+    seeds = []
+
+    def sampler(body):  # the seed decides: half the draws repeat the recorded action's command, half STOP
+        seeds.append(body["seed"])
+        assert body["temperature"] == 0.7 and body["top_k"] == 10 and body["top_p"] == 0.9
+        return "Thought: guess\nCommand: CLICK [1]" if body["seed"] % 2 else "Thought: stop\nCommand: STOP []"
+
+    def judge(text):
+        if "Home" in text and "prose" not in judge.seen:  # one page: the judge answers prose (then asked again)
+            judge.seen.add("prose")
+            return "These look fine."
+        def cmd(line):  # a one-line output: "Thought: … | Command: CLICK [1]"
+            return line.rsplit("Command:", 1)[-1].strip()
+
+        ref = cmd(text.split("Reference action (correct):\n", 1)[1].split("\n", 1)[0])
+        return json.dumps({"scores": [100 if cmd(c) == ref else 20 for c in _listed(text, "Candidates:\n")]})
+
+    judge.seen = set()
+    samp, jud = _ModelServer(None, body_answer=sampler), _ModelServer(judge)
+    try:
+        out = str(tmp_path / "ds")
+        summary = build_judge_dataset(col, out, BuildConfig(num_shards=1), JudgeDataConfig(k=4, mode="dpo3"),
+                                      samp.url, "policy", StepJudge(jud.url, "judge", max_tries=2), progress=False)
+        first = list(seeds)
+        import subprocess
+        import sys
+
+        cli = subprocess.run([sys.executable, "-m", "launch.build_dataset", f"--episodes={col}",
+                              f"--out={tmp_path / 'cli'}", "--values=judge", f"--sample_url={samp.url}",
+                              "--sample_model=policy", f"--judge_url={jud.url}", "--judge_model=judge", "--judge_k=4",
+                              "--num_shards=1"], capture_output=True, text=True, timeout=300,
+                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        assert cli.returncode == 0, cli.stderr[-2000:]
+    finally:
+        samp.close()
+        jud.close()
+    assert summary["steps"] == len(good) and summary["unscored"] == 0 and summary["judge_malformed"] == 1
+    assert len(first) == 4 * len(good) and len(set(first)) > len(good)  # distinct seeds per step
+    assert seeds[len(first):] == first  # the command line draws the same candidates
+    recs = list(DatasetReader(out))
+    assert recs and all(r.value_source == "judge" for r in recs) and len(recs) == summary["records"]
+    assert list(DatasetReader(str(tmp_path / "cli"))) == recs  # the command line builds the same records
+    for r in recs:
+        pairs = preference_pairs(r)
+        assert pairs and all(r.branches[p.chosen].q > r.branches[p.rejected].q for p in pairs)
+        if r.meta["judge"] == "dpo1":  # the recorded action against every candidate the judge scored under 80
+            assert all(p.chosen == 0 for p in pairs) and r.branches[0].q == 1.0

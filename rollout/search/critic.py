@@ -24,7 +24,9 @@ class CriticParseError(ValueError):
 def critic_prompt(task: str, page: str, candidates: Sequence[str], offered: Sequence[int]) -> str:
     """The prompt for one round: the ``offered`` candidates (indices into ``candidates``), numbered from 1 as they
     are shown."""
-    listing = "\n".join(f"{n}. {candidates[i]}" for n, i in enumerate(offered, start=1))
+    from rollout.judge import one_line
+
+    listing = "\n".join(f"{n}. {one_line(candidates[i])}" for n, i in enumerate(offered, start=1))
     return CRITIC_PROMPT.format(task=task, page=page, candidates=listing)
 
 
