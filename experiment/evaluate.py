@@ -359,3 +359,50 @@ def format_table(result: dict) -> str:
             continue
         lines.append(f"  {m:16s} {v:.4f}" + (f" ± {ci['half_width']:.4f}" if ci else ""))
     return "\n".join(lines)
+
+
+async def search_evaluate_async(env: Environment, tasks: Sequence[Task], policy: Policy, critic, search,
+                                cfg: EvalConfig, meta: dict | None = None) -> dict:
+    """Agent Q's search at inference (docs/method.md §9.1): ``search.simulations`` simulations per held-out task,
+    the environment's success check as the reward that the search backs up (the paper's setting: the agent may act,
+    observe the outcome and try again). A task counts as solved when a simulation succeeded; ``first_success`` is
+    the first simulation's success (the critic's best proposals, then the policy), ``browser_steps`` the steps
+    executed across all simulations. One seed (``cfg.seeds[0]``); written to ``<out_dir>/eval.json`` (resumable by
+    task). -> the result, with per-family rows."""
+    from rollout.recording import iter_episodes, write_json_atomic
+    from rollout.search.driver import search_collect, tree_path
+
+    tasks = list(tasks)
+    if not tasks:
+        raise ValueError("no tasks to evaluate on")
+    out = os.path.join(cfg.out_dir, f"search-seed{cfg.seeds[0]}")
+    counts = await search_collect(env, tasks, policy, critic, search, cfg.harness(), out, seed=cfg.seeds[0],
+                                  contexts=cfg.contexts, progress=cfg.progress)
+    by_task: dict[str, list] = {}
+    for e in iter_episodes(out):
+        by_task.setdefault(e.task_id, []).append(e)
+    rows = []
+    for t in tasks:
+        if not os.path.exists(tree_path(out, t.task_id)):
+            continue
+        eps = sorted(by_task.get(t.task_id, []), key=lambda e: e.summary["run"])
+        rows.append({"task_id": t.task_id, "family": t.family, "success": any(e.summary["success"] for e in eps),
+                     "first_success": bool(eps and eps[0].summary["run"] == 0 and eps[0].summary["success"]),
+                     "simulations_to_success": next((k + 1 for k, e in enumerate(eps) if e.summary["success"]), None),
+                     "browser_steps": sum(len(e.steps) for e in eps)})
+
+    def summarise(rs):
+        n = max(len(rs), 1)
+        return {"tasks": len(rs), "success_rate": sum(r["success"] for r in rs) / n,
+                "first_success_rate": sum(r["first_success"] for r in rs) / n,
+                "browser_steps_per_task": sum(r["browser_steps"] for r in rs) / n}
+
+    result = {"search": dataclasses.asdict(search), "mean": summarise(rows),
+              "by_family": {f: summarise([r for r in rows if r["family"] == f])
+                            for f in sorted({r["family"] for r in rows})},
+              "tasks_table": rows, "counts": counts, "policy": getattr(policy, "name", type(policy).__name__),
+              "task_ids": [t.task_id for t in tasks], "config": dataclasses.asdict(cfg),
+              **({"meta": meta} if meta else {})}
+    result = json.loads(json.dumps(result, default=str))
+    write_json_atomic(os.path.join(cfg.out_dir, "eval.json"), result)
+    return result

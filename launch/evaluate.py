@@ -5,6 +5,7 @@ redundant steps per episode (R_red = -1), per seed and mean ± 95% CI across see
   python -m launch.evaluate --model=runs/tgpo --step=400 --num_tasks=60 --out=eval/tgpo-400
   python -m launch.evaluate --model=bundled --temperature=0.7 --out=eval/base       # HF dir / .gguf too
   python -m launch.evaluate --model=oracle:0.1,0.1,0.03,0.02 --out=eval/noisy-oracle
+  python -m launch.evaluate --model=runs/tgpo --search=mcts --simulations=8 --temperature=0.7 --out=eval/tgpo-search
 
 One collection per seed goes to <out>/seed<k>; the result is printed and written to <out>/eval.json.
 Re-running the same command resumes (finished episodes are not run again). With --temperature=0 (greedy) a model
@@ -36,6 +37,14 @@ flags.DEFINE_integer("prompt_tokens", 0, "model policy prompt budget in the mode
 flags.DEFINE_enum("prompt_style", None, ["full", "compact"], "system text (default: saved with the model, else full)")
 flags.DEFINE_enum("redundancy", "either", ["either", "strict", "page"],
                   "which states are the same when counting redundant steps per episode (see experiment/evaluate.py)")
+flags.DEFINE_enum("search", "none", ["none", "mcts"], "mcts: Agent Q's search at inference (docs/method.md §9.1): "
+                  "--simulations per task with the success check as reward; solved = a simulation succeeded")
+flags.DEFINE_integer("simulations", 8, "search: simulations (episodes) per task")
+flags.DEFINE_integer("k", 3, "search: commands proposed per expanded node")
+flags.DEFINE_float("c_exp", 1.0, "search: UCB1 exploration constant")
+flags.DEFINE_float("alpha", 0.5, "search: Q = alpha * search value + (1 - alpha) * critic value")
+flags.DEFINE_string("critic", "logprob", "search: 'logprob' or the base URL of an OpenAI-compatible critic server")
+flags.DEFINE_string("critic_model", "bundled", "search: the critic's model name on that server")
 flags.mark_flag_as_required("model")
 
 
@@ -70,8 +79,20 @@ def main(argv):
     meta = {"model": F.model, "step": F.step, "locale": browser_flags.locale(),
             "max_tokens": F.max_tokens, "top_p": F.top_p, "constrain": F.constrain}
 
+    if F.search == "mcts" and F.model.startswith("oracle"):
+        raise app.UsageError("--search=mcts needs a sampling model policy: the oracle cannot propose at a "
+                             "replayed state")
+
     async def go():
         try:
+            if F.search == "mcts":
+                from experiment.evaluate import search_evaluate_async
+                from rollout.search.critic import ModelCritic
+                from rollout.search.driver import LogprobCritic, SearchConfig
+
+                critic = LogprobCritic() if F.critic == "logprob" else ModelCritic(F.critic, F.critic_model)
+                search = SearchConfig(simulations=F.simulations, k=F.k, c=F.c_exp, alpha=F.alpha)
+                return await search_evaluate_async(env, tasks, policy, critic, search, cfg, meta=meta)
             return await evaluate_async(env, tasks, policy, cfg, meta=meta)
         finally:
             await policy.close()
@@ -80,7 +101,8 @@ def main(argv):
     result = asyncio.run(go())
     import sys
 
-    print(format_table(result), file=sys.stderr)
+    if F.search == "none":
+        print(format_table(result), file=sys.stderr)
     print(json.dumps(result, indent=1))
 
 

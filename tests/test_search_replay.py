@@ -225,3 +225,22 @@ def test_search_tree_becomes_records_with_the_blended_values(recorded, tmp_path)
     summary = build_dataset(out, str(tmp_path / "ds"), BuildConfig(values="mcts", num_shards=1), progress=False)
     written = list(DatasetReader(str(tmp_path / "ds")))
     assert summary["records"] == len(recs) == len(written) and written == recs  # the builder writes these records
+
+
+def test_search_at_inference_reports_solved_tasks_and_browser_steps(recorded, tmp_path):
+    from experiment.evaluate import EvalConfig, search_evaluate_async
+    from rollout.search.driver import LogprobCritic, SearchConfig
+
+    env, tasks, episodes = recorded
+    task, gold_ep = tasks[1], episodes[tasks[1].task_id]
+    gold = {key_of(s["norm_url"], s["observation"]): s["output"] for s in gold_ep.steps}
+    cfg = EvalConfig(out_dir=str(tmp_path / "eval"), seeds=(0,), contexts=1, max_steps=len(gold_ep.steps) + 1,
+                     progress=False)
+    res = asyncio.run(search_evaluate_async(env, [task], _GoldOrRandom(gold, env.essential_query_params()),
+                                            LogprobCritic(), SearchConfig(simulations=4, k=2), cfg))
+    (row,) = res["tasks_table"]
+    eps = sorted(iter_episodes(str(tmp_path / "eval" / "search-seed0")), key=lambda e: e.summary["run"])
+    assert row["success"] == any(e.summary["success"] for e in eps)
+    assert row["first_success"] == eps[0].summary["success"] and row["browser_steps"] == sum(len(e.steps) for e in eps)
+    assert res["mean"]["success_rate"] == float(row["success"]) and res["by_family"]["webshop"]["tasks"] == 1
+    assert json.load(open(tmp_path / "eval" / "eval.json"))["tasks_table"] == res["tasks_table"]
