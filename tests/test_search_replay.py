@@ -11,6 +11,7 @@ from rollout.envs.shop.env import ShopEnv
 from rollout.harness.pool import BrowserPool
 from rollout.harness.runner import HarnessConfig
 from rollout.policies.oracle import OraclePolicy
+from rollout.policies.scripted import GoldOrRandom, gold_map
 from rollout.recording import iter_episodes
 from rollout.search.replay import ReplayDiverged, key_of, restore
 
@@ -83,34 +84,6 @@ def test_replay_that_reaches_another_page_is_reported(recorded):
     assert isinstance(short, ValueError) and "expected state keys" in str(short)
 
 
-class _GoldOrRandom:
-    """A stateless sampling policy for the search: at a state on the recorded gold path it proposes the gold
-    command with probability ``p_gold``, else (and off the path always) a click on a random link or button of the
-    page. Its randomness comes from the request's episode key and step only, as a sampling model's would."""
-
-    name = "gold-or-random"
-
-    def __init__(self, gold: dict, essential, p_gold: float = 0.5):
-        self.gold, self.essential, self.p_gold = gold, essential, p_gold
-
-    async def act(self, request):
-        import hashlib
-        import random
-
-        from rollout.core import PolicyOutput
-        from rollout.search.replay import state_key
-
-        rng = random.Random(hashlib.sha256(f"{request.episode_key}/{request.step}".encode()).digest())
-        gold = self.gold.get(state_key(request.observation, self.essential))
-        if gold is not None and rng.random() < self.p_gold:
-            return PolicyOutput(gold)
-        ids = [e.id for e in request.observation.elements if e.role in ("link", "button") and e.id]
-        return PolicyOutput(f"Thought: try something.\nCommand: CLICK [{rng.choice(ids)}]")
-
-    async def close(self):
-        pass
-
-
 def test_search_finds_the_gold_path_and_its_values_match_the_episodes(recorded, tmp_path):
     from rollout.search.driver import LogprobCritic, SearchConfig, search_collect, tree_path
     from rollout.search.mcts import node_pairs
@@ -118,8 +91,8 @@ def test_search_finds_the_gold_path_and_its_values_match_the_episodes(recorded, 
     env, tasks, episodes = recorded
     task = tasks[1]  # webshop: 5 steps on the gold path
     gold_ep = episodes[task.task_id]
-    gold = {key_of(s["norm_url"], s["observation"]): s["output"] for s in gold_ep.steps}
-    policy = _GoldOrRandom(gold, env.essential_query_params())
+    gold = gold_map([gold_ep])
+    policy = GoldOrRandom(gold, env.essential_query_params())
     harness = HarnessConfig(screenshots=False, max_steps=len(gold_ep.steps) + 1)
     cfg = SearchConfig(simulations=8, k=3, c=1.0, alpha=0.5)
     out = str(tmp_path / "search")
@@ -204,10 +177,10 @@ def test_search_tree_becomes_records_with_the_blended_values(recorded, tmp_path)
 
     env, tasks, episodes = recorded
     task, gold_ep = tasks[1], episodes[tasks[1].task_id]
-    gold = {key_of(s["norm_url"], s["observation"]): s["output"] for s in gold_ep.steps}
+    gold = gold_map([gold_ep])
     out = str(tmp_path / "search")
     cfg = SearchConfig(simulations=6, k=3, alpha=0.5)
-    asyncio.run(search_collect(env, [task], _GoldOrRandom(gold, env.essential_query_params()), LogprobCritic(), cfg,
+    asyncio.run(search_collect(env, [task], GoldOrRandom(gold, env.essential_query_params()), LogprobCritic(), cfg,
                                HarnessConfig(screenshots=False, max_steps=len(gold_ep.steps) + 1), out,
                                progress=False))
     by_task, _ = load_episodes(out)
@@ -233,10 +206,10 @@ def test_search_at_inference_reports_solved_tasks_and_browser_steps(recorded, tm
 
     env, tasks, episodes = recorded
     task, gold_ep = tasks[1], episodes[tasks[1].task_id]
-    gold = {key_of(s["norm_url"], s["observation"]): s["output"] for s in gold_ep.steps}
+    gold = gold_map([gold_ep])
     cfg = EvalConfig(out_dir=str(tmp_path / "eval"), seeds=(0,), contexts=1, max_steps=len(gold_ep.steps) + 1,
                      progress=False)
-    res = asyncio.run(search_evaluate_async(env, [task], _GoldOrRandom(gold, env.essential_query_params()),
+    res = asyncio.run(search_evaluate_async(env, [task], GoldOrRandom(gold, env.essential_query_params()),
                                             LogprobCritic(), SearchConfig(simulations=4, k=2), cfg))
     (row,) = res["tasks_table"]
     eps = sorted(iter_episodes(str(tmp_path / "eval" / "search-seed0")), key=lambda e: e.summary["run"])
