@@ -107,6 +107,9 @@ def test_search_finds_the_gold_path_and_its_values_match_the_episodes(recorded, 
     assert len(eps) == counts["episodes"] and sum(e.summary["success"] for e in eps) == counts["success"] >= 1
     assert asyncio.run(search_collect(env, [task], policy, LogprobCritic(), cfg, harness, out,
                                       progress=False))["skipped"] == 1  # resumed: the finished task is not re-run
+    with pytest.raises(ValueError, match="other settings.*simulations"):
+        asyncio.run(search_collect(env, [task], policy, LogprobCritic(), SearchConfig(simulations=9), harness, out,
+                                   progress=False))
     s = _Loaded(json.load(open(tree_path(out, task.task_id))))
     root = s.root
     assert root.key == key_of(gold_ep.steps[0]["norm_url"], gold_ep.steps[0]["observation"])

@@ -218,7 +218,21 @@ async def search_collect(env: Environment, tasks: Sequence[Task], policy, critic
     from rollout.harness.pool import BrowserPool
     from rollout.recording import write_tasks
 
-    os.makedirs(out_dir, exist_ok=True)
+    os.makedirs(os.path.join(out_dir, "search"), exist_ok=True)
+    settings = {"env": env.name, "policy": getattr(policy, "name", type(policy).__name__),
+                "critic": type(critic).__name__, "seed": seed, "max_steps": harness.max_steps,
+                **dataclasses.asdict(cfg)}
+    saved_path = os.path.join(out_dir, "search", "settings.json")
+    if os.path.exists(saved_path):  # a resumed search must be the same search
+        with open(saved_path, encoding="utf-8") as f:
+            saved = json.load(f)
+        changed = {k: (saved.get(k), v) for k, v in settings.items() if saved.get(k) != v}
+        if changed:
+            raise ValueError(f"{out_dir} holds a search with other settings {changed} (saved, now): use another "
+                             "--out or the same settings")
+    else:
+        with open(saved_path, "w", encoding="utf-8") as f:
+            json.dump(settings, f, indent=1)
     write_tasks(out_dir, list(tasks))
     todo = [t for t in tasks if not os.path.exists(tree_path(out_dir, t.task_id))]
     counts = {"tasks": len(tasks), "skipped": len(tasks) - len(todo), "searched": 0}
