@@ -252,7 +252,7 @@ def test_chinese_search(env_zh):
     assert sp.total > 0 and env_zh.catalog[sp.ids[0]].ptype == "跑步鞋"
     assert tokenize("防水鞋 9", "zh") == ["防", "水", "鞋", "防水", "水鞋", "9"]
     _, _, body, _ = fetch(env_zh.origin + "/search?" + urlencode({"q": "跑步鞋", "sort": "price_asc"}))
-    assert "排序：价格从低到高" in body and "下一页 &gt;" in body
+    assert "排序：价格从低到高" in body and "下一页 &gt;" in body and "(已排序)</title>" in body
 
 
 # ---------------------------------------------------------------- HTTP
@@ -282,6 +282,9 @@ def test_server_loopback_pagination_and_sort(env):
     _, _, body, _ = fetch(env.origin + "/search?" + urlencode({"q": q, "sort": "rating"}))
     rs = [env.catalog[i].rating for i in item_ids(body)]
     assert rs == sorted(rs, reverse=True)
+    assert "<title>Search: running shoes (sorted)</title>" in body  # a sorted list says so in its title
+    _, _, body, _ = fetch(env.origin + "/search?" + urlencode({"q": q, "sort": "relevance", "page": 2}))
+    assert "<title>Search: running shoes</title>" in body
 
 
 def _product_with_options(env, n_opts=2):
