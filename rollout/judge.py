@@ -93,7 +93,7 @@ class StepJudge:
     - an answer that does not parse is asked again, ``max_tries`` times in all, then the step gets no scores
       (``None``; counted in ``failed``); every such answer is counted in ``malformed``;
     - answers are cached by (sha256 of the judge prompt, model), in memory and, with ``cache_path``, in a JSON-lines
-      file that a later run reads back (a torn last line from a killed run is skipped);
+      file that a later run reads back (a torn last line from a killed run is cut off, so new rows start clean);
     - at most ``concurrency`` requests are in flight from ``ascore`` calls at once.
     """
 
@@ -116,7 +116,8 @@ class StepJudge:
 
     def _load(self, path: str) -> None:
         with open(path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
+            text = f.read()
+        lines = text.split("\n")
         for i, line in enumerate(lines):
             if not line.strip():
                 continue
@@ -126,6 +127,9 @@ class StepJudge:
             except (ValueError, KeyError, TypeError):
                 if i != len(lines) - 1:  # only a last line without its newline is a killed run's torn write
                     raise ValueError(f"{path}: line {i + 1} is not a judge cache row: {line[:80]!r}") from None
+                # cut the torn write off, so this run's rows start on a line of their own
+                with open(path, "r+", encoding="utf-8") as f:
+                    f.truncate(len(text[:len(text) - len(line)].encode("utf-8")))
 
     def key(self, text: str) -> str:
         return hashlib.sha256(f"{self.model}\n{text}".encode()).hexdigest()

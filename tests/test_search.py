@@ -264,10 +264,13 @@ def test_step_judge_retries_malformed_answers_caches_and_bounds_concurrency(tmp_
         assert again.calls == 0
         with open(cache, "a") as f:
             f.write('{"key": "torn')  # a killed run's last write
-        assert len(StepJudge(server.url, "judge", cache_path=cache).cache) == 7
+        resumed = StepJudge(server.url, "judge", cache_path=cache)
+        assert len(resumed.cache) == 7  # the torn row is cut off ...
+        assert resumed.score("Task: after", "STOP []", ["GO_BACK"]) == [10]  # ... so a new row starts its own line
+        assert len(StepJudge(server.url, "judge", cache_path=cache).cache) == 8
         with open(cache, "a") as f:
-            f.write('\n{"key": "x", "scores": [1]}\n')  # the torn line is now in the middle: damage, not a tear
-        with pytest.raises(ValueError, match="line 8"):
+            f.write('{"key": "x", "scores": [1\n{"key": "y", "scores": [1]}\n')  # damage inside the file
+        with pytest.raises(ValueError, match="line 9"):
             StepJudge(server.url, "judge", cache_path=cache)
         never = StepJudge(server.url, "other-judge", max_tries=1)  # another model: another cache key, asked anew
         assert never.score("Task: fresh", "STOP []", ["GO_BACK"]) is None and (never.failed, never.malformed) == (1, 1)
