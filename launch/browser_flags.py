@@ -57,3 +57,25 @@ def env_and_tasks():
 def locale() -> str | None:
     """The shop's catalogue locale for a run's metadata (None for other environments)."""
     return F.locale if F.env == "shop" else None
+
+
+def define_search(prefix: str) -> None:
+    """Agent Q's search flags (docs/method.md §9.1), shared by launch.collect (--mode=mcts) and launch.evaluate
+    (--search=mcts); ``prefix`` leads each help text."""
+    flags.DEFINE_integer("simulations", 8, f"{prefix}: simulations (episodes) per task")
+    flags.DEFINE_integer("k", 3, f"{prefix}: commands proposed per expanded node (samples of the policy)")
+    flags.DEFINE_float("c_exp", 1.0, f"{prefix}: UCB1 exploration constant")
+    flags.DEFINE_float("alpha", 0.5, f"{prefix}: Q = alpha * search value + (1 - alpha) * critic value")
+    flags.DEFINE_string("critic", "logprob", f"{prefix}: 'logprob' (rank proposals by the policy's own log-prob) or "
+                        "the base URL of an OpenAI-compatible server whose model ranks them")
+    flags.DEFINE_string("critic_model", "bundled", f"{prefix}: the critic's model name on that server")
+
+
+def search_setup():
+    """-> (critic, SearchConfig) from the search flags."""
+    from rollout.search.critic import ModelCritic
+    from rollout.search.driver import LogprobCritic, SearchConfig
+
+    F = flags.FLAGS
+    critic = LogprobCritic() if F.critic == "logprob" else ModelCritic(F.critic, F.critic_model)
+    return critic, SearchConfig(simulations=F.simulations, k=F.k, c=F.c_exp, alpha=F.alpha)

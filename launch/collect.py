@@ -32,13 +32,7 @@ flags.DEFINE_integer("tree_tasks", 0, "only the first N tasks get --runs runs (t
 flags.DEFINE_enum("policy", "oracle", ["oracle", "model", "http"], "policy")
 flags.DEFINE_enum("mode", "episodes", ["episodes", "mcts"], "episodes: --runs independent runs per task; mcts: Agent "
                   "Q's search, --simulations episodes per task grown into a tree (rollout/search/)")
-flags.DEFINE_integer("simulations", 8, "mcts: simulations (episodes) per task")
-flags.DEFINE_integer("k", 3, "mcts: commands proposed per expanded node (samples of the policy)")
-flags.DEFINE_float("c_exp", 1.0, "mcts: UCB1 exploration constant")
-flags.DEFINE_float("alpha", 0.5, "mcts: Q = alpha * search value + (1 - alpha) * critic value")
-flags.DEFINE_string("critic", "logprob", "mcts: 'logprob' (rank proposals by the policy's own log-prob) or the base "
-                    "URL of an OpenAI-compatible server whose model ranks them")
-flags.DEFINE_string("critic_model", "bundled", "mcts: the critic's model name on that server")
+browser_flags.define_search("mcts")
 flags.DEFINE_float("wrong_choice", 0.1, "oracle: rate of wrong item / option choices")
 flags.DEFINE_float("loop", 0.1, "oracle: rate of redundant detours (link, then GO_BACK)")
 flags.DEFINE_float("malformed", 0.03, "oracle: rate of malformed outputs")
@@ -100,11 +94,9 @@ def main(argv):
     async def go():
         try:
             if F.mode == "mcts":
-                from rollout.search.critic import ModelCritic
-                from rollout.search.driver import LogprobCritic, SearchConfig, search_collect
+                from rollout.search.driver import search_collect
 
-                critic = LogprobCritic() if F.critic == "logprob" else ModelCritic(F.critic, F.critic_model)
-                search = SearchConfig(simulations=F.simulations, k=F.k, c=F.c_exp, alpha=F.alpha)
+                critic, search = browser_flags.search_setup()
                 return await search_collect(env, tasks, policy, critic, search, harness, F.out, seed=F.seed,
                                             contexts=F.contexts)
             return await collect_async(env, tasks, policy, cfg, meta=json.loads(json.dumps(meta, default=str)))

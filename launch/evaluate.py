@@ -39,12 +39,7 @@ flags.DEFINE_enum("redundancy", "either", ["either", "strict", "page"],
                   "which states are the same when counting redundant steps per episode (see experiment/evaluate.py)")
 flags.DEFINE_enum("search", "none", ["none", "mcts"], "mcts: Agent Q's search at inference (docs/method.md §9.1): "
                   "--simulations per task with the success check as reward; solved = a simulation succeeded")
-flags.DEFINE_integer("simulations", 8, "search: simulations (episodes) per task")
-flags.DEFINE_integer("k", 3, "search: commands proposed per expanded node")
-flags.DEFINE_float("c_exp", 1.0, "search: UCB1 exploration constant")
-flags.DEFINE_float("alpha", 0.5, "search: Q = alpha * search value + (1 - alpha) * critic value")
-flags.DEFINE_string("critic", "logprob", "search: 'logprob' or the base URL of an OpenAI-compatible critic server")
-flags.DEFINE_string("critic_model", "bundled", "search: the critic's model name on that server")
+browser_flags.define_search("search")
 flags.mark_flag_as_required("model")
 
 
@@ -87,11 +82,8 @@ def main(argv):
         try:
             if F.search == "mcts":
                 from experiment.evaluate import search_evaluate_async
-                from rollout.search.critic import ModelCritic
-                from rollout.search.driver import LogprobCritic, SearchConfig
 
-                critic = LogprobCritic() if F.critic == "logprob" else ModelCritic(F.critic, F.critic_model)
-                search = SearchConfig(simulations=F.simulations, k=F.k, c=F.c_exp, alpha=F.alpha)
+                critic, search = browser_flags.search_setup()
                 return await search_evaluate_async(env, tasks, policy, critic, search, cfg, meta=meta)
             return await evaluate_async(env, tasks, policy, cfg, meta=meta)
         finally:
