@@ -13,19 +13,22 @@
            click-link), evaluated on held-out seeds (the slow learning test, tests/test_learning.py)
 
 Every field can be overridden: ``--config.collect.runs=8 --config.tgpo.loss.beta=0.2 --config.rounds.count=2``.
-The five training sections (sft, dpo, kto, kto_tree, tgpo) are whole launch.train configs (configs/<method>.py);
-the pipeline fills in their model path, dataset and output directory.
+The training sections (sft, dpo, kto, kto_tree, tgpo, and traj_dpo: Agent Q's trajectory-level DPO baseline, trained
+when ``methods`` names it) are whole launch.train configs (configs/<method>.py); the pipeline fills in their model
+path, dataset and output directory.
 """
 import importlib
 
 import ml_collections
 
 from rollout.policies.prompt import KEEP_RECENT
-from tgpo_jax.data.collate import METHODS, PREFERENCE
+from tgpo_jax.data.collate import BASELINES, METHODS, PREFERENCE
+
+TRAINED = METHODS + BASELINES  # every training section
 
 
 def _training(preset: str) -> dict:
-    return {m: importlib.import_module(f"configs.{m}").get_config(preset) for m in METHODS}
+    return {m: importlib.import_module(f"configs.{m}").get_config(preset) for m in TRAINED}
 
 
 def get_config(preset: str = "default") -> ml_collections.ConfigDict:
@@ -49,7 +52,9 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         constrain=False,  # valid-argument decoding for a collecting model (its stored log-probs stay unconstrained)
         reuse="",  # an existing episodes directory (launch.collect's output) to use as round 1 (ablations)
     ))
-    c.methods = METHODS  # round 1's trained models (preference methods start from sft, so it stays in)
+    # round 1's trained models (preference methods start from sft, so it stays in); 'traj_dpo' adds Agent Q's
+    # trajectory-level DPO on the same round-1 episodes (successful vs failed runs of a task: needs collect.runs > 1)
+    c.methods = METHODS
     # training seeds: each seed initialises its own model and data order; preference methods of seed k start from
     # SFT seed k. Several seeds: Table 1 pools them (mean ± 95 % interval over seeds) and compares methods pairwise
     c.train_seeds = (0,)
@@ -67,6 +72,9 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         merge="either", phash_threshold=0, guard=True, alpha=3.0, q_aggregate="mean", gamma=0.9, l_min="env",
         include_invalid=True, num_shards=2,
     ))
+    # methods with 'traj_dpo': pairs per task (failure i against success i mod n; trees/trajectory_records.py). A pair's
+    # steps (the shared ones left out) must fit traj_dpo.data.max_branches, else it is left out
+    c.traj = ml_collections.ConfigDict(dict(max_pairs=4))
     c.rounds = ml_collections.ConfigDict(dict(
         count=1,  # Agent Q's Algorithm 1: round r >= 2 collects with the round r-1 policy and uses it as reference
         # trained again in rounds >= 2, each from its own previous-round model (SFT where round 1 did not train it)
@@ -115,13 +123,13 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     c.pretrain.train.output_dir = "runs/base"
     c.pretrain.data.update(max_prompt_len=32)
     c.pretrain_window = 0  # off by default: 200 steps did not teach copying (BUILD_NOTES.md)
-    for m in METHODS + ("pretrain",):
+    for m in TRAINED + ("pretrain",):
         t = c[m]
         t.train.progress = True
         t.train.save_every = 200
         t.train.async_checkpoint = False  # the next stage reads the checkpoint at once
         t.mesh.shape = (1, -1, 1)
-    for m in PREFERENCE:
+    for m in PREFERENCE + BASELINES:
         c[m].train.num_epochs = 2
 
     if preset in ("default", "large"):
@@ -143,7 +151,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c.page_cut = "text_first"
         c.tokenizer.update(vocab_size=2200, id_pieces=200)
         c.sft.data.sft_shortest = True
-        for m in METHODS:
+        for m in TRAINED:
             t = c[m]
             t.model.update(circuit_recency=20, circuit_bigram=0.7)
             t.data.update(max_len=c.prompt_tokens + 64, max_prompt_len=c.prompt_tokens, max_completion_len=64)
@@ -163,8 +171,11 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c.pretrain.data.update(max_len=300, max_prompt_len=32, max_completion_len=257)
         c.pretrain.train.update(batch_size=8, num_epochs=1, max_steps=200)
         c.pretrain.optim.update(learning_rate=2e-3, warmup_fraction=0.05, schedule="cosine")
-        for m in PREFERENCE:
+        for m in PREFERENCE + BASELINES:
             c[m].optim.learning_rate = 2e-4
+        # the trajectory-level baseline as our step-level DPO: the same beta and chosen anchor, one pass
+        c.traj_dpo.loss.update(beta=0.5, rpo_alpha=1.0)
+        c.traj_dpo.train.num_epochs = 1
         for m in ("dpo", "tgpo"):  # the chosen-branch anchor: DPO 22 -> 42 %, TGPO 24 -> 36 % (BUILD_NOTES.md, issue 16)
             c[m].loss.rpo_alpha = 1.0
             # β 0.1 -> 0.5: seed 1's collapse gone (DPO 24 -> 48 % beside SFT's 46; TGPO 42 = SFT); DPO - SFT over
@@ -189,7 +200,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c.tokenizer.vocab_size = 1000
         c.eval.update(max_steps=6, contexts=2, max_tokens=24)
         c.trees = 2
-        for m in METHODS:
+        for m in TRAINED:
             t = c[m]
             t.data.update(max_len=296, max_prompt_len=c.prompt_tokens, max_completion_len=40)
             t.train.update(batch_size=4, num_epochs=1, max_steps=3, progress=False)
@@ -222,6 +233,6 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c.prompt_tokens = 1536
         c.collect.update(max_tokens=128)
         c.eval.update(max_tokens=128)
-        for m in METHODS:
+        for m in TRAINED:
             c[m].data.update(max_len=1664, max_prompt_len=c.prompt_tokens, max_completion_len=128)
     return c

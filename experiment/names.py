@@ -1,7 +1,8 @@
 """Model names of a pipeline run: ``<method>[-r<round>][-s<seed>]`` and the labels Table 1 shows for them."""
 from __future__ import annotations
 
-DISPLAY = {"base": "base", "sft": "SFT", "kto": "KTO", "kto_tree": "KTO-Tree", "dpo": "DPO", "tgpo": "TGPO"}
+DISPLAY = {"base": "base", "sft": "SFT", "kto": "KTO", "kto_tree": "KTO-Tree", "dpo": "DPO", "tgpo": "TGPO",
+           "traj_dpo": "Trajectory DPO"}
 
 
 def model_name(method: str, r: int = 1, seed: int | None = None) -> str:

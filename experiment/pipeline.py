@@ -22,6 +22,7 @@ models) or LoRA adapters, shuffles the data with seed k, and its preference meth
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -32,7 +33,7 @@ from experiment import outputs
 from experiment.names import display_name, model_name, parse_name
 from experiment.pipeline_config import normalize, plain as _plain, validate
 from experiment.stages import Stage, StageRunner
-from tgpo_jax.data.collate import METHODS
+from tgpo_jax.data.collate import BASELINES, METHODS
 from tgpo_jax.files import write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,10 @@ class Pipeline:
 
     def dataset(self, r: int) -> str:
         return self.path("datasets", f"round{r}")
+
+    def traj_dataset(self, r: int) -> str:
+        """Round r's trajectory pairs (traj_dpo's dataset: successful vs failed episodes of a task)."""
+        return self.path("datasets", f"traj-round{r}")
 
     def model_dir(self, name: str) -> str:
         """The HF directory (or checkpoint name) of a model: the base as configured, else models/<name>.
@@ -111,7 +116,8 @@ class Pipeline:
     # ------------------------------------------------------------ the plan
     def trained(self) -> list[tuple[str, str, int, int]]:
         """(model name, method, round, seed) of every training stage, in order."""
-        out = [(model_name(m, 1, self.tag(s)), m, 1, s) for s in self.seeds for m in METHODS if m in self.cfg.methods]
+        out = [(model_name(m, 1, self.tag(s)), m, 1, s) for s in self.seeds for m in METHODS + BASELINES
+               if m in self.cfg.methods]
         for r in range(2, self.rounds + 1):
             out += [(model_name(m, r), m, r, self.seeds[0]) for m in self.cfg.rounds.methods]
         return out
@@ -200,6 +206,10 @@ class Pipeline:
             out.append(Stage(f"dataset-r{r}", lambda r=r: self.build(r), {**data_spec, "rounds": rounds},
                              tuple(f"collect-r{k}" for k in rounds) + tok_deps,
                              (self.dataset(r),), "merged trees, process rewards, node records"))
+            if r == 1 and "traj_dpo" in c.methods:  # the same episodes as the trees: the same browser budget
+                out.append(Stage("dataset-traj-r1", self.build_trajectories, {**data_spec, "traj": _plain(c.traj)},
+                                 ("collect-r1",) + tok_deps, (self.traj_dataset(1),),
+                                 "trajectory pairs: successful vs failed episodes of a task"))
             out += self._training_stages(r)
         # one model's evaluation does not depend on which others are evaluated: adding a model to eval.models runs
         # its evaluation only (the report and export, which read the evaluations, re-run: experiment.stages)
@@ -232,7 +242,8 @@ class Pipeline:
             else:
                 init = self.previous(method, r)
             from_base = parse_name(init)[0] == "base"
-            deps = (f"dataset-r{r}",) + (("base",) if from_base and self.scratch else () if from_base else (init,))
+            data = "dataset-traj-r1" if method == "traj_dpo" else f"dataset-r{r}"
+            deps = (data,) + (("base",) if from_base and self.scratch else () if from_base else (init,))
             out.append(Stage(name, lambda n=name, m=method, r=r, i=init, sd=seed: self.train(n, m, r, i, sd),
                              {"train": self._spec(method), "init": init, "seed": seed}, deps,
                              (self.path("runs", name), self.model_dir(name)),
@@ -438,17 +449,23 @@ class Pipeline:
         return TreeConfig(merge=d.merge, phash_threshold=d.phash_threshold, guard=d.guard, alpha=d.alpha,
                           q_aggregate=d.q_aggregate, gamma=d.gamma, l_min=d.l_min)
 
-    def build(self, r: int) -> dict:
+    def build_config(self):
+        """How the datasets' prompts and trees are built: as the policy prompts (the run's prompt settings)."""
         from rollout.policies.prompt import SYSTEM_PROMPTS
-        from trees.dataset import BuildConfig, build_dataset
+        from trees.dataset import BuildConfig
 
         d = self.cfg.dataset
-        bcfg = BuildConfig(tree=self.tree_config(), splits=("train",), num_shards=d.num_shards,
+        return BuildConfig(tree=self.tree_config(), splits=("train",), num_shards=d.num_shards,
                            prompt_budget_tokens=self.cfg.prompt_tokens, tokenizer=self.tokenizer,
                            system_prompt=SYSTEM_PROMPTS[self.cfg.prompt_style],
                            thought_chars=self.cfg.history_thoughts, page_ids=self.cfg.page_ids,
                            history_last=self.cfg.history_last, keep_recent=self.cfg.keep_recent,
                            page_cut=self.cfg.page_cut, include_invalid=d.include_invalid, overwrite=True)
+
+    def build(self, r: int) -> dict:
+        from trees.dataset import build_dataset
+
+        bcfg = self.build_config()
         rounds = range(1, r + 1) if self.cfg.rounds.accumulate else (r,)
         repaired = {k: n for k in rounds if (n := self.repair_episodes(k))}
         pools: dict[str, set] = {}  # every training task's typed strings: what copy-swap augmentation draws from
@@ -463,6 +480,17 @@ class Pipeline:
         if repaired:
             summary["recollected"] = repaired
         return summary
+
+    def build_trajectories(self) -> dict:
+        """Round 1's trajectory pairs for traj_dpo (trees/trajectory_records.py), prompts as the tree dataset's."""
+        from trees.dataset import build_dataset
+
+        bcfg = dataclasses.replace(self.build_config(), values="trajectory", traj_max_pairs=self.cfg.traj.max_pairs,
+                                   traj_max_steps=self.cfg.traj_dpo.data.max_branches)
+        summary = build_dataset([self.episodes(1)], self.traj_dataset(1), bcfg, progress=self.progress)
+        summary["broken_episodes"] = len(summary["broken_episodes"])
+        return {k: summary[k] for k in ("tasks", "episodes", "successful_episodes", "records", "trajectory_pairs",
+                                        "broken_episodes")}
 
     def repair_episodes(self, r: int) -> int:
         """Round r's damaged episodes (a summary or steps file changed or cut after the episode was sealed) are
@@ -484,7 +512,7 @@ class Pipeline:
         t.model.path = self.model_dir(init)
         t.model.tokenizer, t.model.scratch = "", ""
         t.model.lora_seed, t.train.seed, t.data.shuffle_seed = seed, seed, seed  # seed = initialisation + data order
-        t.data.train_dir, t.data.eval_dir = self.dataset(r), ""
+        t.data.train_dir, t.data.eval_dir = self.traj_dataset(r) if method == "traj_dpo" else self.dataset(r), ""
         t.data.max_prompt_len = self.cfg.prompt_tokens  # the prompts were built to this budget
         t.data.max_len = max(t.data.max_len, t.data.max_prompt_len + t.data.max_completion_len)
         t.train.output_dir = self.path("runs", name)

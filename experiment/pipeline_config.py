@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tgpo_jax.data.collate import METHODS, PREFERENCE
+from tgpo_jax.data.collate import BASELINES, METHODS, PREFERENCE
 
 
 def plain(cd) -> dict:
@@ -33,10 +33,13 @@ def normalize(cfg) -> None:
 
 def validate(cfg) -> None:
     """Clear errors for configurations that cannot run, before any work."""
-    bad = [m for m in cfg.methods if m not in METHODS]
+    bad = [m for m in cfg.methods if m not in METHODS + BASELINES]
     if bad or "sft" not in cfg.methods:
-        raise ValueError(f"methods {list(cfg.methods)}: expected 'sft' plus any of {PREFERENCE} "
+        raise ValueError(f"methods {list(cfg.methods)}: expected 'sft' plus any of {PREFERENCE + BASELINES} "
                          "(the preference methods start from the SFT model)")
+    if "traj_dpo" in cfg.methods and cfg.collect.runs < 2 and not cfg.collect.reuse:
+        raise ValueError(f"methods with 'traj_dpo' need collect.runs >= 2 (got {cfg.collect.runs}): its pairs are a "
+                         "successful and a failed run of the same task")
     bad = [m for m in cfg.eval.models if m != "base" and m not in cfg.methods]
     if bad:
         raise ValueError(f"eval.models {bad}: expected 'base' or one of the trained methods {list(cfg.methods)}")

@@ -81,8 +81,10 @@ def compare(groups: Groups, a: str, b: str, metric: str = "success_rate", **kw) 
 
 
 def comparisons(groups: Groups) -> list[stats.Comparison]:
-    """The pairs the issue asks for, where both were trained: TGPO vs DPO, KTO-Tree vs KTO, every method vs SFT."""
+    """The pairs the issue asks for, where both were trained: TGPO vs DPO, KTO-Tree vs KTO, every method vs SFT, and
+    Agent Q's trajectory-level DPO against the step-level preference methods trained on the same episodes."""
     pairs = [("TGPO", "DPO"), ("KTO-Tree", "KTO")] + [(m, "SFT") for m in ("KTO", "KTO-Tree", "DPO", "TGPO")]
+    pairs += [("Trajectory DPO", "SFT"), ("TGPO", "Trajectory DPO"), ("DPO", "Trajectory DPO")]
     out = []
     for a, b in pairs:
         if a in groups and b in groups:

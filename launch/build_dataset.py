@@ -5,6 +5,8 @@
       --pairs_jsonl=data/pairs.jsonl          # also export TRL-format preference pairs with weights
   python -m launch.build_dataset --episodes=data/episodes/search --values=mcts --out=data/nodes/search
                                               # Agent Q: records of the search trees (launch.collect --mode=mcts)
+  python -m launch.build_dataset --episodes=data/episodes/train --values=trajectory --out=data/nodes/traj
+                                              # successful vs failed episodes: configs/traj_dpo.py trains on them
   python -m launch.build_dataset --episodes=… --values=judge --sample_url=http://127.0.0.1:8000 \
       --judge_url=https://api.example.com --judge_model=gpt-4o --out=data/nodes/judge     # DPO-1/2/3 records
 Every choice the method leaves open (docs/method.md §2–§4) is a flag here and lands in the manifest's ``config``.
@@ -43,9 +45,14 @@ flags.DEFINE_bool("overwrite", False, "replace an existing dataset")
 flags.DEFINE_enum("verifier", "builtin", ["builtin", "judge"], "R_acc: built-in checks or a judge model")
 flags.DEFINE_string("judge_url", None, "judge: OpenAI-compatible endpoint (vision model)")
 flags.DEFINE_string("judge_model", None, "judge: model name")
-flags.DEFINE_enum("values", "tree", ["tree", "mcts", "judge"], "branch values: the merged tree's (docs/method.md "
-                  "§4), the collection's Agent Q search trees (§9.1; train DPO on them with data.margin = theta) or "
-                  "judge scores of sampled candidates (§9.2: --sample_url, --judge_url, --judge_model)")
+flags.DEFINE_enum("values", "tree", ["tree", "mcts", "judge", "trajectory"],
+                  "branch values: the merged tree's (docs/method.md §4), the collection's Agent Q search trees "
+                  "(§9.1; train DPO on them with data.margin = theta), judge scores of sampled candidates (§9.2: "
+                  "--sample_url, --judge_url, --judge_model) or successful vs failed episodes of a task (§9.3: "
+                  "pairs for --config=configs/traj_dpo.py)")
+flags.DEFINE_integer("traj_max_pairs", 4, "values=trajectory: pairs per task")
+flags.DEFINE_integer("traj_max_steps", 16, "values=trajectory: steps of a pair after the shared ones (both sides); "
+                     "longer pairs are left out. Train with data.max_branches at least this")
 flags.DEFINE_string("sample_url", None, "values=judge: OpenAI-compatible server of the policy that samples candidates")
 flags.DEFINE_string("sample_model", "bundled", "values=judge: the sampling model's name on that server")
 flags.DEFINE_integer("judge_k", 10, "values=judge: candidates per step")
@@ -72,7 +79,8 @@ def main(argv):
                       overwrite=F.overwrite, judge_url=F.judge_url, judge_model=F.judge_model,
                       # with --values=judge the judge scores candidates, not R_acc: the tree's verifier is unused
                       verifier="builtin" if F.values == "judge" else F.verifier,
-                      values="mcts" if F.values == "mcts" else "tree")
+                      values=F.values if F.values in ("mcts", "trajectory") else "tree",
+                      traj_max_pairs=F.traj_max_pairs, traj_max_steps=F.traj_max_steps)
     if F.values == "judge":
         from rollout.judge import StepJudge
         from trees.judge_dataset import JudgeDataConfig, build_judge_dataset

@@ -4,11 +4,11 @@ import importlib
 import pytest
 
 from configs import models
-from tgpo_jax.data.collate import METHODS, CollateConfig
+from tgpo_jax.data.collate import BASELINES, METHODS, CollateConfig
 from tgpo_jax.training.objective import LossConfig
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", METHODS + BASELINES)
 @pytest.mark.parametrize("preset", sorted(models.PRESETS))
 def test_every_method_and_preset_builds(method, preset):
     c = importlib.import_module(f"configs.{method}").get_config(preset)
@@ -177,3 +177,40 @@ def test_the_prompt_layout_changes_the_data_not_the_tokenizer():
     for changed in (prints(history_last=True), prints(keep_recent=2), prints(page_cut="text_first")):
         assert changed["tokenizer"] == plain["tokenizer"] and changed["base"] == plain["base"]
         assert changed["dataset-r1"] != plain["dataset-r1"] and changed["eval-sft"] != plain["eval-sft"]
+
+
+def test_trajectory_dpo_is_a_stage_on_round_one_episodes_that_leaves_the_other_stages_alone():
+    """methods with 'traj_dpo': a trajectory-pair dataset from collect-r1 (the trees' episodes: the same browser
+    budget), Trajectory DPO trained on it from SFT, evaluated; the tree dataset and the other methods keep their
+    specs, so adding the baseline to a finished run trains only it."""
+    from configs.pipeline import get_config
+    from experiment.pipeline import Pipeline, validate
+
+    def plan(preset="tiny", **over):
+        c = get_config(preset)
+        c.update(over)
+        validate(c)
+        p = Pipeline(c, progress=False)
+        return p, {s.name: s for s in p.stages()}
+
+    _, plain = plan(methods=("sft", "dpo"))
+    p, with_traj = plan(methods=("sft", "dpo", "traj_dpo"))
+    assert with_traj["dataset-traj-r1"].deps == ("collect-r1", "tokenizer", "base")
+    assert with_traj["dataset-traj-r1"].outputs == (p.traj_dataset(1),)
+    assert with_traj["traj_dpo"].deps == ("dataset-traj-r1", "sft") and "eval-traj_dpo" in with_traj
+    for name in ("collect-r1", "dataset-r1", "sft", "dpo", "eval-sft", "eval-dpo"):
+        assert with_traj[name].spec == plain[name].spec and with_traj[name].deps == plain[name].deps, name
+    t = p.train_config("traj_dpo", "traj_dpo", "sft", 1)
+    assert t.data.train_dir == p.traj_dataset(1) and t.data.layout == "plain"
+    assert p.train_config("dpo", "dpo", "sft", 1).data.train_dir == p.dataset(1)
+    # the default's baseline is trained as its step-level DPO is: the same beta, anchor and learning rate
+    with pytest.raises(ValueError, match="traj_dpo' need collect.runs >= 2"):
+        plan("default", methods=("sft", "dpo", "traj_dpo"), eval=dict(models=()))
+    d, _ = plan("default", methods=("sft", "dpo", "traj_dpo"), eval=dict(models=()), collect=dict(runs=2))
+    for key in ("loss.beta", "loss.rpo_alpha", "optim.learning_rate", "train.num_epochs"):
+        section, k = key.split(".")
+        assert d.cfg.traj_dpo[section][k] == d.cfg.dpo[section][k], key
+    c = get_config("tiny")
+    c.rounds.update(count=2, methods=("traj_dpo",))
+    with pytest.raises(ValueError, match="rounds.methods"):
+        validate(c)

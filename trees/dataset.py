@@ -59,9 +59,12 @@ class BuildConfig:
     verifier: str = "builtin"  # R_acc: "builtin" checks, or "judge": a vision model over before/after screenshots
     judge_url: str | None = None  # OpenAI-compatible endpoint of the judge
     judge_model: str | None = None
-    # where the branch values come from: "tree" (the merged tree, docs/method.md §4) or "mcts" (the collection's
-    # Agent Q search trees, §9.1: one record per searched node, only tasks that were searched)
+    # where the branch values come from: "tree" (the merged tree, docs/method.md §4), "mcts" (the collection's
+    # Agent Q search trees, §9.1: one record per searched node, only tasks that were searched) or "trajectory"
+    # (successful vs failed episodes of a task, a record per step, for the trajectory-level DPO baseline, §9.3)
     values: str = "tree"
+    traj_max_pairs: int = 4  # values=trajectory: pairs per task (trees/trajectory_records.py)
+    traj_max_steps: int = 16  # values=trajectory: a pair's steps after the shared ones, both sides together
 
     def __post_init__(self):
         if self.num_shards < 1 or self.prompt_budget_tokens < 64:
@@ -69,8 +72,8 @@ class BuildConfig:
         bad = set(self.splits) - {"train", "test"}
         if bad or not self.splits:
             raise ValueError(f"splits must be a non-empty subset of ('train', 'test'), got {self.splits}")
-        if self.values not in ("tree", "mcts"):
-            raise ValueError(f"values={self.values!r}; expected 'tree' or 'mcts'")
+        if self.values not in ("tree", "mcts", "trajectory"):
+            raise ValueError(f"values={self.values!r}; expected 'tree', 'mcts' or 'trajectory'")
         if self.verifier not in ("builtin", "judge"):
             raise ValueError(f"verifier={self.verifier!r}; expected 'builtin' or 'judge'")
         if self.verifier == "judge" and not (self.judge_url and self.judge_model):
@@ -343,6 +346,7 @@ def build_dataset(episodes_dir: str | Sequence[str], out_dir: str, cfg: BuildCon
     conflicted = occurrences = 0
     redundant: list[int] = []
     refused_splits = set()
+    traj_counts = defaultdict(int)  # values=trajectory: pairs kept and left out, by reason
     verifier = cfg.make_verifier()
     for task_id in tqdm(sorted(by_task), desc="build trees", unit="task", disable=not progress):
         episodes = sorted(by_task[task_id], key=lambda e: (dirs.index(_collection_of(e.path, dirs)), e.summary["run"]))
@@ -367,8 +371,21 @@ def build_dataset(episodes_dir: str | Sequence[str], out_dir: str, cfg: BuildCon
             from trees.search_records import task_search_records
 
             records.extend(task_search_records(dirs, task_id, episodes, task, cfg))
+        elif cfg.values == "trajectory":
+            from trees.trajectory_records import TrajectoryConfig, trajectory_records
+
+            found, counts = trajectory_records(task_id, episodes, task, cfg,
+                                               TrajectoryConfig(cfg.traj_max_pairs, cfg.traj_max_steps))
+            records.extend(found)
+            for k, v in counts.items():
+                traj_counts[k] += v
         else:
             records.extend(node_records(graph, episodes, task, cfg, kinds))
+    if not records and cfg.values == "trajectory":
+        raise RecordingError(f"{episodes_dir}: no trajectory pair: a pair is a successful and a failed episode of one "
+                             f"task, so collect several runs per task (collect.runs > 1); {stats['tasks']} tasks, "
+                             f"{stats['episodes']} episodes ({stats['successful_episodes']} successful), pairs left "
+                             f"out: {dict(traj_counts) or 'none'}")
     if not records:
         raise RecordingError(f"{episodes_dir}: no node records (episodes of splits {cfg.splits}: none usable; "
                              f"refused splits {sorted(map(str, refused_splits))}, broken episodes {len(broken)})")
@@ -381,6 +398,8 @@ def build_dataset(episodes_dir: str | Sequence[str], out_dir: str, cfg: BuildCon
         "episodes_dir": os.path.abspath(episodes_dir) if isinstance(episodes_dir, str) else
         [os.path.abspath(d) for d in episodes_dir],
     }
+    if cfg.values == "trajectory":
+        summary["trajectory_pairs"] = dict(traj_counts)
     found: dict[str, set] = defaultdict(set)
     for r in records:
         for c in r.meta.get("copy", ()):

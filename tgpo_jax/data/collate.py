@@ -26,6 +26,9 @@ from tgpo_jax.data.schema import NodeRecord
 
 METHODS = ("sft", "kto", "kto_tree", "dpo", "tgpo")  # the training methods, in TGPO Table 1's order
 PREFERENCE = METHODS[1:]  # the ones that start from the SFT model
+# Agent Q's trajectory-level DPO (docs/method.md §9.3): trained on trajectory-pair datasets (data/trajectory.py),
+# not on tree nodes, so it is not one of Table 1's methods
+BASELINES = ("traj_dpo",)
 LAYOUTS = ("packed", "plain")
 
 
@@ -47,10 +50,12 @@ class CollateConfig:
     pairs: ex.PairConfig = ex.PairConfig()
 
     def __post_init__(self):
-        if self.method not in METHODS:
-            raise ValueError(f"method {self.method!r}: expected one of {METHODS}")
+        if self.method not in METHODS + BASELINES:
+            raise ValueError(f"method {self.method!r}: expected one of {METHODS + BASELINES}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout {self.layout!r}: expected one of {LAYOUTS}")
+        if self.method == "traj_dpo" and self.layout != "plain":
+            raise ValueError("method traj_dpo needs layout 'plain': every step of a trajectory pair has its own prompt")
         if not self.decision_weight > 0:
             raise ValueError(f"decision_weight={self.decision_weight}: must be > 0 (1 = every token alike)")
         if not self.head_weight > 0 or self.head_words < 1:
@@ -76,6 +81,8 @@ class CollateConfig:
 def node_selection(node: NodeRecord, cfg: CollateConfig):
     """-> (branch indices used, pairs [(ci, ri, w)], items [(bi, desirable)]) in node branch indices."""
     pc = cfg.pairs
+    if cfg.method in BASELINES:
+        raise ValueError(f"method {cfg.method} trains on trajectory pairs (tgpo_jax.data.trajectory), not nodes")
     if cfg.method == "sft":
         return sorted(set(ex.sft_items(node, pc))), [], []
     if cfg.method in ("dpo", "tgpo"):
@@ -121,6 +128,7 @@ def empty_example(cfg: CollateConfig) -> dict[str, np.ndarray]:
         "slot_has_behaviour": np.zeros((s,), bool),
         "slot_ref": np.zeros((s,), np.float32),
         "slot_sft": np.zeros((s,), bool),  # the slot's branch is an SFT item (CollateConfig.sft_slots)
+        "slot_side": np.zeros((s,), np.int32),  # traj_dpo: +1 a step of the chosen trajectory, -1 of the rejected
         "pair_chosen": np.zeros((cfg.max_pairs,), np.int32),
         "pair_rejected": np.zeros((cfg.max_pairs,), np.int32),
         "pair_weight": np.zeros((cfg.max_pairs,), np.float32),

@@ -7,7 +7,9 @@ dataset serves SFT, DPO, KTO, KTO-Tree and TGPO and every ablation of margin or 
 
 Records serialise to UTF-8 JSON (readable with any tool, versioned by ``schema_version``). Version 2 added
 ``value_source``: where the branch values Q came from — ``tree`` (the merged tree's process rewards, §4), ``mcts``
-(Agent Q's search: α·Q̃ + (1 − α)·Q̂, §9.1) or ``judge`` (judge scores, §9.2). Version 1 records read as ``tree``.
+(Agent Q's search: α·Q̃ + (1 − α)·Q̂, §9.1), ``judge`` (judge scores, §9.2) or ``trajectory`` (one step of a
+successful or failed episode of a trajectory pair, §9.3: q is the episode's outcome, ``meta`` names the pair, side and
+step). Version 1 records read as ``tree``.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # v1: before value_source, whose values were all the tree's
-VALUE_SOURCES = ("tree", "mcts", "judge")
+VALUE_SOURCES = ("tree", "mcts", "judge", "trajectory")
 ROLES = ("system", "user", "assistant")
 REWARD_KEYS = ("r_acc", "r_format", "r_red", "r_subgoal", "r")  # docs/method.md §3, per-step means over the branch
 

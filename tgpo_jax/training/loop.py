@@ -18,7 +18,8 @@ from tgpo_jax import sharding as shd
 from tgpo_jax.data import examples as ex
 from tgpo_jax.data.collate import CollateConfig
 from tgpo_jax.files import write_text_atomic
-from tgpo_jax.data.pipeline import NodeExamples, make_dataset, steps_per_epoch
+from tgpo_jax.data.pipeline import make_dataset, steps_per_epoch
+from tgpo_jax.data.trajectory import examples_for
 from tgpo_jax.models.config import SCRATCH_PRESETS, scratch_config
 from tgpo_jax.models.loading import load_model
 from tgpo_jax.models.tokenizer import load_tokenizer
@@ -202,9 +203,10 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
     if cfg.data.copy_swap and cfg.loss.reference in ("precomputed", "behaviour"):
         raise ValueError(f"data.copy_swap > 0 with loss.reference={cfg.loss.reference}: a swapped example has no "
                          "stored reference log-probs; use a live reference (or none) or copy_swap=0")
-    train_src = NodeExamples(cfg.data.train_dir, tokenizer, ccfg, weight_norm=cfg.data.weight_norm,
-                             copy_swap=cfg.data.copy_swap)
-    eval_src = NodeExamples(cfg.data.eval_dir, tokenizer, ccfg, weight_norm=cfg.data.weight_norm) \
+    source = examples_for(cfg.method)  # tree nodes, or trajectory pairs for traj_dpo
+    train_src = source(cfg.data.train_dir, tokenizer, ccfg, weight_norm=cfg.data.weight_norm,
+                       copy_swap=cfg.data.copy_swap)
+    eval_src = source(cfg.data.eval_dir, tokenizer, ccfg, weight_norm=cfg.data.weight_norm) \
         if cfg.data.eval_dir else None
     if train_src.weight_scale != 1.0 and eval_src is not None:
         eval_src.weight_scale = train_src.weight_scale  # one normaliser: the training set's

@@ -13,7 +13,7 @@ REFERENCE_MODES = ("live", "precomputed", "behaviour", "none")
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
-    method: str = "tgpo"  # sft | dpo | tgpo | kto | kto_tree
+    method: str = "tgpo"  # sft | dpo | tgpo | kto | kto_tree | traj_dpo (Agent Q's trajectory-level baseline)
     beta: float = 0.1
     dpo_loss_type: str = "sigmoid"  # sigmoid | ipo | hinge | robust (DPO only; TGPO is weighted sigmoid)
     label_smoothing: float = 0.0
@@ -33,7 +33,7 @@ class LossConfig:
         if not self.focal_gamma >= 0 or (self.focal_gamma and self.method != "sft"):
             raise ValueError(f"focal_gamma={self.focal_gamma}: must be >= 0, and is an SFT setting (method "
                              f"{self.method})")
-        if not self.rpo_alpha >= 0 or (self.rpo_alpha and self.method not in ("dpo", "tgpo")):
+        if not self.rpo_alpha >= 0 or (self.rpo_alpha and self.method not in ("dpo", "tgpo", "traj_dpo")):
             raise ValueError(f"rpo_alpha={self.rpo_alpha}: must be >= 0, and is a DPO / TGPO setting (method "
                              f"{self.method})")
         if self.decision_window < 0 or (self.decision_window and self.method not in ("dpo", "tgpo")):
@@ -102,6 +102,8 @@ def objective(policy_slots, ref_slots, token_lp, token_on, batch: dict, cfg: Los
         weight = batch["token_weight"].reshape(token_on.shape) if "token_weight" in batch else None
         return losses.sft_loss(token_lp, token_on, focal_gamma=cfg.focal_gamma, token_weight=weight)
     s = batch["slot_valid"].shape[1]
+    if cfg.method == "traj_dpo":
+        return trajectory_dpo(policy_slots, ref_slots, batch, cfg)
     if cfg.method in ("dpo", "tgpo"):
         c, r = _global(batch["pair_chosen"], s), _global(batch["pair_rejected"], s)
         valid = batch["pair_valid"].reshape(-1)
@@ -133,3 +135,25 @@ def objective(policy_slots, ref_slots, token_lp, token_on, batch: dict, cfg: Los
                            batch["item_valid"].reshape(-1), policy_slots[kl], ref_slots[kl],
                            (batch["kl_slot"] >= 0).reshape(-1), beta=cfg.beta,
                            desirable_weight=cfg.desirable_weight, undesirable_weight=cfg.undesirable_weight)
+
+
+def trajectory_dpo(policy_slots, ref_slots, batch: dict, cfg: LossConfig):
+    """Agent Q's trajectory-level DPO (docs/method.md §9.3): one pair per example, each side's log-prob the sum of
+    its steps' slot log-probs (``slot_side`` +1 chosen, -1 rejected), then DPO's loss on those sums."""
+    side = batch["slot_side"]  # [B, S]
+    b = side.shape[0]
+
+    def sides(x):  # [B*S] -> ([B] chosen sum, [B] rejected sum)
+        x = x.reshape(b, -1)
+        return jnp.sum(jnp.where(side > 0, x, 0.0), -1), jnp.sum(jnp.where(side < 0, x, 0.0), -1)
+
+    (pc, pr), (rc, rr) = sides(policy_slots), sides(ref_slots)
+    valid = jnp.any(side > 0, -1) & jnp.any(side < 0, -1)  # [B]
+    loss, metrics = losses.dpo_loss(pc, pr, rc, rr, valid, beta=cfg.beta, loss_type=cfg.dpo_loss_type,
+                                    label_smoothing=cfg.label_smoothing)
+    if cfg.rpo_alpha:  # the anchor on the chosen trajectory's steps (token mean), as for step-level DPO
+        chosen = ((side > 0) & valid[:, None]).reshape(-1)
+        nll = losses.chosen_nll(policy_slots, slot_token_counts(batch), chosen)
+        loss = loss + cfg.rpo_alpha * nll
+        metrics = {**metrics, "loss": loss, "nll/chosen": jax.lax.stop_gradient(nll)}
+    return loss, metrics
