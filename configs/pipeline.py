@@ -13,22 +13,25 @@
            click-link), evaluated on held-out seeds (the slow learning test, tests/test_learning.py)
 
 Every field can be overridden: ``--config.collect.runs=8 --config.tgpo.loss.beta=0.2 --config.rounds.count=2``.
-The training sections (sft, dpo, kto, kto_tree, tgpo, and traj_dpo: Agent Q's trajectory-level DPO baseline, trained
-when ``methods`` names it) are whole launch.train configs (configs/<method>.py); the pipeline fills in their model
-path, dataset and output directory.
+The training sections (sft, dpo, kto, kto_tree, tgpo, and Agent Q's baselines trained when ``methods`` names them:
+traj_dpo, trajectory-level DPO, and search_dpo, DPO on a search collection's pairs) are whole launch.train configs
+(configs/<method>.py; search_dpo's is configs/dpo.py); the pipeline fills in their model path, dataset and output
+directory.
 """
 import importlib
 
 import ml_collections
 
 from rollout.policies.prompt import KEEP_RECENT
-from tgpo_jax.data.collate import BASELINES, METHODS, PREFERENCE
+from experiment.names import MODEL_KINDS, SECTION_METHOD
+from tgpo_jax.data.collate import METHODS, PREFERENCE
 
-TRAINED = METHODS + BASELINES  # every training section
+TRAINED = MODEL_KINDS  # every training section
+AGENT_Q = ("traj_dpo", "search_dpo")  # Agent Q's baselines: preference methods from SFT on other pairs
 
 
 def _training(preset: str) -> dict:
-    return {m: importlib.import_module(f"configs.{m}").get_config(preset) for m in TRAINED}
+    return {m: importlib.import_module(f"configs.{SECTION_METHOD.get(m, m)}").get_config(preset) for m in TRAINED}
 
 
 def get_config(preset: str = "default") -> ml_collections.ConfigDict:
@@ -75,6 +78,12 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     # methods with 'traj_dpo': pairs per task (failure i against success i mod n; trees/trajectory_records.py). A pair's
     # steps (the shared ones left out) must fit traj_dpo.data.max_branches, else it is left out
     c.traj = ml_collections.ConfigDict(dict(max_pairs=4))
+    # methods with 'search_dpo': Agent Q's search (rollout/search/, docs/method.md §9.1) as a second round-1 collection
+    # on the first `tasks` training tasks, the first seed's SFT model proposing k commands per expanded node (sampled
+    # at `temperature`, valid-argument decoding when `constrain`), ranked by its own log-probs; UCB1 constant c, value
+    # blend alpha. Its browser steps are in the stage's result, beside round 1's
+    c.search = ml_collections.ConfigDict(dict(tasks=20, simulations=8, k=3, c=1.0, alpha=0.5, temperature=1.0,
+                                              constrain=True))
     c.rounds = ml_collections.ConfigDict(dict(
         count=1,  # Agent Q's Algorithm 1: round r >= 2 collects with the round r-1 policy and uses it as reference
         # trained again in rounds >= 2, each from its own previous-round model (SFT where round 1 did not train it)
@@ -129,8 +138,10 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         t.train.save_every = 200
         t.train.async_checkpoint = False  # the next stage reads the checkpoint at once
         t.mesh.shape = (1, -1, 1)
-    for m in PREFERENCE + BASELINES:
+    for m in PREFERENCE + AGENT_Q:
         c[m].train.num_epochs = 2
+    # Agent Q's θ: search_dpo pairs two of a node's edges when their values Q = α·Q̃ + (1 − α)·Q̂ differ by more
+    c.search_dpo.data.margin = 0.1
 
     if preset in ("default", "large"):
         # many distinct tasks, one run each (SFT diversity; the noisy oracle's detours still give trees branches)
@@ -171,11 +182,13 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c.pretrain.data.update(max_len=300, max_prompt_len=32, max_completion_len=257)
         c.pretrain.train.update(batch_size=8, num_epochs=1, max_steps=200)
         c.pretrain.optim.update(learning_rate=2e-3, warmup_fraction=0.05, schedule="cosine")
-        for m in PREFERENCE + BASELINES:
+        for m in PREFERENCE + AGENT_Q:
             c[m].optim.learning_rate = 2e-4
         # the trajectory-level baseline as our step-level DPO: the same beta and chosen anchor, one pass
         c.traj_dpo.loss.update(beta=0.5, rpo_alpha=1.0)
         c.traj_dpo.train.num_epochs = 1
+        c.search_dpo.loss.update(beta=0.5, rpo_alpha=1.0)  # as step-level DPO on the trees, one pass
+        c.search_dpo.train.num_epochs = 1
         for m in ("dpo", "tgpo"):  # the chosen-branch anchor: DPO 22 -> 42 %, TGPO 24 -> 36 % (BUILD_NOTES.md, issue 16)
             c[m].loss.rpo_alpha = 1.0
             # β 0.1 -> 0.5: seed 1's collapse gone (DPO 24 -> 48 % beside SFT's 46; TGPO 42 = SFT); DPO - SFT over
@@ -208,6 +221,8 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c.pretrain_window = 64
         c.pretrain.data.update(max_len=112, max_prompt_len=32, max_completion_len=65)
         c.pretrain.train.update(batch_size=4, max_steps=5, progress=False)
+        # three tasks' searches give a handful of nodes with pairs (3 at 8 simulations): one node per step
+        c.search_dpo.train.batch_size = 1
         # enough SFT steps for valid commands, so round 2's model-collected tree has branches worth comparing
         c.sft.train.max_steps = 150
         c.sft.optim.learning_rate = 3e-3

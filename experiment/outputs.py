@@ -92,6 +92,7 @@ def report(p) -> dict:
                 f"{', '.join(DISPLAY[m] for m in METHODS if m not in p.cfg.methods)})") + ".",
              f"Configuration: {p.path('pipeline_config.json')}; stage timings: {p.path('stages')}.",
              f"Rounds: {p.rounds}; behaviour policy of round 1: {p.cfg.collect.policy}."]
+    notes += budget_notes(p)
     fams = results.families(groups_)
     paths = write_report(out, title=p.cfg.title, models={k: list(v.values()) for k, v in groups_.items()},
                          dataset=dataset, curves=curves, trees=trees, notes="\n".join(notes),
@@ -100,6 +101,25 @@ def report(p) -> dict:
                          comparisons=results.comparisons(groups_), claims=results.claims(groups_),
                          learning_curves=learning)
     return {"best": best_, **paths}
+
+
+def budget_notes(p) -> list[str]:
+    """The browser budget of Agent Q's baselines beside the trees': what each one's training data cost."""
+    out = []
+    if "traj_dpo" in p.cfg.methods:
+        with open(p.path("stages", "dataset-traj-r1.json")) as f:
+            r = json.load(f)["result"]
+        out.append(f"Trajectory DPO: {r['trajectory_pairs'].get('pairs', 0)} pairs (successful vs failed run of a "
+                   f"task) from round 1's {r['episodes']} episodes, the trees' own (the same browser budget); pairs "
+                   f"left out: {({k: v for k, v in r['trajectory_pairs'].items() if k != 'pairs'}) or 'none'}.")
+    if "search_dpo" in p.cfg.methods:
+        with open(p.path("stages", "collect-search-r1.json")) as f:
+            r = json.load(f)["result"]
+        s = p.cfg.search
+        out.append(f"DPO (search): Agent Q's search on {r['tasks']} training tasks ({s.simulations} simulations, "
+                   f"k {s.k}, c {s.c}, α {s.alpha}), the first seed's SFT proposing: {r['browser_steps']} browser "
+                   f"steps, beside round 1's {r['round1_browser_steps']} for the trees.")
+    return out
 
 
 def export(p) -> dict:

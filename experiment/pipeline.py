@@ -30,10 +30,9 @@ import shutil
 import sys
 
 from experiment import outputs
-from experiment.names import display_name, model_name, parse_name
+from experiment.names import MODEL_KINDS, display_name, model_name, parse_name
 from experiment.pipeline_config import normalize, plain as _plain, validate
 from experiment.stages import Stage, StageRunner
-from tgpo_jax.data.collate import BASELINES, METHODS
 from tgpo_jax.files import write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -62,6 +61,13 @@ class Pipeline:
 
     def dataset(self, r: int) -> str:
         return self.path("datasets", f"round{r}")
+
+    def search_episodes(self, r: int) -> str:
+        """Round r's search collection (search_dpo's episodes and trees)."""
+        return self.path("episodes", f"search-round{r}")
+
+    def search_dataset(self, r: int) -> str:
+        return self.path("datasets", f"search-round{r}")
 
     def traj_dataset(self, r: int) -> str:
         """Round r's trajectory pairs (traj_dpo's dataset: successful vs failed episodes of a task)."""
@@ -116,7 +122,7 @@ class Pipeline:
     # ------------------------------------------------------------ the plan
     def trained(self) -> list[tuple[str, str, int, int]]:
         """(model name, method, round, seed) of every training stage, in order."""
-        out = [(model_name(m, 1, self.tag(s)), m, 1, s) for s in self.seeds for m in METHODS + BASELINES
+        out = [(model_name(m, 1, self.tag(s)), m, 1, s) for s in self.seeds for m in MODEL_KINDS
                if m in self.cfg.methods]
         for r in range(2, self.rounds + 1):
             out += [(model_name(m, r), m, r, self.seeds[0]) for m in self.cfg.rounds.methods]
@@ -144,20 +150,13 @@ class Pipeline:
         return [model_name(m, 1, self.tag(self.seeds[0])) for m in self.cfg.eval.curve_methods]
 
     def stages(self) -> list[Stage]:
-        from rollout.policies.prompt import KEEP_RECENT
-
         c = self.cfg
         env_spec = {"env": _plain(c.env), "tasks": _plain(c.tasks)}
         collect_spec = {k: v for k, v in _plain(c.collect).items() if k not in ("contexts", "max_batch")}
-        prompt_spec = {"prompt_tokens": c.prompt_tokens, "prompt_style": c.prompt_style,
-                       "history_thoughts": c.history_thoughts}
-        # only when set: runs made before the option keep their stage specs
+        prompt_spec = self._prompt_spec()
+        # the tokenizer's spec holds the ids' place only, not the layout (train_tokenizer reads untruncated prompts
+        # in the default order)
         ids_spec = {"page_ids": c.page_ids} if c.page_ids != "before" else {}
-        prompt_spec.update(ids_spec)
-        # the prompt's layout: not the tokenizer's (train_tokenizer reads untruncated prompts in the default order)
-        prompt_spec.update({"history_last": True} if c.history_last else {})
-        prompt_spec.update({"keep_recent": c.keep_recent} if c.keep_recent != KEEP_RECENT else {})
-        prompt_spec.update({"page_cut": c.page_cut} if c.page_cut != "end" else {})
         data_spec = {"dataset": _plain(c.dataset), **prompt_spec}
         out: list[Stage] = []
         tok_deps: tuple[str, ...] = ()
@@ -237,18 +236,48 @@ class Pipeline:
         for name, method, rr, seed in self.trained():
             if rr != r:
                 continue
+            if method == "search_dpo" and not any(s.name == "collect-search-r1" for s in out):
+                out += self._search_stages()
             if r == 1:
                 init = self.base_name(seed) if method == "sft" else model_name("sft", 1, self.tag(seed))
             else:
                 init = self.previous(method, r)
             from_base = parse_name(init)[0] == "base"
-            data = "dataset-traj-r1" if method == "traj_dpo" else f"dataset-r{r}"
+            data = {"traj_dpo": "dataset-traj-r1", "search_dpo": "dataset-search-r1"}.get(method, f"dataset-r{r}")
             deps = (data,) + (("base",) if from_base and self.scratch else () if from_base else (init,))
             out.append(Stage(name, lambda n=name, m=method, r=r, i=init, sd=seed: self.train(n, m, r, i, sd),
                              {"train": self._spec(method), "init": init, "seed": seed}, deps,
                              (self.path("runs", name), self.model_dir(name)),
                              f"{display_name(name)} from {init}"))
         return out
+
+    def _search_stages(self) -> list[Stage]:
+        """Agent Q's search as a second round-1 collection, proposed in by the first seed's SFT model, and its records."""
+        c = self.cfg
+        sft = model_name("sft", 1, self.tag(self.seeds[0]))
+        collect = {k: v for k, v in _plain(c.collect).items()
+                   if k in ("seed", "max_steps", "step_slack", "top_p", "max_tokens", "budget_tokens", "screenshots")}
+        spec = {"env": _plain(c.env), "tasks": _plain(c.tasks), "collect": collect, "search": _plain(c.search),
+                "proposer": sft, **self._prompt_spec()}
+        n = min(c.search.tasks, c.tasks.num_train)
+        return [Stage("collect-search-r1", self.collect_search, spec, (sft,), (self.search_episodes(1),),
+                      f"Agent Q's search on {n} training tasks, {c.search.simulations} simulations each, "
+                      f"{display_name(sft)} proposing {c.search.k}"),
+                Stage("dataset-search-r1", self.build_search, {"dataset": _plain(c.dataset), **self._prompt_spec()},
+                      ("collect-search-r1",), (self.search_dataset(1),), "the search trees' nodes as records")]
+
+    def _prompt_spec(self) -> dict:
+        """The prompt settings, as the stages that build or read prompts name them (options at their defaults left
+        out: runs made before an option keep their stage specs)."""
+        from rollout.policies.prompt import KEEP_RECENT
+
+        c = self.cfg
+        spec = {"prompt_tokens": c.prompt_tokens, "prompt_style": c.prompt_style, "history_thoughts": c.history_thoughts}
+        spec.update({"page_ids": c.page_ids} if c.page_ids != "before" else {})
+        spec.update({"history_last": True} if c.history_last else {})
+        spec.update({"keep_recent": c.keep_recent} if c.keep_recent != KEEP_RECENT else {})
+        spec.update({"page_cut": c.page_cut} if c.page_cut != "end" else {})
+        return spec
 
     def _spec(self, method: str) -> dict:
         t = _plain(self.cfg[method])
@@ -492,6 +521,47 @@ class Pipeline:
         return {k: summary[k] for k in ("tasks", "episodes", "successful_episodes", "records", "trajectory_pairs",
                                         "broken_episodes")}
 
+    def collect_search(self) -> dict:
+        """Search the first ``search.tasks`` training tasks with the first seed's SFT model as the proposer
+        (rollout/search/driver.py); resumable by task."""
+        from rollout.harness.runner import HarnessConfig
+        from rollout.recording import iter_episodes
+        from rollout.search.driver import LogprobCritic, SearchConfig, search_collect
+
+        c, s = self.cfg.collect, self.cfg.search
+        sft = self.model_dir(model_name("sft", 1, self.tag(self.seeds[0])))
+        policy = self._policy(sft, s.temperature, c.top_p, c.max_tokens, c.max_batch, c.seed, constrain=s.constrain)
+        harness = HarnessConfig(max_steps=c.max_steps, step_slack=c.step_slack, budget_tokens=c.budget_tokens,
+                                screenshots=c.screenshots)
+        tasks = self.tasks("train")[: s.tasks]
+        counts = self._with_policy(policy, search_collect(
+            self.env, tasks, policy, LogprobCritic(), SearchConfig(s.simulations, s.k, s.c, s.alpha), harness,
+            self.search_episodes(1), seed=c.seed, contexts=c.contexts, progress=self.progress))
+        # the browser budget, beside round 1's: every executed step, replayed prefixes included
+        counts["browser_steps"] = sum(len(e.steps) for e in iter_episodes(self.search_episodes(1)))
+        counts["round1_browser_steps"] = sum(len(e.steps) for e in iter_episodes(self.episodes(1)))
+        return counts
+
+    def build_search(self) -> dict:
+        from trees.dataset import build_dataset
+
+        from tgpo_jax.data.examples import PairConfig, preference_pairs
+        from tgpo_jax.data.io import DatasetReader
+
+        bcfg = dataclasses.replace(self.build_config(), values="mcts")
+        summary = build_dataset([self.search_episodes(1)], self.search_dataset(1), bcfg, progress=self.progress)
+        summary["broken_episodes"] = len(summary["broken_episodes"])
+        theta = self.cfg.search_dpo.data.margin
+        with DatasetReader(self.search_dataset(1)) as reader:
+            usable = sum(bool(preference_pairs(r, PairConfig(margin=theta))) for r in reader)
+        if not usable:  # said here, where it is decided, not as a failed read in search_dpo
+            raise RuntimeError(f"the search gave no node whose edges' values differ by more than theta = {theta} "
+                               f"({summary['records']} nodes with two or more edges run): search more "
+                               "(search.simulations, search.tasks) or lower search_dpo.data.margin")
+        summary["nodes_with_pairs"] = usable
+        return {k: summary[k] for k in ("tasks", "episodes", "successful_episodes", "records", "nodes_with_pairs",
+                                        "broken_episodes")}
+
     def repair_episodes(self, r: int) -> int:
         """Round r's damaged episodes (a summary or steps file changed or cut after the episode was sealed) are
         moved to ``episodes/round<r>/damaged/`` and collected again (the collection's resume runs exactly those,
@@ -512,7 +582,8 @@ class Pipeline:
         t.model.path = self.model_dir(init)
         t.model.tokenizer, t.model.scratch = "", ""
         t.model.lora_seed, t.train.seed, t.data.shuffle_seed = seed, seed, seed  # seed = initialisation + data order
-        t.data.train_dir, t.data.eval_dir = self.traj_dataset(r) if method == "traj_dpo" else self.dataset(r), ""
+        data = {"traj_dpo": self.traj_dataset(r), "search_dpo": self.search_dataset(r)}.get(method, self.dataset(r))
+        t.data.train_dir, t.data.eval_dir = data, ""
         t.data.max_prompt_len = self.cfg.prompt_tokens  # the prompts were built to this budget
         t.data.max_len = max(t.data.max_len, t.data.max_prompt_len + t.data.max_completion_len)
         t.train.output_dir = self.path("runs", name)

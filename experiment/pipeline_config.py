@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tgpo_jax.data.collate import BASELINES, METHODS, PREFERENCE
+from experiment.names import MODEL_KINDS
+from tgpo_jax.data.collate import PREFERENCE
 
 
 def plain(cd) -> dict:
@@ -33,10 +34,14 @@ def normalize(cfg) -> None:
 
 def validate(cfg) -> None:
     """Clear errors for configurations that cannot run, before any work."""
-    bad = [m for m in cfg.methods if m not in METHODS + BASELINES]
+    bad = [m for m in cfg.methods if m not in MODEL_KINDS]
     if bad or "sft" not in cfg.methods:
-        raise ValueError(f"methods {list(cfg.methods)}: expected 'sft' plus any of {PREFERENCE + BASELINES} "
+        raise ValueError(f"methods {list(cfg.methods)}: expected 'sft' plus any of {MODEL_KINDS[1:]} "
                          "(the preference methods start from the SFT model)")
+    s = cfg.search
+    if "search_dpo" in cfg.methods and (s.tasks < 1 or s.simulations < 1 or s.k < 2 or not 0 <= s.alpha <= 1):
+        raise ValueError(f"methods with 'search_dpo' need search.tasks >= 1, simulations >= 1, k >= 2 (pairs compare "
+                         f"a node's edges) and 0 <= alpha <= 1; got {dict(s)}")
     if "traj_dpo" in cfg.methods and cfg.collect.runs < 2 and not cfg.collect.reuse:
         raise ValueError(f"methods with 'traj_dpo' need collect.runs >= 2 (got {cfg.collect.runs}): its pairs are a "
                          "successful and a failed run of the same task")

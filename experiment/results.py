@@ -84,7 +84,8 @@ def comparisons(groups: Groups) -> list[stats.Comparison]:
     """The pairs the issue asks for, where both were trained: TGPO vs DPO, KTO-Tree vs KTO, every method vs SFT, and
     Agent Q's trajectory-level DPO against the step-level preference methods trained on the same episodes."""
     pairs = [("TGPO", "DPO"), ("KTO-Tree", "KTO")] + [(m, "SFT") for m in ("KTO", "KTO-Tree", "DPO", "TGPO")]
-    pairs += [("Trajectory DPO", "SFT"), ("TGPO", "Trajectory DPO"), ("DPO", "Trajectory DPO")]
+    for baseline in ("Trajectory DPO", "DPO (search)"):
+        pairs += [(baseline, "SFT"), ("TGPO", baseline), ("DPO", baseline)]
     out = []
     for a, b in pairs:
         if a in groups and b in groups:

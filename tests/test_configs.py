@@ -214,3 +214,34 @@ def test_trajectory_dpo_is_a_stage_on_round_one_episodes_that_leaves_the_other_s
     c.rounds.update(count=2, methods=("traj_dpo",))
     with pytest.raises(ValueError, match="rounds.methods"):
         validate(c)
+
+
+def test_search_dpo_searches_with_the_first_seeds_sft_and_trains_dpo_on_its_trees():
+    """methods with 'search_dpo': Agent Q's search collection after SFT (its proposer), the search trees' records,
+    DPO from SFT on them (pair margin = θ); the tree stages keep their specs."""
+    from configs.pipeline import get_config
+    from experiment.pipeline import Pipeline, validate
+
+    def plan(**over):
+        c = get_config("tiny")
+        c.update(over)
+        validate(c)
+        p = Pipeline(c, progress=False)
+        return p, {s.name: s for s in p.stages()}
+
+    _, plain = plan(methods=("sft", "dpo"))
+    p, st = plan(methods=("sft", "dpo", "search_dpo"), train_seeds=(3, 4))
+    assert st["collect-search-r1"].deps == ("sft-s3",) and st["collect-search-r1"].spec["proposer"] == "sft-s3"
+    assert st["collect-search-r1"].spec["search"] == dict(get_config("tiny").search)
+    assert st["dataset-search-r1"].deps == ("collect-search-r1",)
+    assert st["search_dpo-s4"].deps == ("dataset-search-r1", "sft-s4")
+    names = [s.name for s in p.stages()]
+    assert names.index("sft-s3") < names.index("collect-search-r1") < names.index("search_dpo-s3")
+    t = p.train_config("search_dpo-s3", "search_dpo", "sft-s3", 1, 3)
+    assert t.method == "dpo" and t.data.train_dir == p.search_dataset(1) and t.data.margin == 0.1
+    _, one = plan(methods=("sft", "dpo", "search_dpo"))
+    for name in ("collect-r1", "dataset-r1", "sft", "dpo", "eval-dpo"):
+        assert one[name].spec == plain[name].spec, name
+    for bad in (dict(k=1), dict(tasks=0), dict(alpha=1.5)):
+        with pytest.raises(ValueError, match="search_dpo' need"):
+            plan(methods=("sft", "search_dpo"), search=bad)
