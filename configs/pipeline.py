@@ -111,6 +111,10 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         # success vs training steps: the first seed's model of each curve method, evaluated at curve_points
         # snapshots (the last is the final model) on the first curve_tasks held-out tasks
         curve_methods=(), curve_points=4, curve_tasks=30,
+        # Agent Q's search at inference (the `search` settings): these methods' first-seed models also search each of
+        # the first search_tasks held-out tasks (solved = a simulation succeeded), reported beside their plain
+        # success on the same tasks with the browser steps spent
+        search_models=(), search_tasks=20,
     ))
     c.trees = 3  # tree pictures of this many training tasks in the report
     # the previous actions after the page, next to the answer cue, and how many of them stay before the page is cut

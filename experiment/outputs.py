@@ -99,8 +99,24 @@ def report(p) -> dict:
                          rows=results.table(groups_),
                          family_rows={f: results.table(groups_, f) for f in fams} if len(fams) > 1 else None,
                          comparisons=results.comparisons(groups_), claims=results.claims(groups_),
-                         learning_curves=learning)
+                         learning_curves=learning, search_rows=search_rows(p, evals))
     return {"best": best_, **paths}
+
+
+def search_rows(p, evals: dict) -> list[dict]:
+    """Search at inference beside each model's plain evaluation on the same held-out tasks (experiment/results.py)."""
+    from experiment import results
+
+    out = []
+    for name in p.search_models():
+        with open(p.path("eval-search", name, "eval.json"), encoding="utf-8") as f:
+            ev = json.load(f)
+        ids = [r["task_id"] for r in ev["tasks_table"]]
+        plain = results.task_values(evals[name], "success_rate", set(ids)) if name in evals else {}
+        out.append({"model": display_name(name), "tasks": len(ids), "simulations": ev["search"]["simulations"],
+                    "plain": sum(plain.values()) / len(plain) if plain and len(plain) == len(ids) else None,
+                    **{k: ev["mean"][k] for k in ("first_success_rate", "success_rate", "browser_steps_per_task")}})
+    return out
 
 
 def budget_notes(p) -> list[str]:

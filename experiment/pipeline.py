@@ -149,6 +149,10 @@ class Pipeline:
         """The models whose success-vs-steps curve is measured: the first seed's model of each curve method."""
         return [model_name(m, 1, self.tag(self.seeds[0])) for m in self.cfg.eval.curve_methods]
 
+    def search_models(self) -> list[str]:
+        """The models also evaluated with search at inference: the first seed's model of each eval.search_models."""
+        return [model_name(m, 1, self.tag(self.seeds[0])) for m in self.cfg.eval.search_models]
+
     def stages(self) -> list[Stage]:
         c = self.cfg
         env_spec = {"env": _plain(c.env), "tasks": _plain(c.tasks)}
@@ -212,7 +216,8 @@ class Pipeline:
             out += self._training_stages(r)
         # one model's evaluation does not depend on which others are evaluated: adding a model to eval.models runs
         # its evaluation only (the report and export, which read the evaluations, re-run: experiment.stages)
-        eval_cfg = {k: v for k, v in _plain(c.eval).items() if not k.startswith("curve_") and k != "models"}
+        eval_cfg = {k: v for k, v in _plain(c.eval).items()
+                    if not k.startswith(("curve_", "search_")) and k != "models"}
         eval_spec = {"eval": eval_cfg, **env_spec, **prompt_spec}
         for name in self.evaluated():
             deps = (name,) if name != "base" or self.scratch else ()
@@ -225,7 +230,15 @@ class Pipeline:
             out.append(Stage(f"curve-{name}", lambda n=name: self.curve(n), curve_spec, (name,),
                              (self.path("curves", name),),
                              f"{display_name(name)}: success vs training steps on {c.eval.curve_tasks} tasks"))
-        out.append(Stage("report", self.report, {"title": c.title, "trees": c.trees}, evals + curves + ("dataset-r1",),
+        searches = tuple(f"search-{n}" for n in self.search_models())
+        search_spec = {**eval_spec, "search": _plain(c.search), "search_tasks": c.eval.search_tasks}
+        for name in self.search_models():
+            out.append(Stage(f"search-{name}", lambda n=name: self.search_evaluate(n), search_spec, (name,),
+                             (self.path("eval-search", name),),
+                             f"{display_name(name)} with Agent Q's search at inference on "
+                             f"{min(c.eval.search_tasks, c.tasks.num_test)} held-out tasks"))
+        out.append(Stage("report", self.report, {"title": c.title, "trees": c.trees},
+                         evals + curves + searches + ("dataset-r1",),
                          (self.path("report"),), "Markdown + HTML, Table 1 and 2, comparisons, claims, curves, trees"))
         out.append(Stage("export", self.export, _plain(c.export), evals, (self.path("export"),),
                          "the best trained model as a Hugging Face directory"))
@@ -627,6 +640,25 @@ class Pipeline:
     def evaluate(self, name: str) -> dict:
         result = self._evaluate(self.model_dir(name), self.path("eval", name), self.tasks("test"), name)
         return {"mean": result["mean"], "ci95": result["ci95"], "episodes": result["episodes"]}
+
+    def search_evaluate(self, name: str) -> dict:
+        """Agent Q's search at inference (experiment/evaluate.py): ``name`` proposes, its log-probs rank."""
+        from experiment.evaluate import EvalConfig, search_evaluate_async
+        from rollout.search.driver import LogprobCritic, SearchConfig
+
+        e, s = self.cfg.eval, self.cfg.search
+        policy = self._policy(self.model_dir(name), s.temperature, e.top_p, e.max_tokens, e.max_batch, 0,
+                              constrain=s.constrain)
+        tasks = self.tasks("test")[: e.search_tasks]
+        ecfg = EvalConfig(out_dir=self.path("eval-search", name), env=self.cfg.env.name, split="test",
+                          num_tasks=len(tasks), families=tuple(f for f in self.cfg.tasks.families if f),
+                          seeds=tuple(e.seeds), runs=1, contexts=e.contexts, max_steps=e.max_steps,
+                          step_slack=e.step_slack, temperature=s.temperature, progress=self.progress,
+                          redundancy=e.redundancy)
+        meta = {"model": name, "constrain": bool(s.constrain), "prompt_tokens": self.cfg.prompt_tokens}
+        result = self._with_policy(policy, search_evaluate_async(
+            self.env, tasks, policy, LogprobCritic(), SearchConfig(s.simulations, s.k, s.c, s.alpha), ecfg, meta=meta))
+        return {"mean": result["mean"]}
 
     def curve(self, name: str) -> dict:
         """Success of the snapshots of ``name``'s run on the first ``eval.curve_tasks`` held-out tasks."""

@@ -22,7 +22,8 @@ def names(value) -> tuple:
 
 def normalize(cfg) -> None:
     for section, key in ((None, "methods"), ("eval", "models"), ("rounds", "methods"), ("tasks", "families"),
-                         ("eval", "seeds"), (None, "train_seeds"), ("eval", "curve_methods")):
+                         ("eval", "seeds"), (None, "train_seeds"), ("eval", "curve_methods"),
+                         ("eval", "search_models")):
         node = cfg if section is None else cfg[section]
         with node.ignore_type():
             node[key] = names(node[key])
@@ -39,6 +40,13 @@ def validate(cfg) -> None:
         raise ValueError(f"methods {list(cfg.methods)}: expected 'sft' plus any of {MODEL_KINDS[1:]} "
                          "(the preference methods start from the SFT model)")
     s = cfg.search
+    bad = [m for m in cfg.eval.search_models if m not in cfg.methods]
+    if bad or (cfg.eval.search_models and cfg.eval.search_tasks < 1):
+        raise ValueError(f"eval.search_models {list(cfg.eval.search_models)}: expected trained methods "
+                         f"{list(cfg.methods)} and eval.search_tasks >= 1 (got {cfg.eval.search_tasks})")
+    if (cfg.eval.search_models or "search_dpo" in cfg.methods) and (s.simulations < 1 or s.k < 1
+                                                                   or not 0 <= s.alpha <= 1):
+        raise ValueError(f"search: simulations >= 1, k >= 1 and 0 <= alpha <= 1 expected; got {dict(s)}")
     if "search_dpo" in cfg.methods and (s.tasks < 1 or s.simulations < 1 or s.k < 2 or not 0 <= s.alpha <= 1):
         raise ValueError(f"methods with 'search_dpo' need search.tasks >= 1, simulations >= 1, k >= 2 (pairs compare "
                          f"a node's edges) and 0 <= alpha <= 1; got {dict(s)}")

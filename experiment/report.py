@@ -204,6 +204,18 @@ def _comparison_table(comparisons: list) -> Table:
                  "interval is a two-level bootstrap over tasks and training seeds (experiment/stats.py).")
 
 
+def _search_table(rows: list[dict]) -> Table:
+    p = lambda v: DASH if v is None else f"{100 * v:.1f}"  # noqa: E731
+    return Table(["Model", "Tasks", "Simulations", "Without search (%)", "First simulation (%)",
+                  "Any simulation (%)", "Browser steps per task"],
+                 [[(r["model"], False), (str(r["tasks"]), False), (str(r["simulations"]), False), (p(r["plain"]), False),
+                   (p(r["first_success_rate"]), False), (p(r["success_rate"]), True),
+                   (f"{r['browser_steps_per_task']:.1f}", False)] for r in rows],
+                 "Agent Q's search on the first held-out tasks (docs/method.md §9.1): the model proposes, its "
+                 "log-probs rank, the environment's success check is the reward it backs up; solved = a simulation "
+                 "succeeded. Without search: the same model's greedy evaluation on the same tasks.")
+
+
 def _claims_table(claims: list) -> Table:
     return Table(["Claim (TGPO paper)", "Paper", "Ours (difference [95% interval])", "Verdict"],
                  [[(c.text, False), (c.paper, False), (c.ours, False), (c.verdict, c.verdict == "reproduced")]
@@ -253,13 +265,15 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
                  curves: dict[str, list[dict]] | None = None, trees: dict[str, str] | None = None, notes: str = "",
                  reference: bool = True, rows: dict | None = None, family_rows: dict | None = None,
                  comparisons: list | None = None, claims: list | None = None,
-                 learning_curves: dict[str, list[tuple[int, float]]] | None = None) -> dict:
+                 learning_curves: dict[str, list[tuple[int, float]]] | None = None,
+                 search_rows: list[dict] | None = None) -> dict:
     """Write ``report.md``, ``report.html`` and the plots into ``out_dir``; returns their paths.
 
     ``models``: label -> evaluation dict (Table 1 from each evaluation's own mean / interval). ``rows`` (label ->
     metric -> ``experiment.results.Row``, pooled over training seeds) replaces that when given, with ``models`` then
     mapping each label to its list of evaluations. ``family_rows`` (family -> rows), ``comparisons``, ``claims``
-    (``experiment.results``) and ``learning_curves`` (label -> [(step, success)]) add their sections."""
+    (``experiment.results``), ``learning_curves`` (label -> [(step, success)]) and ``search_rows`` (search at
+    inference, ``experiment.outputs.search_rows``) add their sections."""
     os.makedirs(out_dir, exist_ok=True)
     models = dict(models or {})
     if rows is not None:
@@ -309,6 +323,9 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
     if comparisons:
         blocks.append(Heading("Paired comparisons"))
         blocks.append(_comparison_table(comparisons))
+    if search_rows:
+        blocks.append(Heading("Search at inference (Agent Q)"))
+        blocks.append(_search_table(search_rows))
     if learning_curves:
         plot_learning(os.path.join(out_dir, "learning.png"), learning_curves)
         plots.append(os.path.join(out_dir, "learning.png"))

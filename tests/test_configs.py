@@ -243,5 +243,12 @@ def test_search_dpo_searches_with_the_first_seeds_sft_and_trains_dpo_on_its_tree
     for name in ("collect-r1", "dataset-r1", "sft", "dpo", "eval-dpo"):
         assert one[name].spec == plain[name].spec, name
     for bad in (dict(k=1), dict(tasks=0), dict(alpha=1.5)):
-        with pytest.raises(ValueError, match="search_dpo' need"):
+        with pytest.raises(ValueError, match="search_dpo' need|search: simulations"):
             plan(methods=("sft", "search_dpo"), search=bad)
+    # search at inference: one stage per model, after it; the plain evaluations keep their specs
+    _, sa = plan(methods=("sft", "dpo"), eval=dict(search_models=("sft", "dpo"), search_tasks=5))
+    assert sa["search-sft"].deps == ("sft",) and sa["search-sft"].spec["search_tasks"] == 5
+    assert {"search-sft", "search-dpo"} <= set(sa["report"].deps)
+    assert sa["eval-sft"].spec == plain["eval-sft"].spec
+    with pytest.raises(ValueError, match="eval.search_models"):
+        plan(methods=("sft", "dpo"), eval=dict(search_models=("tgpo",)))

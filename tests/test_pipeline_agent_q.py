@@ -1,6 +1,6 @@
-"""Agent Q's baselines in the main job (the 'tiny' preset, real Chromium): trajectory-level DPO on round 1's own
-episodes and DPO on a search collection proposed in by the SFT model, each trained from SFT, evaluated, and in the
-report's rows, comparisons and budget notes."""
+"""Agent Q in the main job (the 'tiny' preset, real Chromium): trajectory-level DPO on round 1's own episodes and DPO
+on a search collection proposed in by the SFT model, each trained from SFT, evaluated, and in the report's rows,
+comparisons and budget notes; and SFT with search at inference beside its plain evaluation."""
 import json
 import os
 
@@ -25,7 +25,8 @@ def test_trajectory_and_search_dpo_run_end_to_end(tmp_path):
 
     out = str(tmp_path / "out")
     proc = pipeline(out, "--config.rounds.count=1", "--config.methods=sft,traj_dpo,search_dpo",
-                    "--config.eval.models=sft,traj_dpo,search_dpo", "--config.trees=0")
+                    "--config.eval.models=sft,traj_dpo,search_dpo", "--config.trees=0",
+                    "--config.eval.search_models=sft", "--config.eval.search_tasks=2")
     assert proc.returncode == 0, proc.stderr[-4000:]
 
     # trajectory pairs: as many as the round-1 episodes allow (failure i of a task against success i mod n, <= 4)
@@ -65,3 +66,19 @@ def test_trajectory_and_search_dpo_run_end_to_end(tmp_path):
         assert f"| {comparison} | success rate |" in md
     assert f"{steps} browser steps, beside round 1's" in md
     assert f"Trajectory DPO: {traj['trajectory_pairs']['pairs']} pairs" in md
+
+    # search at inference: SFT on the first 2 held-out tasks, beside its plain evaluation on the same tasks
+    with open(os.path.join(out, "eval-search", "sft", "eval.json")) as f:
+        ev = json.load(f)
+    with open(os.path.join(out, "eval", "sft", "eval.json")) as f:
+        plain = json.load(f)
+    rows = ev["tasks_table"]
+    assert len(rows) == 2 and ev["counts"]["simulations"] == 2 * 8 and [r["task_id"] for r in rows] == plain["task_ids"][:2]
+    for r in rows:
+        assert r["success"] >= r["first_success"] and r["browser_steps"] > 0
+    won = {e["task_id"]: e["success"] for e in plain["per_seed"][0]["episodes_table"]}
+    line = next(x for x in md.splitlines() if x.startswith("| SFT | 2 | 8 |"))
+    cells = [c.strip().strip("*") for c in line.split("|")[1:-1]]
+    assert float(cells[3]) == pytest.approx(100 * sum(won[r["task_id"]] for r in rows) / 2, abs=0.05)
+    assert float(cells[5]) == pytest.approx(100 * sum(r["success"] for r in rows) / 2, abs=0.05)
+    assert float(cells[6]) == pytest.approx(sum(r["browser_steps"] for r in rows) / 2, abs=0.05)
