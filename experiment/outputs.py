@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+from experiment import agent_q
 from experiment.names import DISPLAY, display_name, method_label, parse_name
 from tgpo_jax.data.collate import METHODS
 from tgpo_jax.files import write_text_atomic
@@ -92,50 +93,15 @@ def report(p) -> dict:
                 f"{', '.join(DISPLAY[m] for m in METHODS if m not in p.cfg.methods)})") + ".",
              f"Configuration: {p.path('pipeline_config.json')}; stage timings: {p.path('stages')}.",
              f"Rounds: {p.rounds}; behaviour policy of round 1: {p.cfg.collect.policy}."]
-    notes += budget_notes(p)
+    notes += agent_q.budget_notes(p)
     fams = results.families(groups_)
     paths = write_report(out, title=p.cfg.title, models={k: list(v.values()) for k, v in groups_.items()},
                          dataset=dataset, curves=curves, trees=trees, notes="\n".join(notes),
                          rows=results.table(groups_),
                          family_rows={f: results.table(groups_, f) for f in fams} if len(fams) > 1 else None,
                          comparisons=results.comparisons(groups_), claims=results.claims(groups_),
-                         learning_curves=learning, search_rows=search_rows(p, evals))
+                         learning_curves=learning, search_rows=agent_q.search_rows(p, evals))
     return {"best": best_, **paths}
-
-
-def search_rows(p, evals: dict) -> list[dict]:
-    """Search at inference beside each model's plain evaluation on the same held-out tasks (experiment/results.py)."""
-    from experiment import results
-
-    out = []
-    for name in p.search_models():
-        with open(p.path("eval-search", name, "eval.json"), encoding="utf-8") as f:
-            ev = json.load(f)
-        ids = [r["task_id"] for r in ev["tasks_table"]]
-        plain = results.task_values(evals[name], "success_rate", set(ids)) if name in evals else {}
-        out.append({"model": display_name(name), "tasks": len(ids), "simulations": ev["search"]["simulations"],
-                    "plain": sum(plain.values()) / len(plain) if plain and len(plain) == len(ids) else None,
-                    **{k: ev["mean"][k] for k in ("first_success_rate", "success_rate", "browser_steps_per_task")}})
-    return out
-
-
-def budget_notes(p) -> list[str]:
-    """The browser budget of Agent Q's baselines beside the trees': what each one's training data cost."""
-    out = []
-    if "traj_dpo" in p.cfg.methods:
-        with open(p.path("stages", "dataset-traj-r1.json")) as f:
-            r = json.load(f)["result"]
-        out.append(f"Trajectory DPO: {r['trajectory_pairs'].get('pairs', 0)} pairs (successful vs failed run of a "
-                   f"task) from round 1's {r['episodes']} episodes, the trees' own (the same browser budget); pairs "
-                   f"left out: {({k: v for k, v in r['trajectory_pairs'].items() if k != 'pairs'}) or 'none'}.")
-    if "search_dpo" in p.cfg.methods:
-        with open(p.path("stages", "collect-search-r1.json")) as f:
-            r = json.load(f)["result"]
-        s = p.cfg.search
-        out.append(f"DPO (search): Agent Q's search on {r['tasks']} training tasks ({s.simulations} simulations, "
-                   f"k {s.k}, c {s.c}, α {s.alpha}), the first seed's SFT proposing: {r['browser_steps']} browser "
-                   f"steps, beside round 1's {r['round1_browser_steps']} for the trees.")
-    return out
 
 
 def export(p) -> dict:

@@ -13,7 +13,7 @@ ArrayRecord shards, ``launch.train``'s Orbax run, ``launch.export``'s HF directo
 
 Stage bookkeeping (skip / resume / refuse on a changed configuration / --redo) is ``experiment.stages``; the
 configuration's checks ``experiment.pipeline_config``, model names ``experiment.names``, the report and export
-stages ``experiment.outputs``. What stays here (≈ 510 lines) is the plan and one method per stage body, so that a
+stages ``experiment.outputs``, Agent Q's stages ``experiment.agent_q``. What stays here (≈ 520 lines) is the plan and one method per stage body, so that a
 stage's spec, inputs and outputs read in one place.
 Model names: ``sft``, ``dpo``, ``kto``, ``kto_tree``, ``tgpo`` for round 1, ``<method>-r<r>`` for round r ≥ 2, and
 with several training seeds (``train_seeds``) ``<method>-s<seed>``: seed k initialises its own base (from-scratch
@@ -22,14 +22,13 @@ models) or LoRA adapters, shuffles the data with seed k, and its preference meth
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import os
 import shutil
 import sys
 
-from experiment import outputs
+from experiment import agent_q, outputs
 from experiment.names import MODEL_KINDS, display_name, model_name, parse_name
 from experiment.pipeline_config import normalize, plain as _plain, validate
 from experiment.stages import Stage, StageRunner
@@ -157,7 +156,7 @@ class Pipeline:
         c = self.cfg
         env_spec = {"env": _plain(c.env), "tasks": _plain(c.tasks)}
         collect_spec = {k: v for k, v in _plain(c.collect).items() if k not in ("contexts", "max_batch")}
-        prompt_spec = self._prompt_spec()
+        prompt_spec = self.prompt_spec()
         # the tokenizer's spec holds the ids' place only, not the layout (train_tokenizer reads untruncated prompts
         # in the default order)
         ids_spec = {"page_ids": c.page_ids} if c.page_ids != "before" else {}
@@ -210,7 +209,7 @@ class Pipeline:
                              tuple(f"collect-r{k}" for k in rounds) + tok_deps,
                              (self.dataset(r),), "merged trees, process rewards, node records"))
             if r == 1 and "traj_dpo" in c.methods:  # the same episodes as the trees: the same browser budget
-                out.append(Stage("dataset-traj-r1", self.build_trajectories, {**data_spec, "traj": _plain(c.traj)},
+                out.append(Stage("dataset-traj-r1", lambda: agent_q.build_trajectories(self), {**data_spec, "traj": _plain(c.traj)},
                                  ("collect-r1",) + tok_deps, (self.traj_dataset(1),),
                                  "trajectory pairs: successful vs failed episodes of a task"))
             out += self._training_stages(r)
@@ -233,7 +232,7 @@ class Pipeline:
         searches = tuple(f"search-{n}" for n in self.search_models())
         search_spec = {**eval_spec, "search": _plain(c.search), "search_tasks": c.eval.search_tasks}
         for name in self.search_models():
-            out.append(Stage(f"search-{name}", lambda n=name: self.search_evaluate(n), search_spec, (name,),
+            out.append(Stage(f"search-{name}", lambda n=name: agent_q.search_evaluate(self, n), search_spec, (name,),
                              (self.path("eval-search", name),),
                              f"{display_name(name)} with Agent Q's search at inference on "
                              f"{min(c.eval.search_tasks, c.tasks.num_test)} held-out tasks"))
@@ -250,7 +249,7 @@ class Pipeline:
             if rr != r:
                 continue
             if method == "search_dpo" and not any(s.name == "collect-search-r1" for s in out):
-                out += self._search_stages()
+                out += agent_q.search_stages(self)
             if r == 1:
                 init = self.base_name(seed) if method == "sft" else model_name("sft", 1, self.tag(seed))
             else:
@@ -264,22 +263,7 @@ class Pipeline:
                              f"{display_name(name)} from {init}"))
         return out
 
-    def _search_stages(self) -> list[Stage]:
-        """Agent Q's search as a second round-1 collection, proposed in by the first seed's SFT model, and its records."""
-        c = self.cfg
-        sft = model_name("sft", 1, self.tag(self.seeds[0]))
-        collect = {k: v for k, v in _plain(c.collect).items()
-                   if k in ("seed", "max_steps", "step_slack", "top_p", "max_tokens", "budget_tokens", "screenshots")}
-        spec = {"env": _plain(c.env), "tasks": _plain(c.tasks), "collect": collect, "search": _plain(c.search),
-                "proposer": sft, **self._prompt_spec()}
-        n = min(c.search.tasks, c.tasks.num_train)
-        return [Stage("collect-search-r1", self.collect_search, spec, (sft,), (self.search_episodes(1),),
-                      f"Agent Q's search on {n} training tasks, {c.search.simulations} simulations each, "
-                      f"{display_name(sft)} proposing {c.search.k}"),
-                Stage("dataset-search-r1", self.build_search, {"dataset": _plain(c.dataset), **self._prompt_spec()},
-                      ("collect-search-r1",), (self.search_dataset(1),), "the search trees' nodes as records")]
-
-    def _prompt_spec(self) -> dict:
+    def prompt_spec(self) -> dict:
         """The prompt settings, as the stages that build or read prompts name them (options at their defaults left
         out: runs made before an option keep their stage specs)."""
         from rollout.policies.prompt import KEEP_RECENT
@@ -313,7 +297,7 @@ class Pipeline:
             self.close()
 
     # ------------------------------------------------------------ stages
-    def _policy(self, spec: str, temperature: float, top_p: float, max_tokens: int, max_batch: int, seed: int,
+    def policy(self, spec: str, temperature: float, top_p: float, max_tokens: int, max_batch: int, seed: int,
                 step: int | None = None, constrain: bool = False):
         from experiment.evaluate import load_policy
         from tgpo_jax.models.sampler import SamplingParams
@@ -335,7 +319,7 @@ class Pipeline:
             "history_last": self.cfg.history_last, "keep_recent": self.cfg.keep_recent, "page_cut": self.cfg.page_cut}))
 
     @staticmethod
-    def _with_policy(policy, coro):
+    def with_policy(policy, coro):
         async def go():
             try:
                 return await coro
@@ -359,7 +343,7 @@ class Pipeline:
             spec = self.model_dir(self.previous(self.cfg.rounds.behaviour, r))
             constrain = self.cfg.rounds.constrain
         temperature = self.temperature(r)
-        policy = self._policy(spec, temperature, c.top_p, c.max_tokens, c.max_batch, seed, constrain=constrain)
+        policy = self.policy(spec, temperature, c.top_p, c.max_tokens, c.max_batch, seed, constrain=constrain)
         harness = HarnessConfig(max_steps=c.max_steps, step_slack=c.step_slack, budget_tokens=c.budget_tokens,
                                 screenshots=c.screenshots)
         runs, tree_tasks = self.runs(r)
@@ -368,7 +352,7 @@ class Pipeline:
                              harness=harness, progress=self.progress)
         meta = {"split": "train", "locale": self.cfg.env.locale, "round": r, "behaviour": spec,
                 "temperature": temperature}
-        counts = self._with_policy(policy, collect_async(self.env, self.tasks("train"), policy, ccfg, meta=meta))
+        counts = self.with_policy(policy, collect_async(self.env, self.tasks("train"), policy, ccfg, meta=meta))
         if not counts.get("success", 0) + counts.get("failure", 0) + counts.get("skipped", 0):
             raise RuntimeError(f"round {r}: every episode errored ({counts}); the errors are in "
                                f"{self.episodes(r)} and the log above")
@@ -523,58 +507,6 @@ class Pipeline:
             summary["recollected"] = repaired
         return summary
 
-    def build_trajectories(self) -> dict:
-        """Round 1's trajectory pairs for traj_dpo (trees/trajectory_records.py), prompts as the tree dataset's."""
-        from trees.dataset import build_dataset
-
-        bcfg = dataclasses.replace(self.build_config(), values="trajectory", traj_max_pairs=self.cfg.traj.max_pairs,
-                                   traj_max_steps=self.cfg.traj_dpo.data.max_branches)
-        summary = build_dataset([self.episodes(1)], self.traj_dataset(1), bcfg, progress=self.progress)
-        summary["broken_episodes"] = len(summary["broken_episodes"])
-        return {k: summary[k] for k in ("tasks", "episodes", "successful_episodes", "records", "trajectory_pairs",
-                                        "broken_episodes")}
-
-    def collect_search(self) -> dict:
-        """Search the first ``search.tasks`` training tasks with the first seed's SFT model as the proposer
-        (rollout/search/driver.py); resumable by task."""
-        from rollout.harness.runner import HarnessConfig
-        from rollout.recording import iter_episodes
-        from rollout.search.driver import LogprobCritic, SearchConfig, search_collect
-
-        c, s = self.cfg.collect, self.cfg.search
-        sft = self.model_dir(model_name("sft", 1, self.tag(self.seeds[0])))
-        policy = self._policy(sft, s.temperature, c.top_p, c.max_tokens, c.max_batch, c.seed, constrain=s.constrain)
-        harness = HarnessConfig(max_steps=c.max_steps, step_slack=c.step_slack, budget_tokens=c.budget_tokens,
-                                screenshots=c.screenshots)
-        tasks = self.tasks("train")[: s.tasks]
-        counts = self._with_policy(policy, search_collect(
-            self.env, tasks, policy, LogprobCritic(), SearchConfig(s.simulations, s.k, s.c, s.alpha), harness,
-            self.search_episodes(1), seed=c.seed, contexts=c.contexts, progress=self.progress))
-        # the browser budget, beside round 1's: every executed step, replayed prefixes included
-        counts["browser_steps"] = sum(len(e.steps) for e in iter_episodes(self.search_episodes(1)))
-        counts["round1_browser_steps"] = sum(len(e.steps) for e in iter_episodes(self.episodes(1)))
-        return counts
-
-    def build_search(self) -> dict:
-        from trees.dataset import build_dataset
-
-        from tgpo_jax.data.examples import PairConfig, preference_pairs
-        from tgpo_jax.data.io import DatasetReader
-
-        bcfg = dataclasses.replace(self.build_config(), values="mcts")
-        summary = build_dataset([self.search_episodes(1)], self.search_dataset(1), bcfg, progress=self.progress)
-        summary["broken_episodes"] = len(summary["broken_episodes"])
-        theta = self.cfg.search_dpo.data.margin
-        with DatasetReader(self.search_dataset(1)) as reader:
-            usable = sum(bool(preference_pairs(r, PairConfig(margin=theta))) for r in reader)
-        if not usable:  # said here, where it is decided, not as a failed read in search_dpo
-            raise RuntimeError(f"the search gave no node whose edges' values differ by more than theta = {theta} "
-                               f"({summary['records']} nodes with two or more edges run): search more "
-                               "(search.simulations, search.tasks) or lower search_dpo.data.margin")
-        summary["nodes_with_pairs"] = usable
-        return {k: summary[k] for k in ("tasks", "episodes", "successful_episodes", "records", "nodes_with_pairs",
-                                        "broken_episodes")}
-
     def repair_episodes(self, r: int) -> int:
         """Round r's damaged episodes (a summary or steps file changed or cut after the episode was sealed) are
         moved to ``episodes/round<r>/damaged/`` and collected again (the collection's resume runs exactly those,
@@ -622,7 +554,7 @@ class Pipeline:
         from experiment.evaluate import EvalConfig, evaluate_async, format_table
 
         e = self.cfg.eval
-        policy = self._policy(model, e.temperature, e.top_p, e.max_tokens, e.max_batch, 0, step, constrain=e.constrain)
+        policy = self.policy(model, e.temperature, e.top_p, e.max_tokens, e.max_batch, 0, step, constrain=e.constrain)
         ecfg = EvalConfig(out_dir=out_dir, env=self.cfg.env.name, split="test", num_tasks=len(tasks),
                           families=tuple(f for f in self.cfg.tasks.families if f),
                           seeds=tuple(e.seeds), runs=e.runs, contexts=e.contexts, max_steps=e.max_steps,
@@ -630,7 +562,7 @@ class Pipeline:
                           temperature=e.temperature, progress=self.progress, redundancy=e.redundancy)
         meta = {"model": label, "top_p": e.top_p, "max_tokens": e.max_tokens,
                 "prompt_tokens": self.cfg.prompt_tokens, "constrain": bool(e.constrain)}
-        result = self._with_policy(policy, evaluate_async(self.env, tasks, policy, ecfg, meta=meta))
+        result = self.with_policy(policy, evaluate_async(self.env, tasks, policy, ecfg, meta=meta))
         print(format_table(result), file=sys.stderr)
         if not result["episodes"]:
             raise RuntimeError(f"evaluation of {label}: every episode errored ({result['errored']}); the errors are "
@@ -640,25 +572,6 @@ class Pipeline:
     def evaluate(self, name: str) -> dict:
         result = self._evaluate(self.model_dir(name), self.path("eval", name), self.tasks("test"), name)
         return {"mean": result["mean"], "ci95": result["ci95"], "episodes": result["episodes"]}
-
-    def search_evaluate(self, name: str) -> dict:
-        """Agent Q's search at inference (experiment/evaluate.py): ``name`` proposes, its log-probs rank."""
-        from experiment.evaluate import EvalConfig, search_evaluate_async
-        from rollout.search.driver import LogprobCritic, SearchConfig
-
-        e, s = self.cfg.eval, self.cfg.search
-        policy = self._policy(self.model_dir(name), s.temperature, e.top_p, e.max_tokens, e.max_batch, 0,
-                              constrain=s.constrain)
-        tasks = self.tasks("test")[: e.search_tasks]
-        ecfg = EvalConfig(out_dir=self.path("eval-search", name), env=self.cfg.env.name, split="test",
-                          num_tasks=len(tasks), families=tuple(f for f in self.cfg.tasks.families if f),
-                          seeds=tuple(e.seeds), runs=1, contexts=e.contexts, max_steps=e.max_steps,
-                          step_slack=e.step_slack, temperature=s.temperature, progress=self.progress,
-                          redundancy=e.redundancy)
-        meta = {"model": name, "constrain": bool(s.constrain), "prompt_tokens": self.cfg.prompt_tokens}
-        result = self._with_policy(policy, search_evaluate_async(
-            self.env, tasks, policy, LogprobCritic(), SearchConfig(s.simulations, s.k, s.c, s.alpha), ecfg, meta=meta))
-        return {"mean": result["mean"]}
 
     def curve(self, name: str) -> dict:
         """Success of the snapshots of ``name``'s run on the first ``eval.curve_tasks`` held-out tasks."""
