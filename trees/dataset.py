@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from rollout.core import HistoryItem, Task
 from rollout.policies.prompt import KEEP_RECENT, SYSTEM_PROMPT, messages_for
 from rollout.recording import EpisodeRecord, RecordingError, read_steps, read_summary, read_tasks
-from trees.build import (TreeConfig, build_task_graph, canonical, label_conflict_rate, redundant_steps)
+from trees.build import TreeConfig, build_task_graph, label_conflict_rate, redundant_steps
 from trees.graph import StateRef, TaskGraph
 from tgpo_jax.data.schema import Branch, NodeRecord
 
