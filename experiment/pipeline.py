@@ -230,7 +230,9 @@ class Pipeline:
                              (self.path("curves", name),),
                              f"{display_name(name)}: success vs training steps on {c.eval.curve_tasks} tasks"))
         searches = tuple(f"search-{n}" for n in self.search_models())
-        search_spec = {**eval_spec, "search": _plain(c.search), "search_tasks": c.eval.search_tasks}
+        # the search's settings without search.tasks (how many training tasks search_dpo's collection searches)
+        search_spec = {**eval_spec, "search": {k: v for k, v in _plain(c.search).items() if k != "tasks"},
+                       "search_tasks": c.eval.search_tasks}
         for name in self.search_models():
             out.append(Stage(f"search-{name}", lambda n=name: agent_q.search_evaluate(self, n), search_spec, (name,),
                              (self.path("eval-search", name),),

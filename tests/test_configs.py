@@ -250,5 +250,8 @@ def test_search_dpo_searches_with_the_first_seeds_sft_and_trains_dpo_on_its_tree
     assert sa["search-sft"].deps == ("sft",) and sa["search-sft"].spec["search_tasks"] == 5
     assert {"search-sft", "search-dpo"} <= set(sa["report"].deps)
     assert sa["eval-sft"].spec == plain["eval-sft"].spec
+    _, more = plan(methods=("sft", "dpo"), eval=dict(search_models=("sft", "dpo"), search_tasks=5),
+                   search=dict(tasks=99))
+    assert more["search-sft"].spec == sa["search-sft"].spec  # search.tasks is the collection's, not inference's
     with pytest.raises(ValueError, match="eval.search_models"):
         plan(methods=("sft", "dpo"), eval=dict(search_models=("tgpo",)))
