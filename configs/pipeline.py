@@ -26,12 +26,11 @@ from rollout.policies.prompt import KEEP_RECENT
 from experiment.names import MODEL_KINDS, SECTION_METHOD
 from tgpo_jax.data.collate import METHODS, PREFERENCE
 
-TRAINED = MODEL_KINDS  # every training section
 AGENT_Q = ("traj_dpo", "search_dpo")  # Agent Q's baselines: preference methods from SFT on other pairs
 
 
 def _training(preset: str) -> dict:
-    return {m: importlib.import_module(f"configs.{SECTION_METHOD.get(m, m)}").get_config(preset) for m in TRAINED}
+    return {m: importlib.import_module(f"configs.{SECTION_METHOD.get(m, m)}").get_config(preset) for m in MODEL_KINDS}
 
 
 def get_config(preset: str = "default") -> ml_collections.ConfigDict:
@@ -136,7 +135,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     c.pretrain.train.output_dir = "runs/base"
     c.pretrain.data.update(max_prompt_len=32)
     c.pretrain_window = 0  # off by default: 200 steps did not teach copying (BUILD_NOTES.md)
-    for m in TRAINED + ("pretrain",):
+    for m in MODEL_KINDS + ("pretrain",):
         t = c[m]
         t.train.progress = True
         t.train.save_every = 200
@@ -166,7 +165,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c.page_cut = "text_first"
         c.tokenizer.update(vocab_size=2200, id_pieces=200)
         c.sft.data.sft_shortest = True
-        for m in TRAINED:
+        for m in MODEL_KINDS:
             t = c[m]
             t.model.update(circuit_recency=20, circuit_bigram=0.7)
             t.data.update(max_len=c.prompt_tokens + 64, max_prompt_len=c.prompt_tokens, max_completion_len=64)
@@ -188,11 +187,9 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c.pretrain.optim.update(learning_rate=2e-3, warmup_fraction=0.05, schedule="cosine")
         for m in PREFERENCE + AGENT_Q:
             c[m].optim.learning_rate = 2e-4
-        # the trajectory-level baseline as our step-level DPO: the same beta and chosen anchor, one pass
-        c.traj_dpo.loss.update(beta=0.5, rpo_alpha=1.0)
-        c.traj_dpo.train.num_epochs = 1
-        c.search_dpo.loss.update(beta=0.5, rpo_alpha=1.0)  # as step-level DPO on the trees, one pass
-        c.search_dpo.train.num_epochs = 1
+        for m in AGENT_Q:  # the baselines as our step-level DPO on the trees: the same beta and chosen anchor, one pass
+            c[m].loss.update(beta=0.5, rpo_alpha=1.0)
+            c[m].train.num_epochs = 1
         for m in ("dpo", "tgpo"):  # the chosen-branch anchor: DPO 22 -> 42 %, TGPO 24 -> 36 % (BUILD_NOTES.md, issue 16)
             c[m].loss.rpo_alpha = 1.0
             # β 0.1 -> 0.5: seed 1's collapse gone (DPO 24 -> 48 % beside SFT's 46; TGPO 42 = SFT); DPO - SFT over
@@ -217,7 +214,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c.tokenizer.vocab_size = 1000
         c.eval.update(max_steps=6, contexts=2, max_tokens=24)
         c.trees = 2
-        for m in TRAINED:
+        for m in MODEL_KINDS:
             t = c[m]
             t.data.update(max_len=296, max_prompt_len=c.prompt_tokens, max_completion_len=40)
             t.train.update(batch_size=4, num_epochs=1, max_steps=3, progress=False)
@@ -252,6 +249,6 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c.prompt_tokens = 1536
         c.collect.update(max_tokens=128)
         c.eval.update(max_tokens=128)
-        for m in TRAINED:
+        for m in MODEL_KINDS:
             c[m].data.update(max_len=1664, max_prompt_len=c.prompt_tokens, max_completion_len=128)
     return c

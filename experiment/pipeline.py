@@ -13,8 +13,8 @@ ArrayRecord shards, ``launch.train``'s Orbax run, ``launch.export``'s HF directo
 
 Stage bookkeeping (skip / resume / refuse on a changed configuration / --redo) is ``experiment.stages``; the
 configuration's checks ``experiment.pipeline_config``, model names ``experiment.names``, the report and export
-stages ``experiment.outputs``, Agent Q's stages ``experiment.agent_q``. What stays here (≈ 520 lines) is the plan and one method per stage body, so that a
-stage's spec, inputs and outputs read in one place.
+stages ``experiment.outputs``, Agent Q's stages ``experiment.agent_q``. What stays here is the plan and one method
+per stage body, so that a stage's spec, inputs and outputs read in one place.
 Model names: ``sft``, ``dpo``, ``kto``, ``kto_tree``, ``tgpo`` for round 1, ``<method>-r<r>`` for round r ≥ 2, and
 with several training seeds (``train_seeds``) ``<method>-s<seed>``: seed k initialises its own base (from-scratch
 models) or LoRA adapters, shuffles the data with seed k, and its preference methods start from SFT seed k.
@@ -209,7 +209,8 @@ class Pipeline:
                              tuple(f"collect-r{k}" for k in rounds) + tok_deps,
                              (self.dataset(r),), "merged trees, process rewards, node records"))
             if r == 1 and "traj_dpo" in c.methods:  # the same episodes as the trees: the same browser budget
-                out.append(Stage("dataset-traj-r1", lambda: agent_q.build_trajectories(self), {**data_spec, "traj": _plain(c.traj)},
+                out.append(Stage("dataset-traj-r1", lambda: agent_q.build_trajectories(self),
+                                 {**data_spec, "traj": _plain(c.traj)},
                                  ("collect-r1",) + tok_deps, (self.traj_dataset(1),),
                                  "trajectory pairs: successful vs failed episodes of a task"))
             out += self._training_stages(r)
@@ -271,7 +272,8 @@ class Pipeline:
         from rollout.policies.prompt import KEEP_RECENT
 
         c = self.cfg
-        spec = {"prompt_tokens": c.prompt_tokens, "prompt_style": c.prompt_style, "history_thoughts": c.history_thoughts}
+        spec = {"prompt_tokens": c.prompt_tokens, "prompt_style": c.prompt_style,
+                "history_thoughts": c.history_thoughts}
         spec.update({"page_ids": c.page_ids} if c.page_ids != "before" else {})
         spec.update({"history_last": True} if c.history_last else {})
         spec.update({"keep_recent": c.keep_recent} if c.keep_recent != KEEP_RECENT else {})

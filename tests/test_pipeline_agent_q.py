@@ -73,7 +73,8 @@ def test_trajectory_and_search_dpo_run_end_to_end(tmp_path):
     with open(os.path.join(out, "eval", "sft", "eval.json")) as f:
         plain = json.load(f)
     rows = ev["tasks_table"]
-    assert len(rows) == 2 and ev["counts"]["simulations"] == 2 * 8 and [r["task_id"] for r in rows] == plain["task_ids"][:2]
+    assert len(rows) == 2 and ev["counts"]["simulations"] == 2 * 8
+    assert [r["task_id"] for r in rows] == plain["task_ids"][:2]
     for r in rows:
         assert r["success"] >= r["first_success"] and r["browser_steps"] > 0
     won = {e["task_id"]: e["success"] for e in plain["per_seed"][0]["episodes_table"]}

@@ -48,8 +48,6 @@ def pair_episodes(episodes: Sequence[EpisodeRecord], max_pairs: int) -> list[tup
     return [(won[i % len(won)], f) for i, f in enumerate(lost[:max_pairs])]
 
 
-def _steps(ep: EpisodeRecord, task: Task | None, cfg: BuildConfig) -> list[tuple[list[dict], dict]]:
-    return [(step_prompt(task, ep, t, cfg), s) for t, s in enumerate(ep.steps)]
 
 
 def _key(prompt: list[dict], step: dict) -> str:
@@ -76,8 +74,15 @@ def trajectory_records(task_id: str, episodes: Sequence[EpisodeRecord], task: Ta
                        tcfg: TrajectoryConfig = TrajectoryConfig()) -> tuple[list[NodeRecord], Counter]:
     """The records of one task's trajectory pairs, and the counts of pairs kept and left out (by reason)."""
     records, counts = [], Counter()
+    prompted: dict[str, list] = {}  # episode path -> [(prompt, step)]: a success may serve several pairs
+
+    def steps(ep: EpisodeRecord) -> list[tuple[list[dict], dict]]:
+        if ep.path not in prompted:
+            prompted[ep.path] = [(step_prompt(task, ep, t, cfg), s) for t, s in enumerate(ep.steps)]
+        return prompted[ep.path]
+
     for k, (won, lost) in enumerate(pair_episodes(episodes, tcfg.max_pairs)):
-        chosen, rejected = distinct_steps(_steps(won, task, cfg), _steps(lost, task, cfg))
+        chosen, rejected = distinct_steps(steps(won), steps(lost))
         if not rejected:
             counts["no_failed_step"] += 1
             continue
