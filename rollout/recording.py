@@ -167,8 +167,9 @@ def _check_seal(path: str, summary: dict, data: bytes) -> None:
                              f"the summary says {want[:12]}…)")
 
 
-def iter_episodes(out_dir: str, include_errored: bool = False) -> Iterator[EpisodeRecord]:
-    """Sealed episodes of a collection, in task / run order (errored ones only when asked)."""
+def iter_episodes(out_dir: str, include_errored: bool = False, verify: bool = False) -> Iterator[EpisodeRecord]:
+    """Sealed episodes of a collection, in task / run order (errored ones only when asked). ``verify``: each
+    episode's steps are first checked against its seal (RecordingError when they were changed)."""
     root = os.path.join(out_dir, "episodes")
     if not os.path.isdir(root):
         raise RecordingError(f"{out_dir} is not a collection directory (no episodes/)")
@@ -178,7 +179,7 @@ def iter_episodes(out_dir: str, include_errored: bool = False) -> Iterator[Episo
             summary = read_summary(path)
             if summary is None or (summary["status"] == "errored" and not include_errored):
                 continue
-            yield EpisodeRecord(path, summary, read_steps(path))
+            yield EpisodeRecord(path, summary, read_steps(path, summary if verify else None))
 
 
 def write_tasks(out_dir: str, tasks: list[Task]) -> None:
