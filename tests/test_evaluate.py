@@ -188,7 +188,7 @@ def test_cli_clean_oracle_exact_numbers_and_resume(tmp_path):
     assert all(s["collect"].get("skipped") == 2 and "success" not in s["collect"] for s in res2["per_seed"])
     assert res2["mean"] == res["mean"] and res2["per_seed"][0]["episodes"] == 2
     tasks = {t.task_id: t for t in pick(ShopEnv(seed=0))}
-    marked = 0
+    marked = titled = 0
     for e in iter_episodes(os.path.join(out, "seed0")):  # the option SELECTs and the sort are not revisits
         assert redundant_flags(e, tasks[e.task_id]) == [False] * len(e.steps)
         for a, b in zip(e.steps, e.steps[1:]):  # the page marks a set combobox, also one set to its shown value
@@ -198,8 +198,12 @@ def test_cli_clean_oracle_exact_numbers_and_resume(tmp_path):
                 i = next(k for k, ln in enumerate(lines) if ln.startswith(box.split(" ", 1)[1]))
                 assert lines[i + 1] == 'text "chosen"', lines
                 assert b["observation"].count('text "chosen"') == a["observation"].count('text "chosen"') + 1
+                # the title says so once every combobox is set this visit (after the third SELECT), not before
+                done = b["observation"].count('text "chosen"') == b["observation"].count("] combobox ")
+                assert lines[1].endswith("(all options chosen)") == done and lines[1].startswith("Title: "), lines
                 marked += 1
-    assert marked == 3  # color, model and count ("1 pack", the shown value) in the webshop task
+                titled += done
+    assert marked == 3 and titled == 1  # color, model and count ("1 pack", the shown value) in the webshop task
     bad = _cli(f"--model={tmp_path / 'nowhere'}", f"--out={out}-bad")
     assert bad.returncode != 0 and "cannot load a policy from" in bad.stderr and "nowhere" in bad.stderr
     assert not os.path.exists(f"{out}-bad")

@@ -10,6 +10,7 @@ import random
 import re
 import urllib.error
 import urllib.request
+from html import escape
 from html.parser import HTMLParser
 from urllib.parse import urlencode, urljoin, urlsplit
 
@@ -301,6 +302,11 @@ def test_sessions_cart_checkout_order_flow(env):
     status, _, body, _ = fetch(env.origin + f"/item/{p.id}?q=x", a)
     assert status == 200 and "Buy Now" in body and "Add to cart" in body and "Back to search" in body
     assert f'aria-label="{env.catalog.option_label(s1)}"' in body
+    # the title says "all options chosen" once every combobox is set (in the browser), at once without options
+    assert f"<title>{escape(p.title)}</title>" in body and body.count("all options chosen") == len(p.options)
+    bare = next(q for q in env.catalog.products if not q.options)
+    _, _, body, _ = fetch(env.origin + f"/item/{bare.id}", a)
+    assert f"<title>{escape(bare.title)} (all options chosen)</title>" in body
     status, _, _, headers = fetch(env.origin + "/add?" + urlencode({"item": p.id, s1: v1, s2: v2}), a, follow=False)
     assert status == 303 and headers["Location"] == "/added?" + urlencode({"item": p.id, s1: v1, s2: v2})
     status, url, body, _ = fetch(env.origin + "/add?" + urlencode({"item": p.id, s1: v1, s2: v2}), a)

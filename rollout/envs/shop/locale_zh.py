@@ -111,7 +111,7 @@ LABELS = {
     "results_for": "“{q}” 的搜索结果：共 {n} 件", "no_results": "没有找到与 “{q}” 相关的商品。",
     "buy_now": "立即购买", "add_to_cart": "加入购物车", "back_to_search": "返回搜索", "price": "价格",
     "rating": "评分", "reviews": "条评价", "features": "特点", "description": "商品描述",
-    "added": "已将 {title} 加入购物车", "chosen": "已选", "sorted": "已排序", "view_cart": "查看购物车", "continue": "继续购物",
+    "added": "已将 {title} 加入购物车", "chosen": "已选", "all_chosen": "选项已选齐", "sorted": "已排序", "view_cart": "查看购物车", "continue": "继续购物",
     "cart_title": "购物车", "cart_empty": "购物车是空的。", "quantity": "数量", "remove": "删除", "checkout": "结算",
     "checkout_title": "结算", "full_name": "姓名", "address": "地址", "place_order": "提交订单",
     "checkout_error": "请填写姓名和地址。", "order_title": "订单 #{n} 已确认", "order_thanks": "感谢您的购买！",

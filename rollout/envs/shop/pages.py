@@ -1,10 +1,12 @@
-"""HTML of the shop's pages: hermetic (inline CSS, no scripts, no external assets), plain links and GET forms.
+"""HTML of the shop's pages: hermetic (inline CSS, inline event handlers, no script files or external assets), plain
+links and GET forms.
 
 Every page has the header: link "Home", the search box (text input, aria-label "Search") with button "Search",
 and link "Cart". Names below are the English labels; the ``zh`` locale uses ``locale_zh.LABELS``.
 """
 from __future__ import annotations
 
+import json
 from html import escape
 from urllib.parse import urlencode
 
@@ -17,7 +19,7 @@ LABELS_EN = {
     "prev": "< Prev", "page_of": "Page {i} of {n}", "results_for": "{n} results for \u201c{q}\u201d",
     "no_results": "No products match \u201c{q}\u201d.", "buy_now": "Buy Now", "add_to_cart": "Add to cart",
     "back_to_search": "Back to search", "price": "Price", "rating": "Rating", "reviews": "reviews",
-    "features": "Features", "chosen": "chosen", "sorted": "sorted", "description": "Description", "added": "Added {title} to your cart",
+    "features": "Features", "chosen": "chosen", "all_chosen": "all options chosen", "sorted": "sorted", "description": "Description", "added": "Added {title} to your cart",
     "view_cart": "View cart", "continue": "Continue shopping", "cart_title": "Your cart",
     "cart_empty": "Your cart is empty.", "quantity": "Quantity", "remove": "Remove", "checkout": "Checkout",
     "checkout_title": "Checkout", "full_name": "Full name", "address": "Address", "place_order": "Place order",
@@ -117,6 +119,13 @@ def results(L, locale, catalog, sp) -> str:
 
 
 def item(L, locale, catalog, p, q: str | None, sort: str, page: int) -> str:
+    # the page title says when every combobox has been set this visit (a product without options says so at once):
+    # the policy's prompt always keeps the title line, the "chosen" marks are text that a long page loses, and without
+    # it the SFT model did not tell the product page after its last SELECT from the one before (BUILD_NOTES.md)
+    done = f"{p.title} ({L['all_chosen']})"
+    mark = (f"this.nextElementSibling.textContent={json.dumps(L['chosen'])};"
+            f"if([...this.form.querySelectorAll('span.chosen')].every(e=>e.textContent))"
+            f"document.title={json.dumps(done)}")
     selects = []
     for slug, values in p.options:
         lab = catalog.option_label(slug)
@@ -124,7 +133,7 @@ def item(L, locale, catalog, p, q: str | None, sort: str, page: int) -> str:
                        for i, v in enumerate(values))
         selects.append(f"<div class=\"opt\"><label for=\"opt-{slug}\">{escape(lab)}</label> "
                        f"<select id=\"opt-{slug}\" name=\"{slug}\" aria-label=\"{escape(lab)}\" "
-                       f"onchange=\"this.nextElementSibling.textContent={escape(repr(L['chosen']))}\">{opts}</select>"
+                       f"onchange=\"{escape(mark)}\">{opts}</select>"
                        "<span class=\"chosen\"></span></div>")
     hidden = f"<input type=\"hidden\" name=\"item\" value=\"{p.id}\">"
     if q is not None:
@@ -140,7 +149,7 @@ def item(L, locale, catalog, p, q: str | None, sort: str, page: int) -> str:
             f"<button type=\"submit\" formaction=\"/add\">{escape(L['add_to_cart'])}</button></form>"
             f"<h2>{escape(L['features'])}</h2><ul>{feats}</ul>"
             f"<h2>{escape(L['description'])}</h2><p>{escape(p.description)}</p>")
-    return layout(L, p.title, body, q=q or "", locale=locale)
+    return layout(L, p.title if p.options else done, body, q=q or "", locale=locale)
 
 
 def _opts_text(catalog, options: dict) -> str:
