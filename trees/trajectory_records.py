@@ -48,8 +48,6 @@ def pair_episodes(episodes: Sequence[EpisodeRecord], max_pairs: int) -> list[tup
     return [(won[i % len(won)], f) for i, f in enumerate(lost[:max_pairs])]
 
 
-
-
 def _key(prompt: list[dict], step: dict) -> str:
     return json.dumps([prompt, step["output"]], sort_keys=True)
 
