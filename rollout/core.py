@@ -248,8 +248,9 @@ class Environment(abc.ABC):
         return None
 
     def typed_strings(self, task: Task) -> dict[str, str]:
-        """The strings of ``task``'s instruction that its solution types, each with its kind ("query", "name", ...):
-        what copy-swap augmentation may replace by another string of the same kind. Default: none known."""
+        """The strings of ``task``'s instruction that its solution types (or names, as the shop's option names),
+        each with its kind ("query", "name", "option", ...): what copy-swap augmentation may replace by another string
+        of the same kind. Default: none known."""
         return {}
 
     def essential_query_params(self) -> Mapping[str, Sequence[str]] | None:

@@ -73,3 +73,39 @@ def test_swap_needs_a_reference_it_can_compute(tmp_path):
     c = tiny_config(work, "dpo", tmp_path / "x", **{"data.copy_swap": 0.5, "loss.reference": "precomputed"})
     with pytest.raises(ValueError, match="copy_swap"):
         loop.train(c)
+
+
+def test_swap_never_puts_in_a_string_the_prompt_already_holds():
+    node = _node(query="red tent")
+    node.prompt[1]["content"] += '\n[3] link "blue kayak"'
+    seen = {swap_copies(node, POOLS, np.random.default_rng(s), 1.0).branches[0].action.rsplit("[", 1)[1]
+            for s in range(60)}
+    assert seen == {"green stove]", "wool socks]"}  # "blue kayak" is on the page: it would be two things of one
+    crowded = _node(query="red tent")
+    crowded.prompt[1]["content"] += "\nblue kayak, green stove, wool socks"
+    assert swap_copies(crowded, POOLS, np.random.default_rng(0), 1.0) is crowded  # nothing free: left as it is
+
+
+def test_copy_spans_name_the_combobox_a_successful_select_sets():
+    from rollout.core import Task
+    from trees.dataset import copy_spans
+
+    task = Task("t0", "shop", "webshop", "i am looking for [oak desk] with size [large], color [red]", "/", 6,
+                "train", {})
+    page = ('[2] textbox "Search" value="oak desk"\n[6] combobox "size" value="small" options=["small","large"]\n'
+            '[7] combobox "color" value="red" options=["red","blue"]\n[8] combobox "finish" value="matte"\n'
+            '[9] button "Buy Now"')
+
+    def branch(out, n_success):
+        return Branch(out, "", 1.0, RW, 2, n_success, 2 - n_success, n_success > 0, n_success > 0)
+
+    good = branch('Thought: Set combobox "size"[6] to size [large].\nCommand: SELECT [6] [large]', 2)
+    failed = branch('Thought: Set combobox "color"[7] to color [blue].\nCommand: SELECT [7] [blue]', 0)
+    unnamed = branch('Thought: Set combobox "finish"[8] to finish [gloss].\nCommand: SELECT [8] [gloss]', 1)
+    typed = branch("Thought: Type for [oak desk].\nCommand: TYPE [2] [oak desk]", 1)
+    # the set combobox's name, kind from the environment when it names one; a failed branch's and a name the
+    # task does not write ("finish") are not copies
+    assert copy_spans([good, failed, unnamed, typed], task, {"oak desk": "query"}, page) == [
+        {"text": "size", "kind": "option"}, {"text": "oak desk", "kind": "query"}]
+    assert copy_spans([good], task, {"size": "dim"}, page) == [{"text": "size", "kind": "dim"}]
+    assert copy_spans([good], task, {}) == []  # no page: no element names

@@ -1,6 +1,7 @@
 """Trees from real oracle episodes on the shop, with mistakes switched on (docs/method.md §2–§6 end to end)."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -42,8 +43,14 @@ def test_shop_trees_have_conflicts_and_pairs_that_point_at_success(noisy_episode
     summary = json.loads(r.stdout[r.stdout.index("{"):])
     assert summary["label_conflict_rate"] > 0 and summary["merged_by_sequence"] > 0
     assert summary["nodes"] < summary["states"]  # runs share states
-    pairs, rate_w, rate_l = 0, 0.0, 0.0
+    pairs, rate_w, rate_l, sets = 0, 0.0, 0.0, 0
     for node in DatasetReader(str(tmp_path / "ds")):
+        task_line = node.prompt[-1]["content"].split("\n", 1)[0]
+        for b in node.branches:  # the name of a combobox a successful branch sets is a copy (copy-swap may swap it)
+            m = re.match(r'Thought: Set combobox "([^"]+)"', b.action)
+            if m and b.n_success > 0 and f" {m.group(1)} [" in task_line:
+                assert {"text": m.group(1), "kind": "option"} in node.meta["copy"], (node.node_id, node.meta)
+                sets += 1
         for p in preference_pairs(node):
             w, l = node.branches[p.chosen], node.branches[p.rejected]
             assert w.q > l.q and p.weight > 0
@@ -56,7 +63,8 @@ def test_shop_trees_have_conflicts_and_pairs_that_point_at_success(noisy_episode
             rate_w += sw
             rate_l += sl
             pairs += 1
-    assert pairs > 0 and summary["pairs_jsonl"]["pairs"] == pairs
+    assert pairs > 0 and summary["pairs_jsonl"]["pairs"] == pairs and sets > 0
+    assert summary["copy_pools"]["option"] and summary["copy_nodes"] >= sets
     assert rate_w > rate_l  # over all pairs, chosen branches succeed more often
     with open(tmp_path / "pairs.jsonl") as f:
         row = json.loads(f.readline())

@@ -11,8 +11,8 @@ Broken episodes (unreadable or truncated files, a step count that disagrees with
 path and skipped; test-split tasks are refused unless asked for, so held-out tasks never reach training data.
 
 Copy spans (for copy-swap augmentation, ``tgpo_jax.data.augment``): a node whose successful branch types a string
-of the task's instruction records it in ``meta["copy"]`` as ``{"text", "kind"}`` (kinds from the environment's
-``typed_strings``, else "text"), and the manifest's ``copy_pools`` lists, per kind, the training strings a swap may
+of the task's instruction, or sets a combobox the instruction names, records the string or the name in
+``meta["copy"]`` as ``{"text", "kind"}`` (kinds from the environment's ``typed_strings``, else "text" / "option"), and the manifest's ``copy_pools`` lists, per kind, the training strings a swap may
 put in its place (the caller's pools, e.g. every training task of the environment, else the collected tasks').
 """
 from __future__ import annotations
@@ -199,11 +199,17 @@ def step_prompt(task: Task | None, ep: EpisodeRecord, t: int, cfg: BuildConfig) 
                         keep_recent=cfg.keep_recent, page_cut=cfg.page_cut)
 
 
-def copy_spans(branches: Sequence[Branch], task: Task | None, kinds: dict[str, str]) -> list[dict]:
-    """``{"text", "kind"}`` of each string a successful branch types that the instruction holds (first seen first)."""
+def copy_spans(branches: Sequence[Branch], task: Task | None, kinds: dict[str, str], page: str = "") -> list[dict]:
+    """``{"text", "kind"}`` of each string a successful branch types that the instruction holds, and of the name of
+    each combobox a successful branch sets when the instruction names it too (first seen first).
+
+    Why the combobox's name: a thought that sets an option repeats it (``Set combobox "size"[6] to size [20 oz]``,
+    docs/method.md §1), and with few names in the data a small model wrote the commonest one, "color", whatever the
+    combobox; swapping the name (copy-swap, ``tgpo_jax.data.augment``) leaves copying it the only rule that fits."""
     from rollout.commands import parse_output
     from rollout.core import ActionError
 
+    names = {i: name for (role, name), i in page_ids(page).items() if role == "combobox"} if page else {}
     out: dict[str, str] = {}
     for b in branches:
         if task is None or b.n_success <= 0:
@@ -214,6 +220,9 @@ def copy_spans(branches: Sequence[Branch], task: Task | None, kinds: dict[str, s
             continue
         if cmd.name == "TYPE" and cmd.arg and cmd.arg in task.instruction:
             out.setdefault(cmd.arg, kinds.get(cmd.arg, "text"))
+        name = names.get(cmd.id) if cmd.name == "SELECT" else None
+        if name and re.search(rf"(?<![^\W_]){re.escape(name)}(?![^\W_])", task.instruction):
+            out.setdefault(name, kinds.get(name, "option"))
     return [{"text": t, "kind": k} for t, k in out.items()]
 
 
@@ -251,7 +260,7 @@ def node_records(graph: TaskGraph, episodes: list[EpisodeRecord], task: Task | N
         meta = {"url": node.url, "norm_url": node.norm_url, "depth": depth.get(nid), "n_states": len(node.states),
                 "is_root": nid == graph.root, "split": first.get("split"), "env": first.get("env"),
                 "family": first.get("family"), "phash": node.phash}
-        copies = copy_spans(out, task, kinds or {})
+        copies = copy_spans(out, task, kinds or {}, rep_step["observation"])
         if copies:
             meta["copy"] = copies
         records.append(NodeRecord(task_id=graph.task_id, node_id=nid, prompt=prompt, branches=out, meta=meta))

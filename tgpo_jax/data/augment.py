@@ -8,7 +8,9 @@ string is, with probability ``prob``, replaced by a random string of the same ki
 ``copy_pools`` — in every prompt message and every branch — so each epoch shows new strings at the same places.
 
 Replacement is whole-token (no letter or digit directly before or after the match), so "tent" never rewrites
-"content". Pure: no I/O, the caller passes the generator (grain's per-element ``random_map`` generator).
+"content", and a replacement is never a string the node's prompt already holds. Kinds: what the environment's ``typed_strings``
+names (queries, titles, names, addresses; the shop's option names, "size" -> "scent" in the task, on the page and in
+the thought alike). Pure: no I/O, the caller passes the generator (grain's per-element ``random_map`` generator).
 """
 from __future__ import annotations
 
@@ -21,6 +23,12 @@ import numpy as np
 from tgpo_jax.data.schema import NodeRecord
 
 
+# Draws per string for a replacement that the node does not already hold. Why: a string already on the page would
+# make two things of one (a second combobox "color" beside the one that was "size"); after that many draws that
+# all collide, the string is left as it is.
+_DRAWS = 8
+
+
 def _pattern(texts) -> re.Pattern:
     """Any of ``texts`` (longest first), not glued to a letter or digit on either side."""
     alts = "|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True))
@@ -31,14 +39,16 @@ def swap_copies(node: NodeRecord, pools: Mapping[str, Sequence[str]], rng: np.ra
                 prob: float) -> NodeRecord:
     """``node`` with each copied string replaced (probability ``prob``) by another string of its kind."""
     subs = {}
+    text = "\n".join(m["content"] for m in node.prompt)
     for c in node.meta.get("copy", ()):
         pool = pools.get(c["kind"]) or ()
         if len(pool) < 2 or rng.random() >= prob:
             continue
-        new = c["text"]
-        while new == c["text"]:
+        for _ in range(_DRAWS):
             new = pool[int(rng.integers(len(pool)))]
-        subs[c["text"]] = new
+            if new != c["text"] and not _pattern([new]).search(text):
+                subs[c["text"]] = new
+                break
     if not subs:
         return node
     pat = _pattern(subs)

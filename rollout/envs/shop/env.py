@@ -105,7 +105,7 @@ class ShopEnv(Environment):
         return self._planner.mistake(task, obs, memory, rng)
 
     def typed_strings(self, task: Task) -> dict[str, str]:
-        return typed_strings(task)
+        return typed_strings(task, self.catalog)
 
     def essential_query_params(self) -> Mapping[str, Sequence[str]]:
         """Query parameters that identify a page, per path ("*" matches one path segment):

@@ -261,15 +261,19 @@ def typed(text: str) -> str:
     return f"[{text}]"
 
 
-def typed_strings(task: Task) -> dict[str, str]:
-    """Text -> kind of every string the task's solution types, each quoted in its instruction."""
+def typed_strings(task: Task, catalog=None) -> dict[str, str]:
+    """Text -> kind of every string the task's solution types, each quoted in its instruction, and (with the
+    ``catalog``) of the name of every option it sets, as the instruction and the combobox write it ("option")."""
     g = task.goal
+    opts = ([*g.get("goal_options", {})] if task.family == "webshop" else
+            [k for it in g.get("items", ()) for k in it["options"]] if task.family == "multi_cart" else [])
+    names = {catalog.option_label(k): "option" for k in opts} if catalog is not None else {}
     if task.family == "procedure":
         return {g["query"]: "query"}
     if task.family == "webshop":
-        return {g["search"]: "query"}
+        return {g["search"]: "query", **names}
     if task.family == "multi_cart":
-        return {**{it["title"]: "title" for it in g["items"]}, g["name"]: "name", g["address"]: "address"}
+        return {**{it["title"]: "title" for it in g["items"]}, g["name"]: "name", g["address"]: "address", **names}
     return {}
 
 
