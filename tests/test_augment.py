@@ -1,5 +1,6 @@
 """Copy-swap augmentation: consistent whole-token replacement, and a resumable stream with new strings per epoch."""
 import os
+import re
 
 import numpy as np
 import pytest
@@ -109,3 +110,19 @@ def test_copy_spans_name_the_combobox_a_successful_select_sets():
         {"text": "size", "kind": "option"}, {"text": "oak desk", "kind": "query"}]
     assert copy_spans([good], task, {"size": "dim"}, page) == [{"text": "size", "kind": "dim"}]
     assert copy_spans([good], task, {}) == []  # no page: no element names
+
+
+def test_shop_typed_strings_name_every_option_a_task_sets():
+    """Copy-swap's kinds (trees.dataset.copy_spans): the option names a task's SELECTs set, as the task and the
+    combobox write them (kind "option"), beside the strings it types."""
+    from rollout.envs.shop.env import ShopEnv
+
+    env = ShopEnv()  # tasks and catalog only: no server
+    for t in [t for t in env.tasks("train") if t.family != "procedure"][:200]:
+        kinds = env.typed_strings(t)
+        opts = t.goal["goal_options"] if t.family == "webshop" else {
+            k: v for it in t.goal["items"] for k, v in it["options"].items()}
+        assert {s for s, k in kinds.items() if k == "option"} == {env.catalog.option_label(k) for k in opts}
+        assert all(re.search(rf"\b{re.escape(s)} \[", t.instruction) for s, k in kinds.items() if k == "option")
+        assert {k for k in kinds.values()} - {"option"} == ({"query"} if t.family == "webshop" else
+                                                            {"title", "name", "address"})

@@ -12,8 +12,9 @@ path and skipped; test-split tasks are refused unless asked for, so held-out tas
 
 Copy spans (for copy-swap augmentation, ``tgpo_jax.data.augment``): a node whose successful branch types a string
 of the task's instruction, or sets a combobox the instruction names, records the string or the name in
-``meta["copy"]`` as ``{"text", "kind"}`` (kinds from the environment's ``typed_strings``, else "text" / "option"), and the manifest's ``copy_pools`` lists, per kind, the training strings a swap may
-put in its place (the caller's pools, e.g. every training task of the environment, else the collected tasks').
+``meta["copy"]`` as ``{"text", "kind"}`` (kinds from the environment's ``typed_strings``, else "text" / "option"),
+and the manifest's ``copy_pools`` lists, per kind, the training strings a swap may put in its place (the caller's
+pools, e.g. every training task of the environment, else the collected tasks').
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from rollout.policies.prompt import KEEP_RECENT, SYSTEM_PROMPT, messages_for
 from rollout.recording import EpisodeRecord, RecordingError, read_steps, read_summary, read_tasks
 from trees.build import TreeConfig, build_task_graph, label_conflict_rate, redundant_steps
 from trees.graph import StateRef, TaskGraph
+from tgpo_jax.data.augment import whole_token
 from tgpo_jax.data.schema import Branch, NodeRecord
 
 log = logging.getLogger(__name__)
@@ -222,7 +224,7 @@ def copy_spans(branches: Sequence[Branch], task: Task | None, kinds: dict[str, s
         if cmd.name == "TYPE" and cmd.arg and cmd.arg in task.instruction:
             out.setdefault(cmd.arg, kinds.get(cmd.arg, "text"))
         name = names.get(cmd.id) if cmd.name == "SELECT" else None
-        if name and re.search(rf"(?<![^\W_]){re.escape(name)}(?![^\W_])", task.instruction):
+        if name and whole_token([name]).search(task.instruction):
             out.setdefault(name, kinds.get(name, "option"))
     return [{"text": t, "kind": k} for t, k in out.items()]
 

@@ -8,9 +8,10 @@ string is, with probability ``prob``, replaced by a random string of the same ki
 ``copy_pools`` — in every prompt message and every branch — so each epoch shows new strings at the same places.
 
 Replacement is whole-token (no letter or digit directly before or after the match), so "tent" never rewrites
-"content", and a replacement is never a string the node's prompt already holds. Kinds: what the environment's ``typed_strings``
-names (queries, titles, names, addresses; the shop's option names, "size" -> "scent" in the task, on the page and in
-the thought alike). Pure: no I/O, the caller passes the generator (grain's per-element ``random_map`` generator).
+"content", and a replacement is never a string the node's prompt already holds. Kinds: what the environment's
+``typed_strings`` names (queries, titles, names, addresses; the shop's option names, "size" -> "scent" in the task,
+on the page and in the thought alike). Pure: no I/O, the caller passes the generator (grain's per-element
+``random_map`` generator).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from tgpo_jax.data.schema import NodeRecord
 _DRAWS = 8
 
 
-def _pattern(texts) -> re.Pattern:
+def whole_token(texts) -> re.Pattern:
     """Any of ``texts`` (longest first), not glued to a letter or digit on either side."""
     alts = "|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True))
     return re.compile(r"(?<![^\W_])(?:" + alts + r")(?![^\W_])")
@@ -46,12 +47,12 @@ def swap_copies(node: NodeRecord, pools: Mapping[str, Sequence[str]], rng: np.ra
             continue
         for _ in range(_DRAWS):
             new = pool[int(rng.integers(len(pool)))]
-            if new != c["text"] and not _pattern([new]).search(text):
+            if new != c["text"] and not whole_token([new]).search(text):
                 subs[c["text"]] = new
                 break
     if not subs:
         return node
-    pat = _pattern(subs)
+    pat = whole_token(subs)
 
     def sub(s: str) -> str:  # one pass: a replacement is never rewritten by another
         return pat.sub(lambda m: subs[m.group(0)], s)
