@@ -2,7 +2,9 @@
 import pytest
 
 from rollout.commands import parse_output
-from rollout.policies.constrain import OutputGrammar, StepStrings, _piece_table, quoted_strings, token_bounds
+from rollout.core import Element, HistoryItem, Observation, PolicyRequest, Task
+from rollout.policies.constrain import (OutputGrammar, StepStrings, _piece_table, quoted_strings, step_strings,
+                                        token_bounds)
 
 STEP = StepStrings(ids=frozenset({"2", "3", "6", "7", "9"}), options={"6": ("XS", "S", "M"), "7": ("red", "blue")},
                    typed=frozenset({"oil free face moisturizer", "Noah Rossi"}))
@@ -44,6 +46,42 @@ def test_grammar_on_hand_worked_outputs(text, viable, complete):
     assert g.viable(text) is viable and g.complete(text) is complete
     if complete:
         parse_output(text)  # what the grammar completes, the harness's parser accepts
+
+
+NAMED = StepStrings(ids=STEP.ids, options=STEP.options, typed=STEP.typed, names={"6": "size", "7": "color"})
+
+
+@pytest.mark.parametrize("text,viable", [
+    ('Thought: Set combobox "size"[6] to si', True),
+    ('Thought: Set combobox "size"[6] to color [', False),  # another option's name: its value's copy starts there
+    ('Thought: Set combobox "size"[6] to size [M', True),
+    ('Thought: Set combobox "size"[6] to size [red', False),  # the other combobox's option
+    ('Thought: Set combobox "size"[6] to size [M].\nCommand: SELECT [6] [M]', True),
+    ('Thought: Set combobox "wei', False),  # no combobox of that name on the page
+    ('Thought: Set combobox "col', True),
+    ('Thought: Click button "Buy Now"[9].\nCommand: CLICK [9]', True),  # names no combobox
+    ('Thought: Set combobox "size"[6] to size [M].\nCommand: SELECT [6] [S', False),  # not the value it set
+])
+def test_a_setting_names_its_combobox_and_one_of_its_options(text, viable):
+    assert OutputGrammar(NAMED).viable(text) is viable
+
+
+def test_a_combobox_set_on_this_page_is_not_named_again():
+    task = Task("t", "shop", "webshop", "buy [mug] with size [M], color [red]", "/", 5, "test")
+    page = Observation("/item/1", "Mug", "", (Element("6", "combobox", "size", options=("S", "M")),
+                                               Element("7", "combobox", "color", options=("red", "blue")),
+                                               Element("9", "button", "Buy Now")))
+
+    def grammar(*commands, error=None):
+        history = tuple(HistoryItem(c, "", error if i == len(commands) - 1 else None) for i, c in enumerate(commands))
+        return OutputGrammar(step_strings(PolicyRequest(task, page, history, len(history), "t/0", 0)))
+
+    # the trailing SELECTs set size on this page: only color is left to name
+    g = grammar("CLICK [4]", "SELECT [6] [M]")
+    assert not g.viable('Thought: Set combobox "size') and g.viable('Thought: Set combobox "color"[7] to color [red]')
+    assert not grammar("CLICK [4]", "SELECT [6] [M]", "SELECT [7] [red]").viable('Thought: Set combobox "c')
+    assert grammar("SELECT [6] [M]", "CLICK [4]").viable('Thought: Set combobox "size')  # a click left the page
+    assert grammar("SELECT [6] [M]", error="element_not_found").viable('Thought: Set combobox "size')
 
 
 def test_select_is_not_offered_on_a_page_without_options():

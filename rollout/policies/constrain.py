@@ -14,7 +14,12 @@ group the model writes must be a string the step offers, as it writes it:
 - the command acts on the element its own thought names: when the thought holds element ids (``Click button
   "Buy Now"[9].``), the command's element is one of them. Why: a trained model may decide right in the thought and
   then write another element's id in the command (a combobox's ``[8]`` after ``"Buy Now"[9]``, from the many SELECTs
-  on product pages), and the step then does something the model did not decide.
+  on product pages), and the step then does something the model did not decide;
+- a thought that sets a combobox names it as the oracle's thoughts do: ``combobox "size"`` is one of the page's
+  comboboxes, not one the trailing SELECT steps already set on this page, and after its id and ``to`` come its own
+  name and one of its options (``Set combobox "size"[6] to size [M]``). Why: the from-scratch model wrote another
+  option's name there, so the value's copy started at that option's place in the task, and it set the same
+  comboboxes again and again to the step limit (held-out SFT 44 -> 54 % with both rules, BUILD_NOTES.md, issue 16).
 
 Which string, which element and which verb remain the model's choice (the likeliest allowed token at each step,
 the same as WebShop's baselines choosing among the page's available actions). Used only at decoding (evaluation,
@@ -27,7 +32,8 @@ import functools
 import re
 from typing import Callable, Iterable
 
-from rollout.core import COMMANDS, PolicyRequest
+from rollout.commands import parse_command
+from rollout.core import COMMANDS, ActionError, PolicyRequest
 
 # element id groups and free-text groups per verb ("id", then the argument's kind)
 _GROUPS = {"CLICK": ("id",), "CLEAR": ("id",), "TYPE": ("id", "typed"), "SELECT": ("select", "option"),
@@ -42,6 +48,8 @@ class StepStrings:
     ids: frozenset[str]
     options: dict[str, tuple[str, ...]]  # element id -> options
     typed: frozenset[str]  # the task's quoted strings
+    names: dict[str, str] = dataclasses.field(default_factory=dict)  # element id -> name, for those with options
+    set_here: frozenset[str] = frozenset()  # the comboboxes the last steps' SELECTs set on this page (their names)
 
 
 class _Pool:
@@ -80,10 +88,29 @@ def quoted_strings(instruction: str) -> frozenset[str]:
                      if s.strip())
 
 
+def _set_here(history, elements) -> frozenset[str]:
+    """The names of the comboboxes that the trailing run of SELECT steps set (those that raised no error): a SELECT
+    does not leave the page, so they were all set on the page the agent is on."""
+    names = {e.id: e.name for e in elements if e.options}
+    out = set()
+    for item in reversed(history):
+        try:
+            cmd = parse_command(item.command)
+        except ActionError:
+            break
+        if cmd.name != "SELECT":
+            break
+        if not item.error and cmd.id in names:
+            out.add(names[cmd.id])
+    return frozenset(out)
+
+
 def step_strings(request: PolicyRequest) -> StepStrings:
     els = request.observation.elements
     return StepStrings(ids=frozenset(e.id for e in els),
                        options={e.id: tuple(e.options) for e in els if e.options},
+                       names={e.id: e.name for e in els if e.options and e.name},
+                       set_here=_set_here(request.history, els),
                        typed=quoted_strings(request.task.instruction))
 
 
@@ -97,6 +124,10 @@ class OutputGrammar:
         self.selects = _Pool(strings.options)  # SELECT acts on an element with options
         self.typed = _Pool(strings.typed, split) if strings.typed else None
         self.options = {i: _Pool(o, split) for i, o in strings.options.items()}
+        self.names, self.split = strings.names, split
+        # the comboboxes a thought may name: the page's, less those set on this page already (oracle.py sets each
+        # once per visit; a model that set one again looped over them to the step limit, BUILD_NOTES.md, issue 16)
+        self.boxes = _Pool(n for n in set(strings.names.values()) if n not in strings.set_here)
         self.all_options = _Pool(all_options, split)
         text = _Pool(strings.typed | set(all_options), split)
         self.any = _Pool(strings.ids | text.strings)
@@ -129,13 +160,53 @@ class OutputGrammar:
                 group += ch
                 if ch == "\n" or group not in self.any.prefixes:
                     return False
-        return group is None or group in self.any.ends
+        return (group is None or group in self.any.ends) and self._boxes(text) and self._setting(text)
+
+    def _boxes(self, text: str) -> bool:
+        """Each ``combobox "…"`` of the thought names one of the page's comboboxes, not one set on this page."""
+        if not self.names:
+            return True
+        for m in re.finditer(r'combobox "([^"\n]*)("?)', text):
+            if m.group(1) not in (self.boxes.strings if m.group(2) else self.boxes.prefixes):
+                return False
+        return True
+
+    _SET = re.compile(r'"[^"\n]*"\[([^\[\]\n]+)\] to ')
+
+    def _setting(self, text: str) -> bool:
+        """After a combobox's id and ``to`` (``Set combobox "size"[6] to ``), the thought names that combobox again
+        and one of its options (``size [M]``), as the oracle's thoughts do. Why: the from-scratch model wrote another
+        option's name there (``"count"[8] to color [``), and the value's copy then starts at that option's place in
+        the task (BUILD_NOTES.md, issue 16)."""
+        for m in self._SET.finditer(text):
+            name = self.names.get(m.group(1))
+            if not name:
+                continue
+            lead, rest = name + " [", text[m.end():]
+            if len(rest) <= len(lead):
+                if not lead.startswith(rest):
+                    return False
+                continue
+            if not rest.startswith(lead):
+                return False
+            value = rest[len(lead):]
+            end = value.find("]")
+            pool = self.options[m.group(1)]
+            if (value if end < 0 else value[:end]) not in (pool.ends if end < 0 else pool.strings):
+                return False
+        return True
 
     def _named(self, thought: str) -> frozenset[str]:
         """The page's element ids the thought names (its closed ``[...]`` groups that are ids)."""
         return frozenset(g for g in re.findall(r"\[([^\[\]\n]*)\]", thought) if g in self.ids.strings)
 
-    def _command(self, body: str, named: frozenset[str] = frozenset()) -> tuple[bool, bool]:
+    def _settings(self, thought: str) -> dict[str, str]:
+        """The values the thought sets its comboboxes to (``"size"[6] to size [M]`` -> {"6": "M"})."""
+        return {m.group(1): m.group(2) for m in re.finditer(r'"[^"\n]*"\[([^\[\]\n]+)\] to [^\[\n]*\[([^\[\]\n]+)\]',
+                                                              thought) if m.group(1) in self.names}
+
+    def _command(self, body: str, named: frozenset[str] = frozenset(),
+                 settings: dict[str, str] | None = None) -> tuple[bool, bool]:
         """(viable, complete) of the text after ``Command:``; ``named``: the element ids the thought names."""
         s = body[1:] if body.startswith(" ") else body
         m = re.match(r"[A-Za-z_]*", s)
@@ -169,6 +240,8 @@ class OutputGrammar:
             pool = self._pool(kinds[len(groups)], groups)
             if kinds[len(groups)] in ("id", "select") and named & pool.strings:
                 pool = _Pool(named & pool.strings)  # the element the thought decided on
+            if kinds[len(groups)] == "option" and groups and (settings or {}).get(groups[0]) in pool.strings:
+                pool = _Pool((settings[groups[0]],), self.split)  # the value the thought set it to (not ``[8]``, an id piece)
             if end < 0:
                 return pool is None or content in pool.ends, False
             if pool is not None and content not in pool.strings:
@@ -189,11 +262,11 @@ class OutputGrammar:
 
     def viable(self, text: str) -> bool:
         thought, body = self._split(text)
-        return self._thought(thought) and (body is None or self._command(body, self._named(thought))[0])
+        return self._thought(thought) and (body is None or self._command(body, self._named(thought), self._settings(thought))[0])
 
     def complete(self, text: str) -> bool:
         thought, body = self._split(text)
-        return body is not None and self._thought(thought) and all(self._command(body, self._named(thought)))
+        return body is not None and self._thought(thought) and all(self._command(body, self._named(thought), self._settings(thought)))
 
 
 @functools.lru_cache(maxsize=4)
