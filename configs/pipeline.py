@@ -104,7 +104,8 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         seeds=(0,), runs=1, contexts=4, max_steps=40, step_slack=6, temperature=0.0, top_p=1.0, max_tokens=64,
         max_batch=8,
         # valid-argument decoding: every bracketed group is an id, option or quoted string the step offers
-        # (rollout/policies/constrain.py); default SFT 18 -> 26 % held-out (BUILD_NOTES.md, issue 16)
+        # (rollout/policies/constrain.py); default SFT 18 -> 26 % held-out; a combobox named as the oracle names it
+        # and not set twice on a page: SFT +10 [+2, +20] points over two seeds, same models (BUILD_NOTES.md, issue 16)
         constrain=True,
         redundancy="either",
         # success vs training steps: the first seed's model of each curve method, evaluated at curve_points

@@ -19,7 +19,9 @@ group the model writes must be a string the step offers, as it writes it:
   comboboxes, not one the trailing SELECT steps already set on this page, and after its id and ``to`` come its own
   name and one of its options (``Set combobox "size"[6] to size [M]``). Why: the from-scratch model wrote another
   option's name there, so the value's copy started at that option's place in the task, and it set the same
-  comboboxes again and again to the step limit (held-out SFT 44 -> 54 % with both rules, BUILD_NOTES.md, issue 16).
+  comboboxes again and again to the step limit (held-out SFT +10 points over two seeds' models, BUILD_NOTES.md,
+  issue 16);
+- a SELECT sets the value its own thought set.
 
 Which string, which element and which verb remain the model's choice (the likeliest allowed token at each step,
 the same as WebShop's baselines choosing among the page's available actions). Used only at decoding (evaluation,
@@ -200,14 +202,18 @@ class OutputGrammar:
         """The page's element ids the thought names (its closed ``[...]`` groups that are ids)."""
         return frozenset(g for g in re.findall(r"\[([^\[\]\n]*)\]", thought) if g in self.ids.strings)
 
+    def _decided(self, thought: str) -> tuple[frozenset[str], dict[str, str]]:
+        return self._named(thought), self._settings(thought)
+
     def _settings(self, thought: str) -> dict[str, str]:
         """The values the thought sets its comboboxes to (``"size"[6] to size [M]`` -> {"6": "M"})."""
-        return {m.group(1): m.group(2) for m in re.finditer(r'"[^"\n]*"\[([^\[\]\n]+)\] to [^\[\n]*\[([^\[\]\n]+)\]',
-                                                              thought) if m.group(1) in self.names}
+        found = re.finditer(r'"[^"\n]*"\[([^\[\]\n]+)\] to [^\[\n]*\[([^\[\]\n]+)\]', thought)
+        return {m.group(1): m.group(2) for m in found if m.group(1) in self.names}
 
     def _command(self, body: str, named: frozenset[str] = frozenset(),
                  settings: dict[str, str] | None = None) -> tuple[bool, bool]:
-        """(viable, complete) of the text after ``Command:``; ``named``: the element ids the thought names."""
+        """(viable, complete) of the text after ``Command:``; ``named``: the element ids the thought names;
+        ``settings``: the values it sets comboboxes to."""
         s = body[1:] if body.startswith(" ") else body
         m = re.match(r"[A-Za-z_]*", s)
         verb, rest = m.group(0), s[m.end():]
@@ -241,7 +247,7 @@ class OutputGrammar:
             if kinds[len(groups)] in ("id", "select") and named & pool.strings:
                 pool = _Pool(named & pool.strings)  # the element the thought decided on
             if kinds[len(groups)] == "option" and groups and (settings or {}).get(groups[0]) in pool.strings:
-                pool = _Pool((settings[groups[0]],), self.split)  # the value the thought set it to (not ``[8]``, an id piece)
+                pool = _Pool((settings[groups[0]],), self.split)  # the thought's value (``[8]`` came: an id piece)
             if end < 0:
                 return pool is None or content in pool.ends, False
             if pool is not None and content not in pool.strings:
@@ -262,11 +268,11 @@ class OutputGrammar:
 
     def viable(self, text: str) -> bool:
         thought, body = self._split(text)
-        return self._thought(thought) and (body is None or self._command(body, self._named(thought), self._settings(thought))[0])
+        return self._thought(thought) and (body is None or self._command(body, *self._decided(thought))[0])
 
     def complete(self, text: str) -> bool:
         thought, body = self._split(text)
-        return body is not None and self._thought(thought) and all(self._command(body, self._named(thought), self._settings(thought)))
+        return body is not None and self._thought(thought) and all(self._command(body, *self._decided(thought)))
 
 
 @functools.lru_cache(maxsize=4)
