@@ -11,6 +11,7 @@
   smollm2  the bundled SmolLM2-135M-Instruct as the base (for a GPU host)
   miniwob  learning in minutes: SFT of the 'copy' model on three MiniWoB++ tasks (focus-text, click-button,
            click-link), evaluated on held-out seeds (the slow learning test, tests/test_learning.py)
+Any preset runs on your own site with ``--config.env.name=tasks --config.env.tasks=FILE.jsonl`` (docs/tasks.md).
 
 Every field can be overridden: ``--config.collect.runs=8 --config.tgpo.loss.beta=0.2 --config.rounds.count=2``.
 The training sections (sft, dpo, kto, kto_tree, tgpo, and Agent Q's baselines trained when ``methods`` names them:
@@ -24,6 +25,7 @@ import ml_collections
 
 from rollout.policies.prompt import KEEP_RECENT
 from experiment.names import MODEL_KINDS, SECTION_METHOD
+from experiment.pipeline_config import SHOP_TITLE
 from tgpo_jax.data.collate import METHODS, PREFERENCE
 
 AGENT_Q = ("traj_dpo", "search_dpo")  # Agent Q's baselines: preference methods from SFT on other pairs
@@ -37,8 +39,10 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.preset = preset
     c.out = "runs/pipeline"
-    c.title = "tgpo-jax: TGPO on the embedded shop"
-    c.env = ml_collections.ConfigDict(dict(name="shop", locale="en", seed=0))
+    c.title = SHOP_TITLE  # with env.name=tasks: "… on <task file>"
+    # name: shop | miniwob | tasks (your own site: env.tasks = a JSONL task file, docs/tasks.md; env.origin = where
+    # the site is served, for the file's relative start URLs)
+    c.env = ml_collections.ConfigDict(dict(name="shop", locale="en", seed=0, tasks="", origin=""))
     c.tasks = ml_collections.ConfigDict(dict(
         families=(),  # task families of both splits ('' / () = all: webshop, procedure, multi_cart)
         num_train=30,  # first N training tasks (families interleaved)

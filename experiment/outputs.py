@@ -45,12 +45,12 @@ def groups(p, evals: dict[str, dict] | None = None) -> dict[str, dict[int, dict]
 
 
 def report(p) -> dict:
-    """The report stage: Table 1 and 2, the comparisons and claims, learning curves and tree pages."""
+    """The report stage: Table 1 and 2, the comparisons and claims, learning curves, tree pages and episode viewers."""
     from experiment import results
     from rollout.recording import iter_episodes, read_tasks
     from experiment.report import write_report
     from trees.build import build_task_graph
-    from trees.render import write_html
+    from trees.episode_view import write_task_pages
     from tgpo_jax.data.io import read_manifest
     from tgpo_jax.training.metrics import read_metrics
 
@@ -76,8 +76,8 @@ def report(p) -> dict:
         for tid in sorted(by_task, key=lambda t: (-len(by_task[t]), t))[: p.cfg.trees]:  # K-run trees first
             rel = os.path.join("trees", f"{tid}.html")
             task = tasks.get(tid)
-            write_html(build_task_graph(by_task[tid], task, tcfg), os.path.join(out, rel), title=f"Task {tid}",
-                       instruction=task.instruction if task else None)
+            write_task_pages(build_task_graph(by_task[tid], task, tcfg), by_task[tid], task, os.path.join(out, rel),
+                             title=f"Task {tid}")
             trees[tid] = rel
     trained = [n for n in p.evaluated() if n != "base"]
     best_ = best(p, evals) if trained else None

@@ -101,6 +101,8 @@ class Pipeline:
 
             if self.cfg.env.name == "shop":
                 kw = {"locale": self.cfg.env.locale, "seed": self.cfg.env.seed}
+            elif self.cfg.env.name == "tasks":
+                kw = {"path": self.cfg.env.tasks, "origin": self.cfg.env.origin or None}
             else:  # MiniWoB: a seed per task, enough for num_train / num_test tasks of one task family each
                 kw = {"train_seeds": self.cfg.tasks.num_train, "test_seeds": self.cfg.tasks.num_test}
             self._env = make_env(self.cfg.env.name, **kw)

@@ -3,9 +3,12 @@ clear errors for configurations that cannot run, before any work (``validate``).
 from __future__ import annotations
 
 import json
+import os
 
 from experiment.names import MODEL_KINDS
 from tgpo_jax.data.collate import PREFERENCE
+
+SHOP_TITLE = "tgpo-jax: TGPO on the embedded shop"  # configs/pipeline.py's default title
 
 
 def plain(cd) -> dict:
@@ -31,6 +34,8 @@ def normalize(cfg) -> None:
         cfg.eval.seeds = tuple(int(s) for s in cfg.eval.seeds)
     with cfg.ignore_type():
         cfg.train_seeds = tuple(int(s) for s in cfg.train_seeds)
+    if cfg.env.name == "tasks" and cfg.title == SHOP_TITLE and cfg.env.tasks:  # the report names the user's tasks
+        cfg.title = f"tgpo-jax: TGPO on {os.path.basename(cfg.env.tasks)}"
 
 
 def validate(cfg) -> None:
@@ -78,6 +83,11 @@ def validate(cfg) -> None:
     if cfg.rounds.runs < 0 or cfg.rounds.tree_tasks < 0:
         raise ValueError(f"rounds.runs={cfg.rounds.runs}, rounds.tree_tasks={cfg.rounds.tree_tasks}: expected >= 0 "
                          "(0 = as round 1)")
+    if cfg.env.name not in ("shop", "miniwob", "tasks"):
+        raise ValueError(f"env.name={cfg.env.name!r}: expected shop, miniwob or tasks")
+    if (cfg.env.name == "tasks") != bool(cfg.env.tasks):
+        raise ValueError("env.name='tasks' needs env.tasks = a JSONL task file (docs/tasks.md), and env.tasks is only "
+                         f"read with it (env.name={cfg.env.name!r}, env.tasks={cfg.env.tasks!r})")
     if cfg.tasks.num_train < 1 or cfg.tasks.num_test < 1:
         raise ValueError("tasks.num_train and tasks.num_test must be >= 1")
     if cfg.pretrain_window < 0:

@@ -357,8 +357,14 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
         blocks.append(Para("No training metrics."))
 
     if trees:
+        from trees.episode_view import episodes_page
+
         blocks.append(Heading("Trees"))
-        blocks.append(Para("", [(task, rel) for task, rel in trees.items()]))
+        blocks.append(Para("Each task's merged tree, and its episodes step by step (screenshot, output, command or "
+                           "error, effect, process reward).",
+                           [link for task, rel in trees.items()
+                            for link in ((task, rel), (f"{task}: episodes", episodes_page(rel)))
+                            if link[1] == rel or os.path.exists(os.path.join(out_dir, link[1]))]))
 
     if notes and notes.strip():
         blocks.append(Heading("Notes"))

@@ -14,7 +14,10 @@ def define(*, split: str, runs: int, runs_help: str, temperature: float, tempera
 
     h, c = HarnessConfig(), CollectConfig(out_dir="")  # the defaults live in the dataclasses, not here
     # which tasks
-    flags.DEFINE_enum("env", "shop", ["shop", "miniwob"], "environment")
+    flags.DEFINE_enum("env", "shop", ["shop", "miniwob", "tasks"], "environment (tasks: your own site, --tasks)")
+    flags.DEFINE_string("tasks", None, "--env=tasks: the JSONL task file (docs/tasks.md)")
+    flags.DEFINE_string("tasks_origin", None,
+                        "--env=tasks: the site's origin (http://host:port) for the file's relative start URLs")
     flags.DEFINE_enum("split", split, ["train", "test"], "task split (held-out: test)")
     flags.DEFINE_integer("num_tasks", 0, "first N tasks of the split, families interleaved (0 = all)")
     flags.DEFINE_list("task_ids", [], "explicit task ids (overrides --num_tasks)")
@@ -42,7 +45,16 @@ def env_and_tasks():
     from rollout.collect import select_tasks
     from rollout.envs import make_env
 
-    env = make_env(F.env, **({"locale": F.locale} if F.env == "shop" else {}))
+    if (F.env == "tasks") != bool(F.tasks):
+        raise app.UsageError("--tasks=FILE goes with --env=tasks (and --env=tasks needs it)")
+    kwargs = ({"locale": F.locale} if F.env == "shop" else
+              {"path": F.tasks, "origin": F.tasks_origin} if F.env == "tasks" else {})
+    try:
+        env = make_env(F.env, **kwargs)
+        if F.env == "tasks":
+            env.start()  # its site answers and its selectors parse, before a model loads or an episode runs
+    except ValueError as e:  # a bad task file: its line and field; an unreachable site
+        raise app.UsageError(str(e)) from None
     try:
         tasks = select_tasks(env, F.split, F.num_tasks, F.task_ids, F.families)
     except ValueError as e:

@@ -44,6 +44,9 @@ flags.DEFINE_float("repeat", 0.0, "oracle: rate of repeating the last command wh
 flags.DEFINE_string("model", "bundled", "model policy: checkpoint / HF directory / GGUF / 'bundled'")
 flags.DEFINE_string("http_url", "http://127.0.0.1:8000", "http policy: OpenAI-compatible server base URL")
 flags.DEFINE_string("http_model", "bundled", "http policy: model name on that server (launch.serve names it after --model)")
+flags.DEFINE_enum("http_observation", "text", ["text", "both"], "http policy: the page as text (the prompt our models "
+                  "train on), or text and the screenshot as an image part (vision-language endpoints; needs "
+                  "--screenshots)")
 flags.DEFINE_integer("seed", 0, "collection seed (oracle mistakes, sampling)")
 flags.DEFINE_integer("shard_index", 0, "this process's shard")
 flags.DEFINE_integer("num_shards", 1, "number of shards")
@@ -59,8 +62,11 @@ def make_policy(env):
 
     if F.policy == "http":
         from rollout.policies.http import OpenAIPolicy
+        if F.http_observation == "both" and not F.screenshots:
+            raise app.UsageError("--http_observation=both sends each step's screenshot: it needs --screenshots")
         return OpenAIPolicy(F.http_url, F.http_model, temperature=F.temperature, max_tokens=F.max_tokens,
-                            budget_tokens=F.budget_tokens * 2), {"http_url": F.http_url, "http_model": F.http_model}
+                            budget_tokens=F.budget_tokens * 2, observation=F.http_observation), {
+            "http_url": F.http_url, "http_model": F.http_model, "http_observation": F.http_observation}
     spec = (f"oracle:{F.wrong_choice},{F.loop},{F.malformed},{F.premature_stop},{F.recover},{F.repeat}" if F.policy == "oracle"
             else F.model)
     params = SamplingParams(temperature=F.temperature, max_tokens=F.max_tokens, seed=F.seed)

@@ -1,4 +1,6 @@
-"""Draw the merged tree of a task's episodes (TGPO Figure 2 for real data) as a self-contained HTML page.
+"""Draw the merged tree of a task's episodes (TGPO Figure 2 for real data) as a self-contained HTML page, and beside
+it the episode viewer: the same episodes step by step (screenshot, observation, output, command or error, effect,
+process reward), ``<tree page>.episodes.html``, each page linking to the other.
 
   python -m launch.show_tree --episodes=data/episodes/train --task_id=shop/train/0003 --out=runs/trees/t3.html
   python -m launch.show_tree --episodes=data/episodes/train --all --max_tasks=20 --out=runs/trees/
@@ -42,7 +44,7 @@ def write_trees(episodes_dir: str, *, task_ids=(), all_tasks: bool = False, out:
     """Build and draw the trees; -> one summary dict per written page (task_id, path, nodes, edges, ...)."""
     from rollout.recording import iter_episodes, read_tasks
     from trees.build import TreeConfig, build_task_graph
-    from trees.render import write_html
+    from trees.episode_view import write_task_pages
 
     if not all_tasks and not task_ids:
         raise app.UsageError("give --task_id or --all")
@@ -74,10 +76,10 @@ def write_trees(episodes_dir: str, *, task_ids=(), all_tasks: bool = False, out:
         task = tasks.get(tid)
         graph = build_task_graph(eps, task, cfg)
         path = os.path.join(out, task_file_name(tid)) if to_dir else out
-        write_html(graph, path, title=f"Task {tid}", thumb_width=thumb_width,
-                   instruction=task.instruction if task is not None else None)
+        _, view = write_task_pages(graph, eps, task, path, title=f"Task {tid}", thumb_width=thumb_width)
         n_success = sum(1 for e in eps if e.summary.get("success", e.summary.get("status") == "success"))
-        written.append({"task_id": tid, "path": path, "episodes": len(eps), "successful": n_success,
+        written.append({"task_id": tid, "path": path, "episodes_page": view, "episodes": len(eps),
+                        "successful": n_success,
                         "nodes": len(graph.nodes), "edges": len(graph.edges), "branches": len(graph.branches)})
     if to_dir and len(written) > 1:
         _write_index(out, written, tasks)
@@ -86,7 +88,8 @@ def write_trees(episodes_dir: str, *, task_ids=(), all_tasks: bool = False, out:
 
 def _write_index(out: str, written: list[dict], tasks: dict) -> str:
     rows = "".join(
-        f"<tr><td><a href=\"{html.escape(os.path.basename(w['path']))}\">{html.escape(w['task_id'])}</a></td>"
+        f"<tr><td><a href=\"{html.escape(os.path.basename(w['path']))}\">{html.escape(w['task_id'])}</a> "
+        f"(<a href=\"{html.escape(os.path.basename(w['episodes_page']))}\">episodes</a>)</td>"
         f"<td>{html.escape(tasks[w['task_id']].instruction if w['task_id'] in tasks else '')}</td>"
         f"<td>{w['successful']}/{w['episodes']}</td><td>{w['nodes']}</td><td>{w['edges']}</td></tr>"
         for w in written)

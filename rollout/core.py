@@ -110,7 +110,7 @@ class Observation:
     title: str
     text: str  # accessibility-tree text with element ids, within the token budget
     elements: tuple[Element, ...]
-    screenshot: str | None = None  # PNG path (relative to the episode directory when recorded)
+    screenshot: str | None = None  # PNG path: absolute in a policy's request, relative to the episode dir when recorded
     phash: str | None = None  # imagehash pHash, hex
     error: ErrorInfo | None = None  # the last action's error
     truncated: bool = False  # text was cut to the budget
@@ -223,8 +223,8 @@ class Environment(abc.ABC):
     @abc.abstractmethod
     def origin(self) -> str: ...
 
-    def allowed_origins(self) -> tuple[str, ...]:
-        """Origins ``GOTO`` may reach (default: the environment's own)."""
+    def allowed_origins(self, task: Task | None = None) -> tuple[str, ...]:
+        """Origins ``GOTO`` may reach in an episode of ``task`` (default: the environment's own)."""
         return (self.origin,)
 
     @abc.abstractmethod
@@ -236,6 +236,10 @@ class Environment(abc.ABC):
 
     @abc.abstractmethod
     async def check(self, page, task: Task, episode_key: str) -> CheckResult: ...
+
+    # The check once the agent stopped with ``answer`` (information-seeking tasks); None (the default): the check of
+    # the state STOP was given at stands, as STOP does not touch the page.
+    check_answer = None  # async (page, task, episode_key, answer) -> CheckResult
 
     @abc.abstractmethod
     def oracle(self, task: Task, obs: Observation, memory: dict) -> Command:

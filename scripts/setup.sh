@@ -62,4 +62,27 @@ else
     log "Playwright chromium present"
   fi
 fi
+
+# 5. the own-site worked example's site (docs/tasks.md): Python 3.11's documentation as Debian ships it
+#    (python3.11-doc, 13 MB), unpacked into data/sites/pydocs without installing it (no root needed).
+SITE="$ROOT/data/sites/pydocs"
+if [ -f "$SITE/index.html" ]; then
+  log "worked example's site present ($SITE)"
+elif command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null; then
+  log "fetching the worked example's site (Debian python3.11-doc)"
+  TMP=$(mktemp -d)
+  if ! (cd "$TMP" && apt-get download -qq python3.11-doc 2>/dev/null); then
+    [ "$(id -u)" = 0 ] && apt-get update -qq && (cd "$TMP" && apt-get download -qq python3.11-doc 2>/dev/null) || true
+  fi
+  if ls "$TMP"/python3.11-doc_*.deb >/dev/null 2>&1; then
+    dpkg-deb -x "$TMP"/python3.11-doc_*.deb "$TMP/root"
+    mkdir -p "$(dirname "$SITE")" && rm -rf "$SITE"
+    mv "$TMP/root/usr/share/doc/python3.11/html" "$SITE"
+  else
+    log "could not download python3.11-doc: the worked example (docs/tasks.md) and its test are skipped"
+  fi
+  rm -rf "$TMP"
+else
+  log "not a Debian system: the worked example's site (python3.11-doc) is not fetched; docs/tasks.md says how"
+fi
 log "done"

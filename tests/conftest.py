@@ -61,3 +61,17 @@ def spm_tokenizer(spm_tokenizer_dir):
     from tgpo_jax.models.tokenizer import load_tokenizer
 
     return load_tokenizer(spm_tokenizer_dir)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium (Playwright's sync API) for tests that open pages the project writes."""
+    from playwright.sync_api import sync_playwright
+
+    from rollout import browser_path
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=browser_path.chromium_executable(),
+                               args=list(browser_path.CHROMIUM_ARGS))
+        yield b
+        b.close()

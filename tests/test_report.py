@@ -92,9 +92,12 @@ def check_png(path):
 def test_full_report(tmp_path):
     out = str(tmp_path / "rep")
     models = {n: make_eval(n, r) for n, r in ROWS.items()}
+    os.makedirs(os.path.join(out, "trees"))
+    open(os.path.join(out, "trees", "t3.episodes.html"), "w").close()  # t3's episode viewer; t4 has none
     res = write_report(out, title="TGPO on the shop", models=models, dataset=DATASET,
                        curves={"DPO": metrics(20, 0.7), "TGPO": metrics(20, 0.6)},
-                       trees={"shop/train/0003": "trees/t3.html"}, notes="seed 0..2\nsmall model")
+                       trees={"shop/train/0003": "trees/t3.html", "shop/train/0004": "trees/t4.html"},
+                       notes="seed 0..2\nsmall model")
     names = {os.path.basename(p) for p in res["plots"]}
     assert names == {"success.png", "steps.png", "curves_loss.png", "curves_reward_accuracy.png",
                      "curves_eval_loss.png"}
@@ -118,6 +121,8 @@ def test_full_report(tmp_path):
     for png in ("success.png", "steps.png", "curves_loss.png", "curves_eval_loss.png"):
         assert f"]({png})" in md
     assert "- [shop/train/0003](trees/t3.html)" in lines
+    assert "- [shop/train/0003: episodes](trees/t3.episodes.html)" in lines
+    assert "- [shop/train/0004](trees/t4.html)" in lines and "t4.episodes.html" not in md
     assert "seed 0..2\nsmall model" in md
 
     page = parse_html(res["html"])

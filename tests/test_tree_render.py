@@ -74,19 +74,6 @@ def tgpo_example(tmp_path, missing: tuple[str, ...] = ()) -> TaskGraph:
     return TaskGraph("shop/train/0001", "n0", nodes, edges, state_node, branches, {"merged_by_phash": 1})
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    from rollout import browser_path
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=browser_path.chromium_executable(),
-                               args=list(browser_path.CHROMIUM_ARGS))
-        yield b
-        b.close()
-
-
 def open_page(browser, html_text):
     page = browser.new_page()
     requests, errors = [], []
@@ -224,7 +211,9 @@ def test_show_tree_cli(tmp_path, monkeypatch):
     assert one[0]["path"] == str(tmp_path / "one.html") and one[0]["successful"] == 1
     assert "buy thing 1" in open(one[0]["path"], encoding="utf-8").read()
     every = show_tree.write_trees(out_dir, all_tasks=True, out=str(tmp_path / "trees"))
-    assert sorted(os.listdir(tmp_path / "trees")) == ["index.html", "shop__train__0000.html", "shop__train__0001.html"]
+    assert sorted(os.listdir(tmp_path / "trees")) == [
+        "index.html", "shop__train__0000.episodes.html", "shop__train__0000.html", "shop__train__0001.episodes.html",
+        "shop__train__0001.html"]
     assert json.loads(json.dumps(every))[0]["nodes"] == 9
     assert len(show_tree.write_trees(out_dir, all_tasks=True, max_tasks=1, out=str(tmp_path / "t1"))) == 1
     with pytest.raises(Exception, match="no episodes"):

@@ -275,8 +275,9 @@ def _episodes_per_node(graph: TaskGraph) -> dict[str, int]:
 
 
 def render_html(graph: TaskGraph, *, title: str | None = None, thumb_width: int = 160,
-                instruction: str | None = None) -> str:
-    """The merged graph of one task as one self-contained HTML page (see the module docstring)."""
+                instruction: str | None = None, links: tuple[tuple[str, str], ...] = ()) -> str:
+    """The merged graph of one task as one self-contained HTML page (see the module docstring); ``links``:
+    (label, href) pairs shown under the title (the task's episode viewer, ``trees.episode_view``)."""
     if thumb_width < 16:
         raise ValueError(f"thumb_width must be at least 16, got {thumb_width}")
     cache: dict = {}
@@ -363,6 +364,7 @@ def render_html(graph: TaskGraph, *, title: str | None = None, thumb_width: int 
            + "".join(edge_svgs) + "".join(node_svgs) + "</svg>")
     head_stats = "".join(f"<span>{_esc(k)}: <b>{_esc(v)}</b></span>" for k, v in stats)
     instr = f'<div class="instr">{_esc(instruction)}</div>' if instruction else ""
+    instr += "".join(f'<div><a class="link" href="{_esc(href)}">{_esc(label)}</a></div>' for label, href in links)
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             f"<title>{_esc(title)}</title>"
             '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:; '

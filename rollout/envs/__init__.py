@@ -1,7 +1,7 @@
-"""Web environments: the embedded shop (default) and MiniWoB++."""
+"""Web environments: the embedded shop (default), MiniWoB++, and tasks from a file on your own site."""
 from __future__ import annotations
 
-ENVS = ("shop", "miniwob")
+ENVS = ("shop", "miniwob", "tasks")
 
 
 def make_env(name: str, **kwargs):
@@ -12,4 +12,7 @@ def make_env(name: str, **kwargs):
     if name == "miniwob":
         from rollout.envs.miniwob import MiniWoBEnv
         return MiniWoBEnv(**kwargs)
+    if name == "tasks":
+        from rollout.envs.taskfile import TaskFileEnv
+        return TaskFileEnv(**kwargs)
     raise ValueError(f"unknown environment {name!r}; expected one of {', '.join(ENVS)}")

@@ -72,7 +72,7 @@ async def run_episode(pool: BrowserPool, env: Environment, task: Task, run: int,
     """Run and record one episode; returns its summary (also written to ``summary.json``)."""
     key = f"{task.task_id}/{run}"
     writer = EpisodeWriter(out_dir, task.task_id, run, screenshots=cfg.screenshots)
-    allowed = tuple(env.allowed_origins()) + tuple(cfg.extra_origins)
+    allowed = tuple(env.allowed_origins(task)) + tuple(cfg.extra_origins)
     site = env.origin  # shown and recorded site-relative (Observation.origin)
     essential = env.essential_query_params()
     timeouts = cfg.timeouts()
@@ -95,13 +95,16 @@ async def run_episode(pool: BrowserPool, env: Environment, task: Task, run: int,
                                                else "page closed")
             raise BrowserCrashed(f"{what} during {task.task_id} run {run}")
 
+    screen: list[str | None] = [None]  # the current state's screenshot, absolute: what a policy may read
+
     async def look(name: str, error) -> tuple[Observation, CheckResult, float, float]:
         path, rel = shot(name)
         t0 = time.perf_counter()
         obs = await observe(page, budget_tokens=cfg.budget_tokens, screenshot_path=path, error=error, origin=site)
         alive()
+        screen[0] = path
         if rel is not None:
-            obs = dataclasses.replace(obs, screenshot=rel)
+            obs = dataclasses.replace(obs, screenshot=rel)  # recorded relative to the episode directory
         t1 = time.perf_counter()
         check = await env.check(page, task, key)
         return obs, check, t1 - t0, time.perf_counter() - t1
@@ -123,7 +126,8 @@ async def run_episode(pool: BrowserPool, env: Environment, task: Task, run: int,
             for t in range(cfg.step_cap(task)):
                 async with asyncio.timeout(cfg.step_timeout_s):
                     t0 = time.perf_counter()
-                    out = await policy.act(PolicyRequest(task, obs, tuple(history), t, key, seed))
+                    seen = obs if screen[0] is None else dataclasses.replace(obs, screenshot=screen[0])
+                    out = await policy.act(PolicyRequest(task, seen, tuple(history), t, key, seed))
                     t_policy = time.perf_counter() - t0
                     thought, cmd, err, effect = "", None, None, None
                     try:
@@ -157,6 +161,8 @@ async def run_episode(pool: BrowserPool, env: Environment, task: Task, run: int,
                     steps += 1
                     if cmd is not None and cmd.name == "STOP":
                         end_reason = "stop"
+                        if env.check_answer is not None:  # the answer decides (the page is as it was)
+                            check = await env.check_answer(page, task, key, cmd.arg or "")
                         break
                     obs, check, t_obs, t_check = await look(f"{t + 1:03d}", err)
                     if check.done:

@@ -56,7 +56,7 @@ async def restore(pool, env: Environment, task: Task, session_key: str, prefix: 
     released then)."""
     if len(expected) != len(prefix) + 1:
         raise ValueError(f"{len(prefix)} commands need {len(prefix) + 1} expected state keys, got {len(expected)}")
-    allowed = tuple(env.allowed_origins()) + tuple(cfg.extra_origins)
+    allowed = tuple(env.allowed_origins(task)) + tuple(cfg.extra_origins)
     essential = env.essential_query_params()
 
     async def init(ctx) -> None:
