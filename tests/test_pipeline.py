@@ -144,8 +144,10 @@ def test_eval_and_report_have_every_row(run):
     assert "Table 2" in md and "Label-conflict rate" in md
     for png in ("success.png", "steps.png"):
         assert os.path.getsize(os.path.join(out, "report", png)) > 1000
-    trees = os.listdir(os.path.join(out, "report", "trees"))
-    assert len(trees) == 2 and all(t.endswith(".html") for t in trees)
+    trees = sorted(os.listdir(os.path.join(out, "report", "trees")))
+    views = [t for t in trees if t.endswith(".episodes.html")]  # each tree's episode viewer beside it
+    assert len(trees) == 4 and len(views) == 2 and all(t.endswith(".html") for t in trees)
+    assert all(f"(trees/{v})" in md for v in views)
     assert os.path.exists(os.path.join(out, "report", "report.html"))
 
 
