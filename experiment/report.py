@@ -359,12 +359,14 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
     if trees:
         from trees.episode_view import episodes_page
 
+        links = []
+        for task, rel in trees.items():
+            links.append((task, rel))
+            if os.path.exists(os.path.join(out_dir, episodes_page(rel))):  # launch.report may name trees alone
+                links.append((f"{task}: episodes", episodes_page(rel)))
         blocks.append(Heading("Trees"))
         blocks.append(Para("Each task's merged tree, and its episodes step by step (screenshot, output, command or "
-                           "error, effect, process reward).",
-                           [link for task, rel in trees.items()
-                            for link in ((task, rel), (f"{task}: episodes", episodes_page(rel)))
-                            if link[1] == rel or os.path.exists(os.path.join(out_dir, link[1]))]))
+                           "error, effect, process reward).", links))
 
     if notes and notes.strip():
         blocks.append(Heading("Notes"))

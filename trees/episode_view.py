@@ -74,7 +74,7 @@ def render_episodes(graph: TaskGraph, episodes, *, title: str | None = None, ins
     """The page for ``episodes`` (the list ``graph`` was built from, in the same order)."""
     cache: dict = {}
     title = title or f"Episodes of {graph.task_id}"
-    rewards = getattr(graph, "rewards", {}) or {}
+    rewards = graph.rewards
     blocks = []
     for e, ep in enumerate(episodes):
         s = ep.summary

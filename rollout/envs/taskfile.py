@@ -254,10 +254,7 @@ class TaskFileEnv(Environment):
 
     # ------------------------------------------------------------ episodes
     def _check(self, task: Task) -> checks.Check:
-        c = self._checks.get(task.task_id)
-        if c is None:  # a task recorded elsewhere: its check travels in its goal
-            c = self._checks[task.task_id] = checks.parse_check(task.goal["check"], task.goal["start_url"])
-        return c
+        return self._checks[task.task_id]
 
     async def reset(self, context, page, task: Task, episode_key: str) -> None:
         # A fresh context per episode (the harness's) is the site's fresh state: no cookies, no storage.
@@ -286,10 +283,8 @@ class TaskFileEnv(Environment):
     def _plan(self, task: Task) -> tuple[PlanStep, ...]:
         plan = self._plans.get(task.task_id)
         if plan is None:
-            if "plan" not in task.goal:
-                raise TaskFileError(f"task {task.task_id!r} has no plan: the oracle policy follows a task's plan; "
-                                    "add one to the task file or use a model policy (--policy=model / http)")
-            plan = self._plans[task.task_id] = parse_plan(task.goal["plan"], "plan")
+            raise TaskFileError(f"task {task.task_id!r} has no plan: the oracle policy follows a task's plan; "
+                                "add one to the task file or use a model policy (--policy=model / http)")
         return plan
 
     @staticmethod
@@ -341,7 +336,7 @@ class TaskFileEnv(Environment):
         options = [o for o in target.options if o != step.arg]
         if not options:
             return None
-        memory["at"], memory["lost"] = at + 1, 0
+        memory["at"] = at + 1
         return Command("SELECT", target.id, options[rng.randrange(len(options))])
 
     def typed_strings(self, task: Task) -> dict[str, str]:

@@ -95,14 +95,15 @@ async def run_episode(pool: BrowserPool, env: Environment, task: Task, run: int,
                                                else "page closed")
             raise BrowserCrashed(f"{what} during {task.task_id} run {run}")
 
-    screen: list[str | None] = [None]  # the current state's screenshot, absolute: what a policy may read
+    screen: str | None = None  # the current state's screenshot, absolute: what a policy may read
 
     async def look(name: str, error) -> tuple[Observation, CheckResult, float, float]:
+        nonlocal screen
         path, rel = shot(name)
         t0 = time.perf_counter()
         obs = await observe(page, budget_tokens=cfg.budget_tokens, screenshot_path=path, error=error, origin=site)
         alive()
-        screen[0] = path
+        screen = path
         if rel is not None:
             obs = dataclasses.replace(obs, screenshot=rel)  # recorded relative to the episode directory
         t1 = time.perf_counter()
@@ -126,7 +127,7 @@ async def run_episode(pool: BrowserPool, env: Environment, task: Task, run: int,
             for t in range(cfg.step_cap(task)):
                 async with asyncio.timeout(cfg.step_timeout_s):
                     t0 = time.perf_counter()
-                    seen = obs if screen[0] is None else dataclasses.replace(obs, screenshot=screen[0])
+                    seen = obs if screen is None else dataclasses.replace(obs, screenshot=screen)
                     out = await policy.act(PolicyRequest(task, seen, tuple(history), t, key, seed))
                     t_policy = time.perf_counter() - t0
                     thought, cmd, err, effect = "", None, None, None
