@@ -22,6 +22,9 @@ Definitions:
     ``either`` agree on the clean oracle (0) and on loops.
 - errored episodes (browser crash, watchdog, policy exception) are counted apart and left out of the three
   metrics; a re-run of the same command retries them.
+- element-level metrics (localisation, value match, answer exact match and token F1) for tasks whose check names
+  HTML elements (the task-file environment): ``experiment.element_metrics``; each is averaged over the episodes where
+  it applies (``<metric>_n`` of them) and is None elsewhere.
 
 Seeds: the collection seed reaches the policy with every request. It changes the oracle's mistakes and a model's
 sampling when ``temperature > 0``; with greedy decoding (``temperature = 0``, the default) a model policy
@@ -236,7 +239,12 @@ def seed_metrics(out_dir: str, tasks: Sequence[Task], runs: int, redundancy: str
     """The metrics of one seed's collection, over the episodes of ``tasks`` × ``runs`` only."""
     from rollout.recording import iter_episodes
 
+    from experiment.element_metrics import ELEMENT_METRICS, episode_metrics, summarize
+    from rollout.envs.checks import parse_check
+
     by_id = {t.task_id: t for t in tasks}
+    parsed = {t.task_id: parse_check(t.goal["check"], t.goal.get("start_url", "")) for t in tasks
+              if isinstance(t.goal, dict) and "check" in t.goal}
     rows, errored = [], 0
     for ep in iter_episodes(out_dir, include_errored=True):
         task = by_id.get(ep.task_id)
@@ -249,7 +257,12 @@ def seed_metrics(out_dir: str, tasks: Sequence[Task], runs: int, redundancy: str
                      "success": bool(ep.summary["success"]),
                      "steps": int(ep.summary["steps"]), "score": float(ep.summary.get("score", 0.0)),
                      "redundant": episode_redundancy(ep, task, redundancy), "optimal": task.optimal_steps})
+        if ep.task_id in parsed:
+            final = (ep.summary.get("final") or {}).get("check")
+            rows[-1].update(episode_metrics(ep.steps, final, parsed[ep.task_id]))
     out = _summarize(rows)
+    if any(r.get(m) is not None for r in rows for m in ELEMENT_METRICS):
+        out["elements"] = summarize(rows)
     out["errored"] = errored
     out["missing"] = len(tasks) * runs - len(rows) - errored
     out["avg_optimal_steps"] = sum(r["optimal"] for r in rows) / len(rows) if rows else None
@@ -268,9 +281,15 @@ def mean_ci95(values: Sequence[float]) -> tuple[float | None, dict | None]:
 
 
 def aggregate(per_seed: Sequence[dict]) -> tuple[dict, dict]:
+    from experiment.element_metrics import ELEMENT_METRICS
+
     means, cis = {}, {}
     for m in METRICS:
         means[m], cis[m] = mean_ci95([s[m] for s in per_seed])
+    for m in ELEMENT_METRICS:  # over the seeds where the metric applies (the same tasks in every seed)
+        vals = [s["elements"][m] for s in per_seed if (s.get("elements") or {}).get(m) is not None]
+        if vals:
+            means[m], cis[m] = mean_ci95(vals)
     return means, cis
 
 
@@ -353,7 +372,9 @@ def format_table(result: dict) -> str:
     """A one-line-per-metric text summary: mean ± CI half-width."""
     lines = [f"{result['policy']} on {result['tasks']} tasks × {len(result['per_seed'])} seed(s): "
              f"{result['episodes']} episodes ({result['errored']} errored)"]
-    for m in METRICS:
+    from experiment.element_metrics import ELEMENT_METRICS
+
+    for m in (*METRICS, *ELEMENT_METRICS):
         v, ci = result["mean"].get(m), result["ci95"].get(m)
         if v is None:
             continue

@@ -216,6 +216,37 @@ def _search_table(rows: list[dict]) -> Table:
                  "succeeded. Without search: the same model's greedy evaluation on the same tasks.")
 
 
+ELEMENT_COLUMNS = (("localisation", "Localisation (%)"), ("value_match", "Value match (%)"),
+                   ("answer_exact", "Answer exact (%)"), ("answer_f1", "Answer token F1 (%)"))
+
+
+def element_rows(models: dict) -> list[list]:
+    """One row per model with element-level metrics (docs/tasks.md): each the mean over its evaluations' means
+    (one per training seed) where the metric applies, with the episodes it applies to."""
+    rows = []
+    for label, evs in models.items():
+        evs = [e for e in (evs if isinstance(evs, list) else [evs]) if isinstance(e, dict)]
+        row, any_value = [(label, False)], False
+        for key, _ in ELEMENT_COLUMNS:
+            vals = [num((e.get("mean") or {}).get(key)) for e in evs]
+            vals = [v for v in vals if v is not None]
+            n = sum(int(((s.get("elements") or {}).get(f"{key}_n")) or 0)
+                    for e in evs for s in (e.get("per_seed") or []) if isinstance(s, dict))
+            any_value |= bool(vals)
+            row.append((f"{100 * sum(vals) / len(vals):.1f} (n={n})" if vals else DASH, False))
+        if any_value:
+            rows.append(row)
+    return rows
+
+
+def _element_table(rows: list[list]) -> Table:
+    return Table(["Model"] + [h for _, h in ELEMENT_COLUMNS], rows,
+                 "From the check's HTML elements (docs/tasks.md, \"Element-level metrics\"): localisation = the "
+                 "share of the elements whose state the task changes, shown to the agent, that it acted on; value "
+                 "match = the share of those holding the asked value at the end; answer exact / token F1 = the STOP "
+                 "answer against the check's reference. n = episodes where the metric applies.")
+
+
 def _claims_table(claims: list) -> Table:
     return Table(["Claim (TGPO paper)", "Paper", "Ours (difference [95% interval])", "Verdict"],
                  [[(c.text, False), (c.paper, False), (c.ours, False), (c.verdict, c.verdict == "reproduced")]
@@ -314,6 +345,10 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
     else:
         blocks.append(Para("No evaluation results."))
     blocks += [Image("success.png", "success rate per model"), Image("steps.png", "average and redundant steps")]
+    elements = element_rows(models)
+    if elements:
+        blocks.append(Heading("Element-level metrics"))
+        blocks.append(_element_table(elements))
     if family_rows:
         blocks.append(Heading("Success per task family"))
         blocks.append(_family_table(family_rows))

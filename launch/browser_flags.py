@@ -21,7 +21,8 @@ def define(*, split: str, runs: int, runs_help: str, temperature: float, tempera
     flags.DEFINE_enum("split", split, ["train", "test"], "task split (held-out: test)")
     flags.DEFINE_integer("num_tasks", 0, "first N tasks of the split, families interleaved (0 = all)")
     flags.DEFINE_list("task_ids", [], "explicit task ids (overrides --num_tasks)")
-    flags.DEFINE_list("families", [], "only these task families")
+    flags.DEFINE_list("families", [], "only these task families; 'all': every family (--env=miniwob: every task "
+                      "the miniwob package registers, not only the oracle's; named MiniWoB++ tasks need no oracle)")
     flags.DEFINE_string("locale", "en", "shop catalogue locale: en | zh")
     flags.DEFINE_integer("runs", runs, runs_help)
     # how each episode runs
@@ -47,16 +48,17 @@ def env_and_tasks():
 
     if (F.env == "tasks") != bool(F.tasks):
         raise app.UsageError("--tasks=FILE goes with --env=tasks (and --env=tasks needs it)")
+    families = _families()
     kwargs = ({"locale": F.locale} if F.env == "shop" else
-              {"path": F.tasks, "origin": F.tasks_origin} if F.env == "tasks" else {})
+              {"path": F.tasks, "origin": F.tasks_origin} if F.env == "tasks" else _miniwob_tasks(families))
     try:
         env = make_env(F.env, **kwargs)
         if F.env == "tasks":
             env.start()  # its site answers and its selectors parse, before a model loads or an episode runs
-    except ValueError as e:  # a bad task file: its line and field; an unreachable site
+    except ValueError as e:  # a bad task file: its line and field; an unreachable site; an unknown MiniWoB++ task
         raise app.UsageError(str(e)) from None
     try:
-        tasks = select_tasks(env, F.split, F.num_tasks, F.task_ids, F.families)
+        tasks = select_tasks(env, F.split, F.num_tasks, F.task_ids, () if families == "all" else families)
     except ValueError as e:
         env.stop()
         raise app.UsageError(str(e)) from None
@@ -64,6 +66,44 @@ def env_and_tasks():
         env.stop()
         raise app.UsageError("no tasks selected")
     return env, tasks
+
+
+def _families():
+    """--families as given, or "all" (every family: no filter, and every MiniWoB++ task)."""
+    names = list(F.families)
+    if "all" in names and names != ["all"]:
+        raise app.UsageError(f"--families={','.join(names)}: 'all' selects every family; give it alone")
+    return "all" if names == ["all"] else names
+
+
+def _miniwob_tasks(families) -> dict:
+    """MiniWoB++ pages to serve: by default the tasks with a scripted oracle (what the pipelines collect from);
+    --families=all every registered task; named families, or the tasks of --task_ids (miniwob/<task>/<seed>), any."""
+    if families == "all":
+        return {"task_names": "all"}
+    named = families or [i.split("/")[1] for i in F.task_ids if i.count("/") == 2]
+    return {"task_names": list(dict.fromkeys(named))} if named else {}
+
+
+def require_oracle(env, tasks) -> None:
+    """The oracle follows each task's scripted plan: a MiniWoB++ task without one, or a task-file task without a
+    ``plan``, is a usage error here, before any episode runs, not an errored episode per task."""
+    missing = []
+    if F.env == "miniwob":
+        from rollout.envs.miniwob import NoOracleError, require_oracle as miniwob_require_oracle
+
+        try:
+            miniwob_require_oracle(tasks)
+        except NoOracleError as e:
+            missing = [str(e)]
+    elif F.env == "tasks":
+        ids = [t.task_id for t in tasks if "plan" not in t.goal]
+        if ids:
+            missing = [f"task(s) {', '.join(ids[:8])}{' …' if len(ids) > 8 else ''} have no plan: the oracle "
+                       "follows a task's plan; add one to the task file (docs/tasks.md) or use a model / http policy"]
+    if missing:
+        env.stop()
+        raise app.UsageError(missing[0])
 
 
 def locale() -> str | None:

@@ -88,6 +88,8 @@ def main(argv):
         raise app.UsageError("--mode=mcts needs a sampling policy (--policy=model or http): the oracle keeps "
                              "per-episode memory and cannot propose at a replayed state")
     env, tasks = browser_flags.env_and_tasks()
+    if F.policy == "oracle":
+        browser_flags.require_oracle(env, tasks)
     policy, policy_meta = make_policy(env)
     harness = HarnessConfig(max_steps=F.max_steps, step_slack=F.step_slack, budget_tokens=F.budget_tokens, screenshots=F.screenshots,
                             step_timeout_s=F.step_timeout_s, episode_timeout_s=F.episode_timeout_s,

@@ -61,6 +61,8 @@ def main(argv):
                      step_timeout_s=F.step_timeout_s, episode_timeout_s=F.episode_timeout_s,
                      redundancy=F.redundancy)
     env, tasks = browser_flags.env_and_tasks()
+    if F.model.startswith("oracle"):
+        browser_flags.require_oracle(env, tasks)
     params = SamplingParams(temperature=F.temperature, top_p=F.top_p, max_tokens=F.max_tokens, seed=0)
     try:
         from rollout.policies.prompt import saved_prompt

@@ -171,6 +171,9 @@ class CheckResult:
     score: float  # task reward in [0, 1] (WebShop's score formula, MiniWoB's own reward mapped to [0, 1], ...)
     progress: str = ""  # canonical partial-progress key: two states with different keys are never merged
     done: bool = False  # the environment ended the episode by itself (order placed, MiniWoB episode over)
+    # element-level facts for the metrics (the task-file environment's: target element ids, answer F1); recorded,
+    # never part of the state's identity
+    elements: dict | None = dataclasses.field(default=None, compare=False)
 
 
 # ---------------------------------------------------------------- policies

@@ -61,3 +61,79 @@ def test_entry_points_keep_compiled_programs_between_runs(tmp_path, order):
     entries = sorted(p.name for p in default.iterdir())
     _, counts = _compile_in_a_new_process(tmp_path, order, JAX_COMPILATION_CACHE_DIR="")
     assert counts == (0, 0) and sorted(p.name for p in default.iterdir()) == entries
+
+
+# ---------------------------------------------------------------- MiniWoB++ task selection (docs/miniwob.md)
+# One process parses each argument list in turn (the launchers' flags, browser_flags.env_and_tasks) and prints what
+# it selected, or the usage error.
+_SELECT = """
+import json, sys
+from absl import app, flags
+from launch import browser_flags
+browser_flags.define(split="test", runs=1, runs_help="", temperature=0.0, temperature_help="", screenshots=False,
+                     out="", out_help="")
+for args in json.loads(sys.argv[1]):
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["select", *args])
+    try:
+        env, tasks = browser_flags.env_and_tasks()
+        print(json.dumps({"families": sorted({t.family for t in tasks}), "tasks": len(tasks)}))
+    except app.UsageError as e:
+        print(json.dumps({"error": str(e)}))
+"""
+
+
+def _selected(*arg_lists):
+    import json
+
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    r = subprocess.run([sys.executable, "-c", _SELECT, json.dumps(arg_lists)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return [json.loads(line) for line in r.stdout.strip().splitlines()[-len(arg_lists):]]
+
+
+def test_miniwob_families_select_any_registered_task():
+    from rollout.envs.miniwob import SUPPORTED, registered_tasks
+
+    n = len(registered_tasks())
+    default, every, named, by_id, unknown, mixed = _selected(
+        ["--env=miniwob"], ["--env=miniwob", "--families=all", f"--num_tasks={n}"],
+        ["--env=miniwob", "--families=click-tab,enter-text-2"], ["--env=miniwob", "--task_ids=miniwob/drag-box/10001"],
+        ["--env=miniwob", "--families=click-tabz"], ["--env=miniwob", "--families=all,click-tab"])
+    assert default["families"] == sorted(SUPPORTED)  # the default: the oracle's tasks, as before
+    assert every == {"families": sorted(registered_tasks()), "tasks": n}  # --num_tasks interleaves: one seed each
+    assert named["families"] == ["click-tab", "enter-text-2"]
+    assert by_id == {"families": ["drag-box"], "tasks": 1}
+    assert "did you mean click-tab" in unknown["error"] and "give it alone" in mixed["error"]
+
+
+@pytest.mark.parametrize("entry, extra, message", [
+    ("collect", ["--env=miniwob", "--families=click-tab,click-button", "--policy=oracle"],
+     "click-tab have no scripted oracle"),
+    ("evaluate", ["--env=miniwob", "--families=click-tab,click-button", "--model=oracle", "--split=train"],
+     "click-tab have no scripted oracle"),
+    ("evaluate", ["--env=tasks", "--tasks={tasks}", "--model=oracle", "--split=train"],
+     "task(s) bare have no plan"),
+])
+def test_oracle_on_a_task_without_a_plan_stops_before_any_episode(tmp_path, entry, extra, message):
+    import http.server
+    import json
+    import threading
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text(json.dumps({"id": "bare", "start_url": f"http://127.0.0.1:{httpd.server_address[1]}/",
+                                 "instruction": "x", "check": {"url": "x"}}) + "\n")
+    out = tmp_path / "c"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    try:
+        r = subprocess.run([sys.executable, "-m", f"launch.{entry}", *(a.format(tasks=tasks) for a in extra),
+                            f"--out={out}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert message in r.stderr and "model" in r.stderr.split(message, 1)[1], r.stderr[-2000:]  # and what to use
+    assert not out.exists()  # refused before the output directory was made

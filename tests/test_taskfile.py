@@ -49,16 +49,21 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    root = tmp_path_factory.mktemp("site")
-    for name, body in SITE.items():
+def serve_pages(root, pages: dict):
+    """Write ``pages`` (name -> body; .json files as they are) into ``root`` and serve it on loopback: yields the
+    origin, then stops the server (a fixture's body)."""
+    for name, body in pages.items():
         (root / name).write_text(body if name.endswith(".json") else f"<!doctype html><html><body>{body}</body></html>")
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
     httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    yield from serve_pages(tmp_path_factory.mktemp("site"), SITE)
 
 
 def tasks_of(origin: str) -> list[dict]:
@@ -400,3 +405,55 @@ def test_worked_example_oracle_succeeds_and_a_wrong_plan_fails(tmp_path):
     assert json_ep.summary["final"]["url"].startswith("/library/json.html")
     assert bad.summary["final"]["url"].startswith("/tutorial/inputoutput.html")
     assert bad.summary["final"]["check"]["progress"] == "00" and bad.summary["score"] == 0.0
+
+
+# ---------------------------------------------------------------- element-level metrics on the live page
+def _id(obs, role, name):
+    return obs.find(role=role, name=name)[0].id
+
+
+def test_element_metrics_from_recorded_episodes(site, tmp_path):
+    """Localisation, value match, answer exact and token F1 of scripted episodes, worked by hand."""
+    from experiment.evaluate import seed_metrics
+    from rollout.policies.scripted import ScriptedPolicy
+
+    form, alpha = site + "/form.html", site + "/alpha.html"
+    fill = {"all": [{"element": {"role": "textbox", "name": "Name"}, "form_value": "^Ada Lovelace$"},
+                    {"element": {"css": "input[name=gift]"}, "checked": True},
+                    {"element": {"role": "button", "name": "Place order"}}]}  # an outcome leaf: not a target
+    rows = [{"id": f"fill-{k}", "start_url": form, "instruction": "Fill in [Ada Lovelace] with gift wrap.",
+             "check": fill} for k in "abc"]
+    rows += [{"id": "note", "start_url": alpha, "instruction": "What does the note say?",
+              "check": {"answer_from": {"css": ".note"}}},
+             {"id": "num", "start_url": alpha, "instruction": "Which number?",
+              "check": {"answer": "^42$", "expected": "42"}}]
+    env = TaskFileEnv(write(tmp_path / "t.jsonl", rows))
+    env.start()
+    name = lambda o: f"TYPE [{_id(o, 'textbox', 'Name')}] [Ada Lovelace]"  # noqa: E731
+    script = {"fill-a": [name, lambda o: f"CLICK [{_id(o, 'checkbox', 'Gift wrap')}]", "STOP"],
+              "fill-b": [lambda o: f"TYPE [{_id(o, 'textbox', 'Name')}] [Ada]", "STOP"],
+              "fill-c": [lambda o: f"CLICK [{_id(o, 'button', 'Place order')}]", "STOP"],
+              "note": ["STOP [framed text]"], "num": ["STOP [the 42]"]}
+    cfg = CollectConfig(out_dir=str(tmp_path / "eps"), runs=1, progress=False, contexts=2,
+                        harness=HarnessConfig(screenshots=False, max_steps=4))
+    tasks = env.tasks("train")
+    collect(env, tasks, ScriptedPolicy(script), cfg)
+    m = seed_metrics(str(tmp_path / "eps"), tasks, runs=1)
+    got = {r["task_id"]: (r["localisation"], r["value_match"], r["answer_exact"], r["answer_f1"])
+           for r in m["episodes_table"]}
+    assert got == {
+        "fill-a": (1.0, 1.0, None, None),   # typed the name and ticked the box: both targets acted on and held
+        "fill-b": (0.5, 0.0, None, None),   # typed into the Name box (a wrong value), never touched the box
+        # clicked submit: the form left for done.html, so neither target holds; neither was acted on
+        "fill-c": (0.0, 0.0, None, None),
+        "note": (None, None, 0.0, 0.8),     # "framed text" vs "framed text 42": P 1, R 2/3
+        "num": (None, None, 0.0, 1.0),      # the regex wants exactly 42; F1 drops the article
+    }
+    e = m["elements"]
+    assert (e["localisation"], e["localisation_n"], e["answer_f1_n"]) == (0.5, 3, 2)
+    assert e["value_match"] == pytest.approx(1 / 3) and e["answer_f1"] == pytest.approx(0.9)
+    # the ids the metric used are the observation's: the state before the TYPE names the Name box's id
+    fa = {ep.summary["task_id"]: ep for ep in iter_episodes(str(tmp_path / "eps"))}["fill-a"]
+    first = fa.steps[0]
+    assert first["command"].split()[1].strip("[]") in first["check"]["elements"]["targets"]["0"]
+    assert sorted(first["check"]["elements"]["targets"]) == ["0", "1"]  # the button names an outcome, not a target

@@ -10,7 +10,8 @@ A check is JSON: a leaf, or ``{"all": [...]}`` / ``{"any": [...]}`` / ``{"not": 
 - ``{"url": RE}``: the page's URL matches;
 - ``{"json": URL, "path": "a.b.0", "equals": V}`` or ``… "matches": RE``: a JSON endpoint of the site (fetched with
   the episode's cookies; a URL relative to the task's start URL) holds ``V`` at ``path``;
-- ``{"answer": RE}``: the answer the agent gave with ``STOP [answer]`` matches (information-seeking tasks);
+- ``{"answer": RE}``: the answer the agent gave with ``STOP [answer]`` matches (information-seeking tasks); an
+  optional ``"expected": "text"`` is the reference answer that its token F1 is measured against;
 - ``{"answer_from": SEL}``: that answer is the visible text of an element matching ``SEL`` on the final page
   (whitespace collapsed, case ignored). Before STOP there is no answer and both are false.
 
@@ -20,6 +21,11 @@ path of a bad part; CSS syntax is checked by the browser before any episode runs
 
 Evaluation gives the root's truth and every leaf's, in document order: the leaves are the task's partial progress
 (the tree builder never merges two states whose leaves differ, docs/method.md §2).
+
+Element-level metrics (docs/tasks.md, "Element-level metrics") come from the same leaves: ``target_ids`` gives, for
+each leaf that names an element whose state the task changes (form value, checked, attribute), the harness ids of
+the matching elements on the page as observed, so a recording tells whether the agent acted on them; ``answer_f1``
+compares a STOP answer with the reference text (the element's, or ``expected``) by token F1.
 """
 from __future__ import annotations
 
@@ -85,6 +91,7 @@ class JsonLeaf:
 class AnswerLeaf:
     pattern: str | None = None  # {"answer": RE}
     selector: Selector | None = None  # {"answer_from": SEL}
+    expected: str | None = None  # {"answer": RE, "expected": "text"}: the reference for token F1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +102,7 @@ class Node:
 
 Check = Node | ElementLeaf | UrlLeaf | JsonLeaf | AnswerLeaf
 _LEAF_KEYS = {"element": {"element", "text", "attribute", "value", "form_value", "checked"},
-              "url": {"url"}, "json": {"json", "path", "equals", "matches"}, "answer": {"answer"},
+              "url": {"url"}, "json": {"json", "path", "equals", "matches"}, "answer": {"answer", "expected"},
               "answer_from": {"answer_from"}}
 
 
@@ -189,7 +196,13 @@ def _url(spec: dict, base_url: str, where: str) -> UrlLeaf:
 
 
 def _answer(spec: dict, base_url: str, where: str) -> AnswerLeaf:
-    return AnswerLeaf(pattern=_regex(spec["answer"], f"{where}.answer"))
+    expected = spec.get("expected")
+    if expected is not None and (not isinstance(expected, str) or not expected.strip()):
+        raise CheckError(f"{where}.expected: expected the reference answer as a non-empty string")
+    pattern = _regex(spec["answer"], f"{where}.answer")
+    if expected is not None and re.search(pattern, expected) is None:
+        raise CheckError(f"{where}: the expected answer {expected!r} does not match the answer pattern {pattern!r}")
+    return AnswerLeaf(pattern=pattern, expected=expected)
 
 
 def _answer_from(spec: dict, base_url: str, where: str) -> AnswerLeaf:
@@ -227,6 +240,34 @@ def css_selectors(check: Check) -> list[str]:
 
 def asks_answer(check: Check) -> bool:
     return any(isinstance(leaf, AnswerLeaf) for leaf in leaves(check))
+
+
+TARGET_TESTS = ("form_value", "checked", "attribute")  # element leaves whose element the agent must act on
+
+
+def is_target(leaf: Check) -> bool:
+    """A leaf naming the element whose state the task changes (typed, selected, ticked, toggled): the element the
+    agent must act on. ``exists`` / ``text`` leaves name outcomes (a banner, a heading), not targets."""
+    return isinstance(leaf, ElementLeaf) and leaf.test in TARGET_TESTS
+
+
+def _answer_tokens(text: str) -> list[str]:
+    """SQuAD's answer normalisation (case folded, the articles a / an / the dropped), except that punctuation splits
+    tokens rather than vanishing: ``heapq.heappush`` is two tokens, not ``heapqheappush``."""
+    text = re.sub(r"[^\w\s]", " ", str(text).casefold())
+    return [t for t in text.split() if t not in ("a", "an", "the")]
+
+
+def token_f1(answer: str, reference: str) -> float:
+    """Token F1 of an answer against a reference (SQuAD's: bags of normalised tokens); 1.0 when both are empty."""
+    a, r = _answer_tokens(answer), _answer_tokens(reference)
+    if not a or not r:
+        return float(a == r)
+    common = sum(min(a.count(t), r.count(t)) for t in set(a))
+    if not common:
+        return 0.0
+    precision, recall = common / len(a), common / len(r)
+    return 2 * precision * recall / (precision + recall)
 
 
 def normalise(text: str) -> str:
@@ -330,6 +371,48 @@ async def _json_value(context, leaf: JsonLeaf) -> bool:
     if not found:
         return False
     return value == leaf.equals if leaf.has_equals else re.search(leaf.matches, str(value)) is not None
+
+
+_IDS = "els => els.map(e => e.getAttribute('data-tgpo-id')).filter(x => x)"
+
+
+async def target_ids(check: Check, page) -> dict[int, list[str]]:
+    """leaf index -> the harness ids (``data-tgpo-id``, as the observation shows them) of the elements that each
+    target leaf names, in every frame; leaves whose element is absent or carries no id are left out."""
+    out: dict[int, list[str]] = {}
+    for i, leaf in enumerate(leaves(check)):
+        if not is_target(leaf):
+            continue
+        ids: list[str] = []
+        for frame in page.frames:
+            try:
+                ids += await _locator(frame, leaf.selector).evaluate_all(_IDS)
+            except Exception:  # noqa: BLE001 — a frame detached meanwhile: nothing there
+                continue
+        if ids:
+            out[i] = ids
+    return out
+
+
+async def answer_f1(check: Check, page, answer: str) -> dict[int, float]:
+    """leaf index -> token F1 of ``answer`` for each answer leaf with a reference: the best over the texts of the
+    elements an ``answer_from`` leaf names on the page as it is, or the ``expected`` text of an ``answer`` leaf."""
+    out: dict[int, float] = {}
+    for i, leaf in enumerate(leaves(check)):
+        if not isinstance(leaf, AnswerLeaf):
+            continue
+        if leaf.selector is None:
+            if leaf.expected is not None:
+                out[i] = token_f1(answer, leaf.expected)
+            continue
+        texts: list[str] = []
+        for frame in page.frames:
+            try:
+                texts += await _locator(frame, leaf.selector).all_inner_texts()
+            except Exception:  # noqa: BLE001 — a frame detached meanwhile: nothing there
+                continue
+        out[i] = max((token_f1(answer, t) for t in texts), default=0.0)
+    return out
 
 
 async def evaluate(check: Check, page, answer: str | None = None) -> tuple[bool, list[bool]]:

@@ -223,6 +223,7 @@ class TaskFileEnv(Environment):
         self._tasks = load_tasks(path, origin or None)
         self._checks = {t.task_id: checks.parse_check(t.goal["check"], t.goal["start_url"]) for t in self._tasks}
         self._plans = {t.task_id: parse_plan(t.goal["plan"], "plan") for t in self._tasks if "plan" in t.goal}
+        self._has_targets = {k: any(map(checks.is_target, checks.leaves(c))) for k, c in self._checks.items()}
         self._origin = origin_of(self._tasks[0].goal["start_url"])
         self._started = False
 
@@ -273,11 +274,21 @@ class TaskFileEnv(Environment):
             score = held / len(check.parts)
         else:
             score = 0.0
-        return CheckResult(success=ok, score=float(score), progress="".join("1" if v else "0" for v in values))
+        progress = "".join("1" if v else "0" for v in values)
+        # for the element-level metrics: which observed elements the check's target leaves name (ids as shown)
+        targets = await checks.target_ids(check, page) if self._has_targets[task.task_id] else {}
+        elements = {"targets": {str(i): ids for i, ids in targets.items()}} if targets else None
+        return CheckResult(success=ok, score=float(score), progress=progress, elements=elements)
 
     async def check_answer(self, page, task: Task, episode_key: str, answer: str) -> CheckResult:
-        """The check with the STOP answer (the ``answer`` / ``answer_from`` leaves)."""
-        return await self.check(page, task, episode_key, answer)
+        """The check with the STOP answer (the ``answer`` / ``answer_from`` leaves), and the answer's token F1
+        against each reference the check has."""
+        result = await self.check(page, task, episode_key, answer)
+        f1 = await checks.answer_f1(self._check(task), page, answer)
+        if not f1:
+            return result
+        elements = dict(result.elements or {}, answer=answer, f1={str(i): v for i, v in f1.items()})
+        return dataclasses.replace(result, elements=elements)
 
     # ------------------------------------------------------------ the plan as an oracle
     def _plan(self, task: Task) -> tuple[PlanStep, ...]:

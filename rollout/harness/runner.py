@@ -57,7 +57,10 @@ class HarnessConfig:
 
 
 def _check_json(c: CheckResult) -> dict:
-    return {"success": bool(c.success), "score": float(c.score), "progress": c.progress, "done": bool(c.done)}
+    out = {"success": bool(c.success), "score": float(c.score), "progress": c.progress, "done": bool(c.done)}
+    if c.elements is not None:
+        out["elements"] = c.elements
+    return out
 
 
 def _state_json(obs: Observation, check: CheckResult, essential) -> dict:

@@ -1,0 +1,366 @@
+"""Tasks the site writes itself (docs/tasks.md, "Tasks the site writes itself"): explore a site, write a task from each
+trajectory, keep the ones that execution verifies, and write them as a task file that the rest of the system reads.
+
+1. **Explore**: episodes of a policy from start URLs (``ExplorePolicy``, the noisy oracle or a model), recorded by the
+   harness as any collection is. An existing collection on the site works as well.
+2. **Describe** each trajectory: its plan is its commands on elements named by role and name (steps that raised an
+   error are left out); its instruction is written from the plan's typed and chosen values and the final page's title
+   by a template (``describe``), or by a model on an OpenAI-compatible endpoint (``EndpointDescriber``).
+3. **Check** from the final page: its URL (path and query; any fragment), its ``<title>`` element's text, and the
+   value of each field that still holds what the trajectory typed.
+4. **Verify** by execution: the clean plan-following oracle replays the plan in a fresh browser context and must
+   pass the check; then the plan of an unrelated trajectory (the next candidate with another check) must fail it, and
+   so must doing nothing (STOP at the start page). Only tasks that pass all three are kept.
+
+The pure parts (``plan_of``, ``describe``, ``derive_check``, ``candidates``) work on recorded episodes; ``verify``
+and ``synthesize`` run the browser.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections import Counter
+from typing import Iterable, Sequence
+from urllib.parse import urlsplit
+
+from rollout.commands import parse_command
+from rollout.core import ActionError
+
+SEPARATORS = (" — ", " – ", " - ", " | ", " · ", " :: ")
+TARGETED = ("CLICK", "TYPE", "SELECT", "CLEAR")
+
+
+# ---------------------------------------------------------------- from a trajectory to a task (pure)
+def common_suffix(titles: Iterable[str]) -> str:
+    """The site's title suffix (`` — Python 3.11.2 documentation``): the tail starting at a separator that most of
+    the distinct titles share (at least two, and at least half of them); the longest such tail on a tie; '' when
+    there is none."""
+    distinct = sorted({" ".join(t.split()) for t in titles if t and t.strip()})
+    counts: Counter = Counter()
+    for t in distinct:
+        counts.update({t[i:] for sep in SEPARATORS for i in range(len(t)) if t.startswith(sep, i) and i > 0})
+    if not counts:
+        return ""
+    tail, n = max(counts.items(), key=lambda kv: (kv[1], len(kv[0])))
+    return tail if n >= 2 and 2 * n >= len(distinct) else ""
+
+
+def page_name(title: str, suffix: str) -> str:
+    title = " ".join(title.split())
+    return title[: -len(suffix)].strip() if suffix and title.endswith(suffix) and title != suffix else title
+
+
+def plan_of(steps: Sequence[dict], final: dict | None = None) -> list[dict] | None:
+    """The trajectory's commands as plan steps on elements named by role and name (docs/tasks.md). Left out: steps
+    that raised an error or did not parse, and with ``final`` (the final state) text typed to no effect — a TYPE whose
+    text neither a later URL nor the final page shows (typed into a search box, then a link clicked elsewhere). None
+    when a kept step's element has no name to find it by."""
+    plan = []
+    for k, s in enumerate(steps):
+        if s.get("error") or not s.get("command") or s.get("command_name") == "STOP":
+            continue
+        try:
+            cmd = parse_command(s["command"])
+        except ActionError:
+            continue
+        if cmd.name == "TYPE" and final is not None and not _shows(cmd.arg or "", steps[k + 1:], final):
+            continue
+        step: dict = {"do": cmd.name}
+        if cmd.name in TARGETED:
+            target = s.get("target") or {}
+            if not target.get("role") or not str(target.get("name", "")).strip():
+                return None
+            step.update(role=target["role"], name=target["name"])
+        if cmd.name == "TYPE":
+            step["text"] = cmd.arg
+        elif cmd.name == "SELECT":
+            step["option"] = cmd.arg
+        elif cmd.name == "GOTO":
+            step["url"] = cmd.arg
+        elif cmd.name == "SCROLL":
+            step["direction"] = cmd.arg
+        plan.append(step)
+    return plan
+
+
+def _shows(text: str, later: Sequence[dict], final: dict) -> bool:
+    """The typed text had an effect: a later state's URL carries it (a GET form, a search) or the final page shows
+    it (a field still holding it, a page echoing it)."""
+    from urllib.parse import quote_plus
+
+    t = text.strip().casefold()
+    if not t:
+        return False
+    urls = [str(s.get("url") or "") for s in later] + [str(final.get("url") or "")]
+    return (any(t in u.casefold() or quote_plus(text.strip()).casefold() in u.casefold() for u in urls)
+            or t in str(final.get("observation") or "").casefold())
+
+
+def held_values(plan: Sequence[dict], final_observation: str) -> list[dict]:
+    """Form-value leaves for the typed texts that the final page's fields still hold (as its observation shows
+    them: ``textbox "Quick search" value="json"``)."""
+    from rollout.harness.observe import quote
+
+    leaves = []
+    for s in plan:
+        if s["do"] == "TYPE" and f"{s['role']} {quote(s['name'])} value={quote(s['text'])}" in final_observation:
+            leaves.append({"element": {"role": s["role"], "name": s["name"]},
+                           "form_value": "^" + re.escape(s["text"]) + "$"})
+    return leaves
+
+
+def _path(url: str) -> str:
+    """Path and query of a URL (site-relative ones as recorded, or absolute), without the fragment."""
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+def describe(plan: Sequence[dict], start_url: str, final_url: str, final_title: str, suffix: str = "",
+             held: Sequence[dict] = ()) -> str | None:
+    """The template instruction: what was typed, chosen and ticked, and the page it ended on (by its title, less
+    the site's suffix); values that the final page's fields hold (``held``, ``held_values``' leaves) were entered
+    there, so they come after it. None when the trajectory achieved nothing nameable (it stayed where it started)."""
+    there = {(leaf["element"]["name"], leaf["form_value"]) for leaf in held}
+    before, after = [], []
+    for s in plan:
+        if s["do"] == "TYPE" and s["text"].strip():
+            late = (s["name"], "^" + re.escape(s["text"]) + "$") in there
+            (after if late else before).append(f"enter [{s['text']}] in “{s['name']}”")
+        elif s["do"] == "SELECT":
+            before.append(f"choose “{s['option']}” in “{s['name']}”")
+        elif s["do"] == "CLICK" and s["role"] in ("checkbox", "radio", "switch"):
+            before.append(f"tick “{s['name']}”")
+    name = page_name(final_title, suffix)
+    if _path(final_url) != _path(start_url) and name:
+        parts = before + [f"open the page “{name}”"] + [p + " there" for p in after]
+    else:
+        parts = before + after
+    if not parts:
+        return None
+    text = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return text[0].upper() + text[1:] + "."
+
+
+def derive_check(final_url: str, final_title: str, values: Sequence[dict] = ()) -> dict:
+    """The final page's URL (path and query, any fragment; on the site's own origin when recorded site-relative),
+    its <title> element's text, and ``values`` (form-value leaves: what its fields hold)."""
+    parts = urlsplit(final_url)
+    site = re.escape(f"{parts.scheme}://{parts.netloc}") if parts.scheme else r"https?://[^/?#]+"
+    leaves = [{"url": "^" + site + re.escape(_path(final_url)) + r"(#.*)?$"}]
+    title = " ".join(final_title.split())
+    if title:
+        leaves.append({"element": {"css": "title"}, "text": "^\\s*" + re.escape(title) + "\\s*$"})
+    leaves += list(values)
+    return leaves[0] if len(leaves) == 1 else {"all": leaves}
+
+
+def candidate(ep, start_url: str, suffix: str) -> tuple[dict | None, str]:
+    """(task dict without id / split, "ok") or (None, why not) for one recorded episode."""
+    final = ep.summary.get("final")
+    if ep.summary.get("status") == "errored" or not final:
+        return None, "errored"
+    plan = plan_of(ep.steps, final)
+    if plan is None:
+        return None, "unnamed element"
+    if not plan:
+        return None, "no action"
+    held = held_values(plan, final.get("observation") or "")
+    instruction = describe(plan, start_url, final["url"], final.get("title") or "", suffix, held)
+    if instruction is None:
+        return None, "nothing achieved"
+    check = derive_check(final["url"], final.get("title") or "", held)
+    return {"instruction": instruction, "start_url": start_url, "check": check, "plan": plan + [{"do": "STOP"}],
+            "final_url": final["url"]}, "ok"
+
+
+def candidates(episodes, start_urls: dict[str, str], family: str = "synth", describer=None,
+               held_out: Sequence = ()) -> tuple[list[dict], Counter]:
+    """Candidate tasks from recorded episodes (``start_urls``: task id of the episode -> its start URL as the task
+    file will write it), deduplicated by (start URL, instruction) keeping the shortest plan; and why the others
+    were dropped. ``describer``: None for the template, else an object whose ``describe(plan, final)`` writes the
+    instruction. ``held_out``: tasks that none may overlap (``overlaps``)."""
+    episodes = list(episodes)
+    suffix = common_suffix((e.summary.get("final") or {}).get("title") or "" for e in episodes)
+    best: dict[tuple[str, str], dict] = {}
+    why: Counter = Counter()
+    for ep in episodes:
+        task, reason = candidate(ep, start_urls[ep.task_id], suffix)
+        if task is None:
+            why[reason] += 1
+            continue
+        if held_out and overlaps(task, held_out):
+            why["overlaps a held-out task"] += 1
+            continue
+        if describer is not None:
+            task["instruction"] = describer.describe(task["plan"], ep.summary["final"])
+        key = (task["start_url"], task["instruction"])
+        if key in best:
+            why["duplicate"] += 1
+            if len(best[key]["plan"]) <= len(task["plan"]):
+                continue
+        best[key] = task
+    out = []
+    for i, task in enumerate(sorted(best.values(), key=lambda t: (t["start_url"], t["instruction"]))):
+        out.append({"id": f"{family}/{i:04d}", "family": family, **task})
+    return out, why
+
+
+def unrelated_pairs(tasks: Sequence[dict]) -> list[tuple[dict, dict]]:
+    """(task, the next task in order whose check differs): whose plan must fail the first one's check."""
+    pairs = []
+    for i, t in enumerate(tasks):
+        for j in range(1, len(tasks)):
+            u = tasks[(i + j) % len(tasks)]
+            if u["check"] != t["check"]:
+                pairs.append((t, u))
+                break
+    return pairs
+
+
+def overlaps(task: dict, held_out: Sequence) -> bool:
+    """Whether a synthesized task would leak a held-out task (``rollout.core.Task``s of a task file): it ends on a
+    page that a held-out check's URL leaf accepts, or types a text that a held-out instruction quotes in brackets."""
+    from rollout.envs import checks
+
+    final = task["final_url"]
+    url = final if urlsplit(final).scheme else "http://site" + _path(final)
+    typed = {s["text"].strip().casefold() for s in task["plan"] if s["do"] == "TYPE"}
+    for t in held_out:
+        leaves = checks.leaves(checks.parse_check(t.goal["check"], t.goal["start_url"]))
+        if any(isinstance(leaf, checks.UrlLeaf) and re.search(leaf.pattern, url) for leaf in leaves):
+            return True
+        if typed & {q.strip().casefold() for q in re.findall(r"\[([^\]]+)\]", t.instruction)}:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- a model writes the instruction
+class EndpointDescriber:
+    """The instruction written by a model on an OpenAI-compatible endpoint from the plan and the final page."""
+
+    def __init__(self, base_url: str, model: str, max_tokens: int = 64):
+        from rollout.endpoint import ChatEndpoint
+
+        self.endpoint, self.model, self.max_tokens = ChatEndpoint(base_url), model, max_tokens
+
+    def describe(self, plan: Sequence[dict], final: dict) -> str:
+        steps = "\n".join(json.dumps(s, ensure_ascii=False) for s in plan)
+        prompt = ("A user did these steps on a website (elements named by role and name):\n" + steps +
+                  f"\nThey ended on the page titled {final.get('title')!r} at {final.get('url')!r}.\n"
+                  "Write the task they achieved as one imperative sentence, with any text they typed in square "
+                  "brackets. Answer with the sentence only.")
+        body = {"model": self.model, "max_tokens": self.max_tokens, "temperature": 0.0,
+                "messages": [{"role": "user", "content": prompt}]}
+        text = self.endpoint.post(body)["choices"][0]["message"]["content"]
+        line = " ".join(str(text).split())
+        if not line:
+            raise ValueError("the describer's model answered an empty instruction")
+        return line
+
+
+# ---------------------------------------------------------------- the browser: explore and verify
+@dataclasses.dataclass(frozen=True)
+class SynthConfig:
+    work_dir: str  # exploration and verification recordings go here (resumable)
+    runs: int = 20  # exploration episodes per start URL
+    max_steps: int = 6  # per exploration episode
+    contexts: int = 4
+    seed: int = 0
+    family: str = "synth"
+    split: str = "train"
+    progress: bool = True
+
+    def __post_init__(self):
+        if self.runs < 1 or self.max_steps < 1 or self.contexts < 1:
+            raise ValueError(f"invalid synthesis config: {self}")
+        if self.split not in ("train", "test"):
+            raise ValueError(f"split must be 'train' or 'test', not {self.split!r}")
+
+
+def write_tasks(path: str, tasks: Sequence[dict]) -> str:
+    from tgpo_jax.files import write_text_atomic
+
+    from rollout.envs.taskfile import FIELDS
+
+    write_text_atomic(path, "".join(json.dumps({k: v for k, v in t.items() if k in FIELDS}, ensure_ascii=False)
+                                    + "\n" for t in tasks))
+    return path
+
+
+def _collect(tasks: Sequence[dict], origin: str | None, name: str, policy_of, cfg: SynthConfig, max_steps: int):
+    """Run ``tasks`` (written to ``<work_dir>/<name>.jsonl``) once each; -> ({task id: success}, the episodes)."""
+    from rollout.collect import CollectConfig, collect
+    from rollout.envs.taskfile import TaskFileEnv
+    from rollout.harness.runner import HarnessConfig
+    from rollout.recording import iter_episodes
+
+    path = write_tasks(os.path.join(cfg.work_dir, f"{name}.jsonl"), tasks)
+    env = TaskFileEnv(path, origin)
+    env.start()
+    selected = env.tasks("train") + env.tasks("test")
+    out = os.path.join(cfg.work_dir, name)
+    collect(env, selected, policy_of(env), CollectConfig(
+        out_dir=out, runs=cfg.runs if name == "explore" else 1, seed=cfg.seed, contexts=cfg.contexts,
+        progress=cfg.progress, harness=HarnessConfig(max_steps=max_steps, screenshots=False)))
+    eps = list(iter_episodes(out, include_errored=True))
+    return {e.task_id: bool(e.summary.get("success")) for e in eps}, eps
+
+
+def explore(start_urls: Sequence[str], origin: str | None, cfg: SynthConfig, policy=None):
+    """Exploration episodes from each start URL (``cfg.runs`` each); -> (episodes, task id -> start URL)."""
+    from rollout.policies.explore import ExplorePolicy
+
+    tasks = [{"id": f"explore/{i}", "start_url": u, "instruction": "Explore the site.", "check": {"url": "."}}
+             for i, u in enumerate(start_urls)]
+    _, eps = _collect(tasks, origin, "explore", lambda env: policy or ExplorePolicy(seed=cfg.seed), cfg,
+                      cfg.max_steps)
+    return eps, {t["id"]: t["start_url"] for t in tasks}
+
+
+def verify(tasks: Sequence[dict], origin: str | None, cfg: SynthConfig) -> tuple[list[dict], dict]:
+    """Keep the tasks whose plan passes their check when replayed in a fresh context, and whose check fails both an
+    unrelated task's plan and doing nothing (a task already done where it starts is no task); -> (kept, counts)."""
+    from rollout.policies.oracle import OraclePolicy
+
+    if not tasks:
+        return [], {"candidates": 0, "replay_passed": 0, "unrelated_failed": 0, "nothing_failed": 0, "kept": 0}
+    steps = max(len(t["plan"]) for t in tasks) + 2
+    replay, _ = _collect(tasks, origin, "replay", OraclePolicy, cfg, steps)
+    others = [{**t, "id": f"{t['id']}~{u['id']}", "plan": u["plan"]} for t, u in unrelated_pairs(tasks)]
+    others += [{**t, "id": f"{t['id']}~nothing", "plan": [{"do": "STOP"}]} for t in tasks]
+    passed, _ = _collect(others, origin, "unrelated", OraclePolicy, cfg, steps)
+    unrelated_failed = {k.split("~")[0] for k, ok in passed.items() if not ok and not k.endswith("~nothing")}
+    nothing_failed = {k.split("~")[0] for k, ok in passed.items() if not ok and k.endswith("~nothing")}
+    has_unrelated = {k.split("~")[0] for k in passed if not k.endswith("~nothing")}
+    kept = [t for t in tasks if replay.get(t["id"]) and t["id"] in nothing_failed
+            and (t["id"] in unrelated_failed or t["id"] not in has_unrelated)]
+    counts = {"candidates": len(tasks), "replay_passed": sum(bool(replay.get(t["id"])) for t in tasks),
+              "unrelated_failed": len(unrelated_failed), "nothing_failed": len(nothing_failed), "kept": len(kept)}
+    return kept, counts
+
+
+def synthesize(start_urls: Sequence[str], origin: str | None, out_path: str, cfg: SynthConfig, policy=None,
+               describer=None, episodes_dir: str | None = None, start_of: dict | None = None,
+               held_out: Sequence = ()) -> dict:
+    """Explore (or read ``episodes_dir``, whose task ids ``start_of`` maps to start URLs), write candidates (none
+    overlapping ``held_out``), verify them, and write the kept tasks to ``out_path``; returns the counts (also
+    ``<work_dir>/synthesis.json``)."""
+    from rollout.recording import iter_episodes
+    from tgpo_jax.files import write_json_atomic
+
+    os.makedirs(cfg.work_dir, exist_ok=True)
+    if episodes_dir is None:
+        eps, start_of = explore(start_urls, origin, cfg, policy)
+    else:
+        eps = list(iter_episodes(episodes_dir, include_errored=True))
+        eps = [e for e in eps if e.task_id in start_of]
+    found, why = candidates(eps, start_of, cfg.family, describer, held_out)
+    kept, counts = verify(found, origin, cfg)
+    for t in kept:
+        t["split"] = cfg.split
+    write_tasks(out_path, kept)
+    counts = {"episodes": len(eps), "dropped": dict(why), **counts, "out": out_path}
+    write_json_atomic(os.path.join(cfg.work_dir, "synthesis.json"), counts)
+    return counts
