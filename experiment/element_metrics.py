@@ -20,9 +20,9 @@ from typing import Sequence
 from rollout.commands import parse_command
 from rollout.core import ActionError
 from rollout.envs import checks
+from rollout.envs.taskfile import TARGETED as ACTS  # the commands that act on an element
 
 ELEMENT_METRICS = ("localisation", "value_match", "answer_exact", "answer_f1")
-ACTS = ("CLICK", "TYPE", "SELECT", "CLEAR")
 
 
 def _acted_id(step: dict) -> str | None:

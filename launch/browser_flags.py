@@ -86,24 +86,13 @@ def _miniwob_tasks(families) -> dict:
 
 
 def require_oracle(env, tasks) -> None:
-    """The oracle follows each task's scripted plan: a MiniWoB++ task without one, or a task-file task without a
-    ``plan``, is a usage error here, before any episode runs, not an errored episode per task."""
-    missing = []
-    if F.env == "miniwob":
-        from rollout.envs.miniwob import NoOracleError, require_oracle as miniwob_require_oracle
-
-        try:
-            miniwob_require_oracle(tasks)
-        except NoOracleError as e:
-            missing = [str(e)]
-    elif F.env == "tasks":
-        ids = [t.task_id for t in tasks if "plan" not in t.goal]
-        if ids:
-            missing = [f"task(s) {', '.join(ids[:8])}{' …' if len(ids) > 8 else ''} have no plan: the oracle "
-                       "follows a task's plan; add one to the task file (docs/tasks.md) or use a model / http policy"]
-    if missing:
+    """The oracle follows each task's scripted plan: tasks it cannot play (a MiniWoB++ task without a plan, a task-file
+    task without ``plan``) are a usage error here, before any episode runs, not an errored episode per task."""
+    try:
+        env.require_oracle(tasks)
+    except ValueError as e:
         env.stop()
-        raise app.UsageError(missing[0])
+        raise app.UsageError(str(e)) from None
 
 
 def locale() -> str | None:

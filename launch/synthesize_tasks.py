@@ -42,24 +42,18 @@ flags.DEFINE_string("work_dir", None, "recordings (default: <out>.work)")
 flags.DEFINE_string("out", "data/tasks/synth.jsonl", "the task file to write")
 
 
-def _relative(url: str, origin: str | None) -> str:
-    """A start URL as the task file writes it: site-relative when it is on --tasks_origin."""
-    if origin and url.startswith(origin.rstrip("/") + "/"):
-        return url[len(origin.rstrip("/")):]
-    return url
-
-
 def main(argv):
     prepare(argv)
     from rollout.envs.taskfile import TaskFileError, load_tasks
     from rollout.synthesis import EndpointDescriber, SynthConfig, synthesize
+    from rollout.urls import site_relative
 
     origin = F.tasks_origin
     try:
         listed = load_tasks(F.tasks, origin) if F.tasks else []
     except TaskFileError as e:
         raise app.UsageError(str(e)) from None
-    start_of = {t.task_id: _relative(t.goal["start_url"], origin) for t in listed}
+    start_of = {t.task_id: site_relative(t.goal["start_url"], origin or "") for t in listed}  # as the file wrote it
     starts = list(F.start_urls) or list(dict.fromkeys(start_of.values()))
     if F.episodes is None and not starts:
         raise app.UsageError("nothing to explore from: give --start_urls (or a --tasks file), or --episodes")

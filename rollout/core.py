@@ -249,6 +249,10 @@ class Environment(abc.ABC):
         """The next command of the task's optimal plan from the current observation (closed loop).
         ``memory`` is a per-episode dict the plan may keep notes in (and ``mistake`` may alter)."""
 
+    def require_oracle(self, tasks: Sequence[Task]) -> None:
+        """A ValueError naming the tasks of ``tasks`` that ``oracle`` cannot play (before any episode runs).
+        Default: it plays every task."""
+
     def mistake(self, task: Task, obs: Observation, memory: dict, rng) -> Command | None:
         """A realistic wrong choice at this state (wrong item / option), committing ``memory`` to it; None if
         this state offers no such choice. ``rng`` is a ``random.Random``."""

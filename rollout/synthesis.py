@@ -27,9 +27,10 @@ from urllib.parse import urlsplit
 
 from rollout.commands import parse_command
 from rollout.core import ActionError
+from rollout.envs import checks
+from rollout.envs.taskfile import FIELDS, TARGETED
 
 SEPARATORS = (" — ", " – ", " - ", " | ", " · ", " :: ")
-TARGETED = ("CLICK", "TYPE", "SELECT", "CLEAR")
 
 
 # ---------------------------------------------------------------- from a trajectory to a task (pure)
@@ -182,6 +183,7 @@ def candidates(episodes, start_urls: dict[str, str], family: str = "synth", desc
     were dropped. ``describer``: None for the template, else an object whose ``describe(plan, final)`` writes the
     instruction. ``held_out``: tasks that none may overlap (``overlaps``)."""
     episodes = list(episodes)
+    marks = held_out_marks(held_out)
     suffix = common_suffix((e.summary.get("final") or {}).get("title") or "" for e in episodes)
     best: dict[tuple[str, str], dict] = {}
     why: Counter = Counter()
@@ -190,7 +192,7 @@ def candidates(episodes, start_urls: dict[str, str], family: str = "synth", desc
         if task is None:
             why[reason] += 1
             continue
-        if held_out and overlaps(task, held_out):
+        if held_out and overlaps(task, marks):
             why["overlaps a held-out task"] += 1
             continue
         if describer is not None:
@@ -219,21 +221,25 @@ def unrelated_pairs(tasks: Sequence[dict]) -> list[tuple[dict, dict]]:
     return pairs
 
 
-def overlaps(task: dict, held_out: Sequence) -> bool:
-    """Whether a synthesized task would leak a held-out task (``rollout.core.Task``s of a task file): it ends on a
-    page that a held-out check's URL leaf accepts, or types a text that a held-out instruction quotes in brackets."""
-    from rollout.envs import checks
+def held_out_marks(held_out: Sequence) -> tuple[list[str], set[str]]:
+    """What a synthesized task may not share with held-out tasks (``rollout.core.Task``s of a task file): their
+    checks' URL patterns, and the texts their instructions quote in brackets (case folded)."""
+    urls, quoted = [], set()
+    for t in held_out:
+        urls += [leaf.pattern for leaf in checks.leaves(checks.parse_check(t.goal["check"], t.goal["start_url"]))
+                 if isinstance(leaf, checks.UrlLeaf)]
+        quoted |= {q.strip().casefold() for q in re.findall(r"\[([^\]]+)\]", t.instruction)}
+    return urls, quoted
 
+
+def overlaps(task: dict, marks: tuple[list[str], set[str]]) -> bool:
+    """Whether a synthesized task would leak a held-out task (``held_out_marks``): it ends on a page that a held-out
+    check's URL leaf accepts, or types a text that a held-out instruction quotes."""
+    urls, quoted = marks
     final = task["final_url"]
     url = final if urlsplit(final).scheme else "http://site" + _path(final)
     typed = {s["text"].strip().casefold() for s in task["plan"] if s["do"] == "TYPE"}
-    for t in held_out:
-        leaves = checks.leaves(checks.parse_check(t.goal["check"], t.goal["start_url"]))
-        if any(isinstance(leaf, checks.UrlLeaf) and re.search(leaf.pattern, url) for leaf in leaves):
-            return True
-        if typed & {q.strip().casefold() for q in re.findall(r"\[([^\]]+)\]", t.instruction)}:
-            return True
-    return False
+    return any(re.search(p, url) for p in urls) or bool(typed & quoted)
 
 
 # ---------------------------------------------------------------- a model writes the instruction
@@ -282,15 +288,15 @@ class SynthConfig:
 def write_tasks(path: str, tasks: Sequence[dict]) -> str:
     from tgpo_jax.files import write_text_atomic
 
-    from rollout.envs.taskfile import FIELDS
-
     write_text_atomic(path, "".join(json.dumps({k: v for k, v in t.items() if k in FIELDS}, ensure_ascii=False)
                                     + "\n" for t in tasks))
     return path
 
 
-def _collect(tasks: Sequence[dict], origin: str | None, name: str, policy_of, cfg: SynthConfig, max_steps: int):
-    """Run ``tasks`` (written to ``<work_dir>/<name>.jsonl``) once each; -> ({task id: success}, the episodes)."""
+def _collect(tasks: Sequence[dict], origin: str | None, name: str, policy_of, cfg: SynthConfig, max_steps: int,
+             runs: int = 1):
+    """Run ``tasks`` (written to ``<work_dir>/<name>.jsonl``) ``runs`` times each; -> ({task id: success}, the
+    episodes)."""
     from rollout.collect import CollectConfig, collect
     from rollout.envs.taskfile import TaskFileEnv
     from rollout.harness.runner import HarnessConfig
@@ -302,7 +308,7 @@ def _collect(tasks: Sequence[dict], origin: str | None, name: str, policy_of, cf
     selected = env.tasks("train") + env.tasks("test")
     out = os.path.join(cfg.work_dir, name)
     collect(env, selected, policy_of(env), CollectConfig(
-        out_dir=out, runs=cfg.runs if name == "explore" else 1, seed=cfg.seed, contexts=cfg.contexts,
+        out_dir=out, runs=runs, seed=cfg.seed, contexts=cfg.contexts,
         progress=cfg.progress, harness=HarnessConfig(max_steps=max_steps, screenshots=False)))
     eps = list(iter_episodes(out, include_errored=True))
     return {e.task_id: bool(e.summary.get("success")) for e in eps}, eps
@@ -315,7 +321,7 @@ def explore(start_urls: Sequence[str], origin: str | None, cfg: SynthConfig, pol
     tasks = [{"id": f"explore/{i}", "start_url": u, "instruction": "Explore the site.", "check": {"url": "."}}
              for i, u in enumerate(start_urls)]
     _, eps = _collect(tasks, origin, "explore", lambda env: policy or ExplorePolicy(seed=cfg.seed), cfg,
-                      cfg.max_steps)
+                      cfg.max_steps, runs=cfg.runs)
     return eps, {t["id"]: t["start_url"] for t in tasks}
 
 

@@ -268,6 +268,9 @@ class MiniWoBEnv(Environment):
                            done=bool(done))
 
     # ------------------------------------------------------------ oracle
+    def require_oracle(self, tasks) -> None:
+        require_oracle(tasks)
+
     def oracle(self, task: Task, obs: Observation, memory: dict) -> Command:
         name = task.family
         _require_plan(name)

@@ -291,12 +291,16 @@ class TaskFileEnv(Environment):
         return dataclasses.replace(result, elements=elements)
 
     # ------------------------------------------------------------ the plan as an oracle
+    def require_oracle(self, tasks) -> None:
+        ids = [t.task_id for t in tasks if t.task_id not in self._plans]
+        if ids:
+            raise TaskFileError(f"task(s) {', '.join(ids[:8])}{' …' if len(ids) > 8 else ''} have no plan: the oracle "
+                                "policy follows a task's plan; add one to the task file (docs/tasks.md) or use a "
+                                "model policy (--policy=model / http)")
+
     def _plan(self, task: Task) -> tuple[PlanStep, ...]:
-        plan = self._plans.get(task.task_id)
-        if plan is None:
-            raise TaskFileError(f"task {task.task_id!r} has no plan: the oracle policy follows a task's plan; "
-                                "add one to the task file or use a model policy (--policy=model / http)")
-        return plan
+        self.require_oracle([task])
+        return self._plans[task.task_id]
 
     @staticmethod
     def _target(obs: Observation, step: PlanStep):

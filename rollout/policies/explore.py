@@ -12,7 +12,8 @@ import dataclasses
 import random
 import re
 
-from rollout.core import Element, Observation, PolicyOutput, PolicyRequest
+from rollout.commands import parse_command
+from rollout.core import ActionError, Command, Element, Observation, PolicyOutput, PolicyRequest
 
 _CLICKABLE = ("link", "button", "checkbox", "radio", "tab", "menuitem", "option", "switch")
 _TEXT = ("textbox", "searchbox")
@@ -58,11 +59,11 @@ class ExplorePolicy:
     async def act(self, request: PolicyRequest) -> PolicyOutput:
         obs, rng, cfg = request.observation, self._rng(request), self.cfg
         usable = [e for e in obs.elements if e.interactive and not e.disabled]
-        last = request.history[-1].command if request.history else ""
+        last = _parsed(request.history[-1].command) if request.history else None
         if request.step >= cfg.min_steps and rng.random() < cfg.stop:
             return _out("enough explored", "STOP []")
-        if last.startswith("TYPE") and rng.random() < cfg.submit:
-            button = _button_after(usable, _id_of(last))
+        if last is not None and last.name == "TYPE" and rng.random() < cfg.submit:
+            button = _button_after(usable, last.id)
             if button is not None:
                 return _out("submit what I typed", f"CLICK [{button.id}]")
         fields = [e for e in usable if e.role in _TEXT]
@@ -87,9 +88,11 @@ def _out(thought: str, command: str) -> PolicyOutput:
     return PolicyOutput(f"Thought: {thought}.\nCommand: {command}")
 
 
-def _id_of(command: str) -> str | None:
-    m = re.match(r"^\w+ \[([^\]]*)\]", command)
-    return m.group(1) if m else None
+def _parsed(command: str) -> Command | None:
+    try:
+        return parse_command(command)
+    except ActionError:  # the explorer's own outputs always parse; a history from elsewhere may not
+        return None
 
 
 def _button_after(elements: list[Element], field_id: str | None) -> Element | None:
