@@ -44,9 +44,12 @@ flags.DEFINE_float("repeat", 0.0, "oracle: rate of repeating the last command wh
 flags.DEFINE_string("model", "bundled", "model policy: checkpoint / HF directory / GGUF / 'bundled'")
 flags.DEFINE_string("http_url", "http://127.0.0.1:8000", "http policy: OpenAI-compatible server base URL")
 flags.DEFINE_string("http_model", "bundled", "http policy: model name on that server (launch.serve names it after --model)")
-flags.DEFINE_enum("http_observation", "text", ["text", "both"], "http policy: the page as text (the prompt our models "
-                  "train on), or text and the screenshot as an image part (vision-language endpoints; needs "
-                  "--screenshots)")
+flags.DEFINE_enum("http_observation", "text", ["text", "both", "image"], "http policy: the page as text (the prompt "
+                  "our models train on); both: text and the screenshot as an image part (vision-language endpoints; "
+                  "needs --screenshots); image: only the screenshot, with each element's id drawn on it (turns "
+                  "--marks on; needs --screenshots)")
+flags.DEFINE_bool("marks", False, "draw each element's id on the saved screenshots (set-of-marks; the pHash stays the "
+                  "unmarked page's); needs --screenshots; --http_observation=image turns it on")
 flags.DEFINE_integer("seed", 0, "collection seed (oracle mistakes, sampling)")
 flags.DEFINE_integer("shard_index", 0, "this process's shard")
 flags.DEFINE_integer("num_shards", 1, "number of shards")
@@ -62,8 +65,9 @@ def make_policy(env):
 
     if F.policy == "http":
         from rollout.policies.http import OpenAIPolicy
-        if F.http_observation == "both" and not F.screenshots:
-            raise app.UsageError("--http_observation=both sends each step's screenshot: it needs --screenshots")
+        if F.http_observation in ("both", "image") and not F.screenshots:
+            raise app.UsageError(f"--http_observation={F.http_observation} sends each step's screenshot: it needs "
+                                 "--screenshots")
         return OpenAIPolicy(F.http_url, F.http_model, temperature=F.temperature, max_tokens=F.max_tokens,
                             budget_tokens=F.budget_tokens * 2, observation=F.http_observation), {
             "http_url": F.http_url, "http_model": F.http_model, "http_observation": F.http_observation}
@@ -78,6 +82,15 @@ def make_policy(env):
     return policy, {"model": F.model}
 
 
+def use_marks() -> bool:
+    """--marks, or implied by --http_observation=image (its endpoint names elements by the ids drawn on the page)."""
+    marks = F.marks or (F.policy == "http" and F.http_observation == "image")
+    if marks and not F.screenshots:
+        why = "--marks" if F.marks else "--http_observation=image (which turns --marks on)"
+        raise app.UsageError(f"{why} draws element ids on the saved screenshots: it needs --screenshots")
+    return marks
+
+
 def main(argv):
     prepare(argv)
     import asyncio
@@ -87,12 +100,13 @@ def main(argv):
     if F.mode == "mcts" and F.policy == "oracle":
         raise app.UsageError("--mode=mcts needs a sampling policy (--policy=model or http): the oracle keeps "
                              "per-episode memory and cannot propose at a replayed state")
+    marks = use_marks()  # before the environment starts: a usage error costs nothing
     env, tasks = browser_flags.env_and_tasks()
     if F.policy == "oracle":
         browser_flags.require_oracle(env, tasks)
     policy, policy_meta = make_policy(env)
     harness = HarnessConfig(max_steps=F.max_steps, step_slack=F.step_slack, budget_tokens=F.budget_tokens, screenshots=F.screenshots,
-                            step_timeout_s=F.step_timeout_s, episode_timeout_s=F.episode_timeout_s,
+                            marks=marks, step_timeout_s=F.step_timeout_s, episode_timeout_s=F.episode_timeout_s,
                             extra_origins=tuple(F.allow_origins), recycle_after=F.recycle_after)
     cfg = CollectConfig(out_dir=F.out, runs=F.runs, tree_tasks=F.tree_tasks, seed=F.seed, contexts=F.contexts,
                         shard_index=F.shard_index, num_shards=F.num_shards, retry_errored=F.retry_errored,

@@ -117,6 +117,7 @@ class Observation:
     # the site's own origin (http://127.0.0.1:PORT): its URLs are shown and recorded site-relative, so the page
     # text, the trees' node keys and the training prompts do not depend on the port a run happened to get
     origin: str = ""
+    marked: bool = False  # the screenshot has each element's id drawn on it (set-of-marks, observe(marks=True))
 
     @property
     def shown_url(self) -> str:

@@ -19,6 +19,17 @@ Text format, one node per line, two spaces of indent per depth::
     [5] link "Sort: Rating" current
     heading "Results"
     text "Showing 1-10 of 50"
+
+Set-of-marks screenshots (``observe(marks=True)``, ``HarnessConfig.marks``): the saved screenshot has every element
+with an id outlined and labelled ``[id]`` (magenta, ``MARK_RGB``), so a vision-language policy can name elements from
+the pixels alone. The text is read first, then one temporary overlay (a ``<tgpo-marks data-tgpo-marks>`` element, its
+boxes in a shadow root, fixed, ``pointer-events: none``, topmost z-index) is added to the main document for the one
+screenshot and removed in a ``finally``; the harness's own DOM-change counter skips it (page_script.js). Elements in
+child frames are drawn at their frame's position in the page (``bounding_box`` of the ``<iframe>`` plus its border
+and padding); a frame clipped by a scrolled container of its parent is not clipped here. Only the part of the page in
+the viewport is drawn (the screenshot is the viewport). The pHash is computed from an unmarked screenshot taken just
+before, so marks never change which states merge (two screenshots per observation when marks are on). The page's own
+MutationObservers, if any, do see the overlay come and go.
 """
 from __future__ import annotations
 
@@ -33,6 +44,8 @@ SCRIPT = (pathlib.Path(__file__).with_name("page_script.js")).read_text()
 # Evaluated in a frame: install the helper if the init script did not (about:blank frames, set_content), then run fn.
 _ENSURE = "(() => { if (!window.__tgpo) { " + SCRIPT + " } })();"
 TRUNCATION_LINE = "… (truncated)"
+MARKS_ATTR = "data-tgpo-marks"  # the overlay's host element (page_script.js's change counter skips it)
+MARK_RGB = (255, 0, 255)  # outline and label colour: magenta, rare on real pages; label text black
 
 
 async def install(context) -> None:
@@ -169,9 +182,117 @@ async def _frame_owner_id(frame) -> str | None:
         return None
 
 
+# In one frame: the viewport rects of the elements whose data-tgpo-id is in ``ids`` (open shadow roots included) that
+# are rendered with a non-empty box and at least partly inside the frame's viewport.
+_RECTS_JS = """(ids) => {
+  const want = new Set(ids), out = [], W = window.innerWidth, H = window.innerHeight;
+  const visit = (root) => {
+    for (const el of root.querySelectorAll('*')) {
+      const id = el.getAttribute('data-tgpo-id');
+      if (id !== null && want.has(id)) {
+        const r = el.getBoundingClientRect();
+        if (r.width > 0 && r.height > 0 && r.right > 0 && r.bottom > 0 && r.left < W && r.top < H &&
+            getComputedStyle(el).visibility === 'visible') {
+          out.push({id: id, x: r.left, y: r.top, w: r.width, h: r.height});
+        }
+      }
+      if (el.shadowRoot) visit(el.shadowRoot);
+    }
+  };
+  visit(document);
+  return out;
+}"""
+
+# The overlay. Styles go through the CSSOM (el.style), which a page's CSP does not block as it does <style>; the
+# boxes sit in a shadow root so the page's CSS cannot restyle them, and the host's inline !important wins over it.
+_DRAW_JS = """([boxes, attr, rgb]) => {
+  for (const old of document.querySelectorAll('[' + attr + ']')) old.remove();
+  const host = document.createElement('tgpo-marks');
+  host.setAttribute(attr, '');
+  host.style.cssText = 'all: initial !important; display: block !important; position: fixed !important; ' +
+    'left: 0 !important; top: 0 !important; width: 0 !important; height: 0 !important; overflow: visible !important; ' +
+    'pointer-events: none !important; z-index: 2147483647 !important;';
+  const root = host.attachShadow({mode: 'open'});
+  const colour = 'rgb(' + rgb.join(',') + ')';
+  for (const b of boxes) {
+    const box = document.createElement('div');
+    box.style.cssText = 'position: absolute; box-sizing: border-box; pointer-events: none; border: 2px solid ' +
+      colour + '; left: ' + b.x + 'px; top: ' + b.y + 'px; width: ' + b.w + 'px; height: ' + b.h + 'px;';
+    const label = document.createElement('div');
+    label.textContent = '[' + b.id + ']';
+    // above the box's top-left corner, or inside it when the box touches the top of the viewport
+    const top = b.y >= 14 ? b.y - 14 : Math.max(0, b.y);
+    label.style.cssText = 'position: absolute; pointer-events: none; background: ' + colour + '; color: #000; ' +
+      'font: bold 12px/14px monospace; padding: 0 2px; white-space: nowrap; left: ' + Math.max(0, b.x) +
+      'px; top: ' + top + 'px;';
+    root.append(box, label);
+  }
+  (document.documentElement || document.body).appendChild(host);
+}"""
+
+
+async def _frame_offset(frame) -> tuple[float, float] | None:
+    """Where ``frame``'s viewport starts in the main frame's: its <iframe>'s box plus border and padding."""
+    try:
+        handle = await frame.frame_element()
+        try:
+            box = await handle.bounding_box()  # relative to the main frame's viewport, at any nesting depth
+            inner = await handle.evaluate("e => { const s = getComputedStyle(e); return ["
+                                          "e.clientLeft + (parseFloat(s.paddingLeft) || 0), "
+                                          "e.clientTop + (parseFloat(s.paddingTop) || 0)]; }")
+        finally:
+            await handle.dispose()
+    except Exception:  # detached frame
+        return None
+    return None if box is None else (box["x"] + inner[0], box["y"] + inner[1])
+
+
+async def _mark_boxes(page, snaps) -> list[dict]:
+    """[{id, x, y, w, h}] in main-viewport pixels for every element the snapshots gave an id, frames included."""
+    boxes = []
+    for frame, snap in snaps:
+        ids = [n["id"] for n in snap["nodes"] if n.get("id")]
+        if not ids:
+            continue
+        offset = (0.0, 0.0) if frame is page.main_frame else await _frame_offset(frame)
+        if offset is None:
+            continue
+        try:
+            rects = await frame.evaluate(_RECTS_JS, ids)
+        except Exception:  # the frame went away since its snapshot
+            continue
+        boxes += [r | {"x": r["x"] + offset[0], "y": r["y"] + offset[1]} for r in rects]
+    return boxes
+
+
+async def remove_marks(page) -> None:
+    """Take the overlay out of the main document (a no-op when it is not there)."""
+    try:
+        await page.main_frame.evaluate(f"() => {{ for (const e of document.querySelectorAll('[{MARKS_ATTR}]')) "
+                                       "e.remove(); }")
+    except Exception:  # navigated away: the overlay went with the old document
+        pass
+
+
+async def marked_screenshot(page, snaps) -> bytes | None:
+    """A PNG of the viewport with the snapshots' elements outlined and labelled; the page's DOM is left as it was.
+    None when the overlay or the screenshot failed (a navigation in between)."""
+    boxes = await _mark_boxes(page, snaps)
+    try:
+        await page.main_frame.evaluate(_DRAW_JS, [boxes, MARKS_ATTR, list(MARK_RGB)])
+        return await page.screenshot(type="png")
+    except Exception:
+        return None
+    finally:
+        await remove_marks(page)
+
+
 async def observe(page, *, budget_tokens: int = 1024, chars_per_token: int = 4, screenshot_path: str | None = None,
-                  error: ErrorInfo | None = None, with_screenshot: bool = True, origin: str = "") -> Observation:
-    """Inject ids in every frame and read the page as an Observation (see the module docstring)."""
+                  error: ErrorInfo | None = None, with_screenshot: bool = True, origin: str = "",
+                  marks: bool = False) -> Observation:
+    """Inject ids in every frame and read the page as an Observation (see the module docstring). ``marks``: the
+    saved screenshot (``screenshot_path``) is a set-of-marks one (``Observation.marked``); when drawing them fails
+    the unmarked one is saved and ``marked`` is False."""
     snaps = await _snapshot_all(page)
     # Per-frame node lists; child frames are spliced after their iframe node (indented under it).
     per_frame: dict[int, list[dict]] = {}
@@ -219,20 +340,25 @@ async def observe(page, *, budget_tokens: int = 1024, chars_per_token: int = 4, 
         except Exception:
             title = ""
     shot_path = phash = None
+    marked = False
     if with_screenshot:
         try:
             png = await page.screenshot(type="png")
         except Exception:
             png = None
         if png is not None:
-            phash = phash_png(png)
+            phash = phash_png(png)  # from the unmarked pixels: marks must not change which states merge
             if screenshot_path:
+                if marks:
+                    with_marks = await marked_screenshot(page, snaps)
+                    if with_marks is not None:
+                        png, marked = with_marks, True
                 os.makedirs(os.path.dirname(os.path.abspath(screenshot_path)), exist_ok=True)
                 with open(screenshot_path, "wb") as f:
                     f.write(png)
                 shot_path = str(screenshot_path)
     return Observation(url=page.url, title=title or "", text=text, elements=tuple(elements), screenshot=shot_path,
-                       phash=phash, error=error, truncated=truncated, origin=origin)
+                       phash=phash, error=error, truncated=truncated, origin=origin, marked=marked)
 
 
 def render_observation(obs: Observation) -> str:

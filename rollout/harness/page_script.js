@@ -1,6 +1,7 @@
 // tgpo harness helper, installed into every frame of every page (context.add_init_script) and, as a fallback,
 // by the first observe()/execute() evaluate in a frame that lacks it. Defines window.__tgpo:
-//   mutations      DOM change counter (MutationObserver; our own data-tgpo-* attributes and ignoreAttrs excluded)
+//   mutations      DOM change counter (MutationObserver; our own data-tgpo-* attributes, ignoreAttrs and the
+//                  set-of-marks overlay excluded)
 //   inputs         input/change events seen (a checkbox toggle changes no attribute, but it is an interface change)
 //   pending        fetch / XHR requests in flight (settle() waits for 0)
 //   clickables     WeakSet of elements that got a click-ish listener (addEventListener is wrapped at init time)
@@ -15,11 +16,17 @@
 
   // ------------------------------------------------------------ change counters
   const now = () => (window.performance ? performance.now() : Date.now());
+  // A record that only adds or removes the set-of-marks overlay (observe.py's MARKS_ATTR host element).
+  const isMarks = (r) => {
+    const ns = [...r.addedNodes, ...r.removedNodes];
+    return ns.length > 0 && ns.every((x) => x.nodeType === 1 && x.hasAttribute('data-tgpo-marks'));
+  };
   try {
     const mo = new MutationObserver((records) => {
       let n = 0;
       for (const r of records) {
         if (r.type === 'attributes' && T.ignoreAttrs.has(r.attributeName)) continue;
+        if (r.type === 'childList' && isMarks(r)) continue;  // observe()'s own set-of-marks overlay
         n++;
       }
       if (n) { T.mutations += n; T.lastChange = now(); }

@@ -34,6 +34,9 @@ class HarnessConfig:
     episode_timeout_s: float = 1800.0  # watchdog over the whole episode
     budget_tokens: int = 1024  # observation text budget
     screenshots: bool = True  # save PNGs (the pHash is always computed)
+    # saved PNGs are set-of-marks ones: each element's id drawn on it (observe.py), for policies that read only the
+    # screenshot (OpenAIPolicy(observation="image")); the pHash stays the unmarked page's
+    marks: bool = False
     viewport: tuple[int, int] = (1024, 768)
     action_ms: int = 5000
     navigation_ms: int = 10000
@@ -45,6 +48,9 @@ class HarnessConfig:
         if (self.max_steps < 1 or self.step_slack < 0 or self.step_timeout_s <= 0 or self.episode_timeout_s <= 0
                 or self.budget_tokens < 16):
             raise ValueError(f"invalid harness config: {self}")
+        if self.marks and not self.screenshots:
+            raise ValueError("HarnessConfig(marks=True) draws element ids on the saved screenshots: it needs "
+                             "screenshots=True")
 
     def step_cap(self, task) -> int:
         """The step budget of one episode of ``task``."""
@@ -64,10 +70,13 @@ def _check_json(c: CheckResult) -> dict:
 
 
 def _state_json(obs: Observation, check: CheckResult, essential) -> dict:
-    return {"url": obs.shown_url, "norm_url": normalize_url(obs.shown_url, essential), "title": obs.title,
-            "observation": render_observation(obs), "truncated": obs.truncated, "screenshot": obs.screenshot,
-            "phash": obs.phash, "obs_error": None if obs.error is None else dataclasses.asdict(obs.error),
-            "check": _check_json(check)}
+    out = {"url": obs.shown_url, "norm_url": normalize_url(obs.shown_url, essential), "title": obs.title,
+           "observation": render_observation(obs), "truncated": obs.truncated, "screenshot": obs.screenshot,
+           "phash": obs.phash, "obs_error": None if obs.error is None else dataclasses.asdict(obs.error),
+           "check": _check_json(check)}
+    if obs.marked:  # only then, so records without marks stay as they were
+        out["screenshot_marked"] = True
+    return out
 
 
 async def run_episode(pool: BrowserPool, env: Environment, task: Task, run: int, policy: Policy, out_dir: str,
@@ -104,7 +113,8 @@ async def run_episode(pool: BrowserPool, env: Environment, task: Task, run: int,
         nonlocal screen
         path, rel = shot(name)
         t0 = time.perf_counter()
-        obs = await observe(page, budget_tokens=cfg.budget_tokens, screenshot_path=path, error=error, origin=site)
+        obs = await observe(page, budget_tokens=cfg.budget_tokens, screenshot_path=path, error=error, origin=site,
+                            marks=cfg.marks)
         alive()
         screen = path
         if rel is not None:
