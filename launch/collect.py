@@ -65,9 +65,8 @@ def make_policy(env):
 
     if F.policy == "http":
         from rollout.policies.http import OpenAIPolicy
-        if F.http_observation in ("both", "image") and not F.screenshots:
-            raise app.UsageError(f"--http_observation={F.http_observation} sends each step's screenshot: it needs "
-                                 "--screenshots")
+        if F.http_observation == "both" and not F.screenshots:  # image: use_marks refused it before the browsers
+            raise app.UsageError("--http_observation=both sends each step's screenshot: it needs --screenshots")
         return OpenAIPolicy(F.http_url, F.http_model, temperature=F.temperature, max_tokens=F.max_tokens,
                             budget_tokens=F.budget_tokens * 2, observation=F.http_observation), {
             "http_url": F.http_url, "http_model": F.http_model, "http_observation": F.http_observation}
