@@ -1,6 +1,7 @@
 """The main job end to end (launch/pipeline.py, the 'tiny' preset with two Agent Q rounds) in a fresh process with
 real Chromium, the embedded shop, a from-scratch model, Orbax and transformers: every stage runs, every artefact
-exists and reloads, the report has every row, a re-run does nothing, a changed stage is refused until --redo."""
+exists and reloads, the report has every row, a re-run does nothing, a changed stage is refused until --redo; Agent
+Q's trajectory DPO, search DPO and search at inference added to a copy of the finished run."""
 import json
 import os
 import subprocess
@@ -164,6 +165,82 @@ def test_rerun_skips_and_changed_config_is_refused(run):
     assert states["tgpo"] == "stale" and states["tgpo-r2"] == "stale" and states["sft"] == "done"
 
 
+def test_trajectory_and_search_dpo_join_the_finished_run(run, tmp_path):
+    """Agent Q in the main job: trajectory-level DPO on round 1's own episodes and DPO on a search collection
+    proposed in by the SFT model, each trained from SFT, evaluated, and in the report's rows, comparisons and budget
+    notes; and SFT with search at inference beside its plain evaluation. They join a copy of the finished run (the
+    stages are incremental: round 1's collection, SFT and its evaluation are not run again), not a second run from
+    scratch: CI time (BUILD_NOTES.md, "Stop 55")."""
+    import shutil
+
+    from rollout.recording import iter_episodes
+    from tgpo_jax.data.io import DatasetReader
+    from trees.trajectory_records import pair_episodes
+
+    out = str(tmp_path / "out")
+    shutil.copytree(run[0], out)
+    proc = pipeline(out, "--config.rounds.count=1", "--config.methods=sft,traj_dpo,search_dpo",
+                    "--config.eval.models=sft,traj_dpo,search_dpo", "--config.eval.search_models=sft",
+                    "--config.eval.search_tasks=2")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for stage in ("collect-r1", "tokenizer", "base", "dataset-r1", "sft", "eval-sft"):  # round 1's, as they were
+        assert f"{stage}: done earlier" in proc.stderr, proc.stderr[-4000:]
+
+    # trajectory pairs: as many as the round-1 episodes allow (failure i of a task against success i mod n, <= 4)
+    by_task = {}
+    for ep in iter_episodes(os.path.join(out, "episodes", "round1")):
+        by_task.setdefault(ep.task_id, []).append(ep)
+    possible = sum(len(pair_episodes(eps, 4)) for eps in by_task.values())
+    traj = _result(out, "dataset-traj-r1")
+    assert possible >= 1 and sum(traj["trajectory_pairs"].values()) == possible
+    recs = list(DatasetReader(os.path.join(out, "datasets", "traj-round1")))
+    assert {r.value_source for r in recs} == {"trajectory"} and len(recs) == traj["records"]
+    assert len({r.meta["pair"] for r in recs}) == traj["trajectory_pairs"]["pairs"]
+
+    # the search: the 3 training tasks x 8 simulations, its trees' nodes as records, its browser steps counted
+    search = _result(out, "collect-search-r1")
+    assert search["searched"] == 3 and search["simulations"] == 24 and search["diverged"] == 0
+    steps = sum(len(e.steps) for e in iter_episodes(os.path.join(out, "episodes", "search-round1")))
+    assert search["browser_steps"] == steps > 0
+    trees = [f for f in os.listdir(os.path.join(out, "episodes", "search-round1", "search")) if f != "settings.json"]
+    assert len(trees) == 3
+    srecs = list(DatasetReader(os.path.join(out, "datasets", "search-round1")))
+    built = _result(out, "dataset-search-r1")
+    assert srecs and {r.value_source for r in srecs} == {"mcts"} and len(srecs) == built["records"]
+    assert 1 <= built["nodes_with_pairs"] <= built["records"]
+
+    for name in ("traj_dpo", "search_dpo"):
+        assert _result(out, name)["steps"] >= 1
+        with open(os.path.join(out, "eval", name, "eval.json")) as f:
+            assert json.load(f)["tasks"] == 2
+    with open(os.path.join(out, "report", "report.md")) as f:
+        md = f.read()
+    table = md.split("## Table 1")[1].split("\n## ")[0]
+    rows = [line.split("|")[1].strip().strip("*") for line in table.splitlines() if line.startswith("| ")][1:]
+    assert rows == ["SFT", "Trajectory DPO", "DPO (search)"]
+    for comparison in ("Trajectory DPO − SFT", "DPO (search) − SFT"):
+        assert f"| {comparison} | success rate |" in md
+    assert f"{steps} browser steps, beside round 1's" in md
+    assert f"Trajectory DPO: {traj['trajectory_pairs']['pairs']} pairs" in md
+
+    # search at inference: SFT on the first 2 held-out tasks, beside its plain evaluation on the same tasks
+    with open(os.path.join(out, "eval-search", "sft", "eval.json")) as f:
+        ev = json.load(f)
+    with open(os.path.join(out, "eval", "sft", "eval.json")) as f:
+        plain = json.load(f)
+    rows = ev["tasks_table"]
+    assert len(rows) == 2 and ev["counts"]["simulations"] == 2 * 8
+    assert [r["task_id"] for r in rows] == plain["task_ids"][:2]
+    for r in rows:
+        assert r["success"] >= r["first_success"] and r["browser_steps"] > 0
+    won = {e["task_id"]: e["success"] for e in plain["per_seed"][0]["episodes_table"]}
+    line = next(x for x in md.splitlines() if x.startswith("| SFT | 2 | 8 |"))
+    cells = [c.strip().strip("*") for c in line.split("|")[1:-1]]
+    assert float(cells[3]) == pytest.approx(100 * sum(won[r["task_id"]] for r in rows) / 2, abs=0.05)
+    assert float(cells[5]) == pytest.approx(100 * sum(r["success"] for r in rows) / 2, abs=0.05)
+    assert float(cells[6]) == pytest.approx(sum(r["browser_steps"] for r in rows) / 2, abs=0.05)
+
+
 def test_killed_in_every_kind_of_stage_resumes_to_the_undisturbed_outputs(run):
     """Each kind of stage run again on the finished run (``--redo=S --until=S``: collection, the tokenizer, a
     dataset, training, evaluation, the export), its process group SIGKILLed inside
@@ -292,6 +369,13 @@ def test_faults_name_the_damaged_file_or_end_in_the_same_artefacts(run):
     assert p.returncode == 2 and os.path.basename(shard) in p.stderr and "sha256" in p.stderr, p.stderr[-2000:]
     with open(shard, "wb") as f:
         f.write(intact)
+
+
+def _result(out, stage):
+    with open(os.path.join(out, "stages", f"{stage}.json")) as f:
+        marker = json.load(f)
+    assert marker["status"] == "done", stage
+    return marker["result"]
 
 
 def _rows(out, run_name):
