@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tgpo_jax.models import transformer
 from tgpo_jax.models.config import ModelConfig, tiny_config
 from tgpo_jax.models.transformer import attention, attention_impl, cached_attention, init_model
 from tgpo_jax.training.logprobs import segment_mask
@@ -56,10 +57,39 @@ def test_model_hidden_states_do_not_depend_on_the_attention_implementation():
     mask = segment_mask(seg)
     positions = jnp.broadcast_to(jnp.arange(24), (2, 24))
     out = {}
-    for impl in ("dense", "xla"):
+    for impl in ("dense", "blocked", "xla"):
         model = init_model(cfg.replace(attention=impl), seed=0)
         out[impl] = np.asarray(model.hidden_states(tokens, positions, mask)[0])
     np.testing.assert_allclose(out["xla"], out["dense"], rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(out["blocked"], out["dense"], rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("t", [24, 21])  # 3 whole blocks of 8; and a short last block
+def test_blocked_attention_equals_dense_on_a_tree_mask(monkeypatch, t):
+    """The blocked path skips the keys after each query block; on causal tree masks that must change nothing, in the
+    outputs or the gradients (float32: same sums in another grouping)."""
+    monkeypatch.setattr(transformer, "ATTENTION_BLOCK", 8)
+    q, k, v = qkv(jnp.float32, t=t)
+    mask = segment_mask(jnp.asarray(tree_segments(length=t)))
+    dense = attention(q, k, v, mask, "dense")
+    blocked = attention(q, k, v, mask, "blocked")
+    np.testing.assert_allclose(np.asarray(blocked), np.asarray(dense), rtol=1e-5, atol=1e-6)
+
+    def loss(impl):
+        return lambda q, k, v: jnp.sum(jnp.sin(attention(q, k, v, mask, impl)))
+
+    g_dense = jax.grad(loss("dense"), argnums=(0, 1, 2))(q, k, v)
+    g_blocked = jax.grad(loss("blocked"), argnums=(0, 1, 2))(q, k, v)
+    for a, b in zip(g_blocked, g_dense):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    # it really skips the later keys: under a mask that lets queries see them (outside its precondition) the first
+    # block differs from dense, and the last block, which reads every key, does not
+    full = jnp.ones((q.shape[0], t, t), bool)
+    skipped, seen = attention(q, k, v, full, "blocked"), attention(q, k, v, full, "dense")
+    assert not np.allclose(np.asarray(skipped[:, :8]), np.asarray(seen[:, :8]), atol=1e-3)
+    np.testing.assert_allclose(np.asarray(skipped[:, 16:]), np.asarray(seen[:, 16:]), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="as many keys as queries"):
+        attention(q[:, :8], k, v, mask[:, :8], "blocked")
 
 
 def test_attention_setting_is_checked_and_auto_resolves():
@@ -67,9 +97,9 @@ def test_attention_setting_is_checked_and_auto_resolves():
         tiny_config(attention="flash")
     with pytest.raises(ValueError, match="needs dtype='bfloat16'"):
         tiny_config(attention="cudnn", dtype="float32")
-    assert attention_impl("auto", jnp.float32, 64) == "dense"
-    assert attention_impl("auto", jnp.bfloat16, 64) == ("cudnn" if ON_GPU else "dense")
-    assert attention_impl("auto", jnp.bfloat16, 12) == "dense"  # not a multiple of 8: cuDNN refuses it
+    assert attention_impl("auto", jnp.float32, 64) == "blocked"
+    assert attention_impl("auto", jnp.bfloat16, 64) == ("cudnn" if ON_GPU else "blocked")
+    assert attention_impl("auto", jnp.bfloat16, 12) == "blocked"  # not a multiple of 8: cuDNN refuses it
     assert attention_impl("xla", jnp.float32, 64) == "xla"
     assert isinstance(tiny_config(attention="auto"), ModelConfig)
 

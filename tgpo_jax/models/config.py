@@ -17,7 +17,7 @@ SUPPORTED = {
     "qwen3": "Qwen3ForCausalLM",
 }
 ROPE_TYPES = ("default", "llama3", "linear")
-ATTENTION = ("dense", "cudnn", "xla", "auto")
+ATTENTION = ("dense", "blocked", "cudnn", "xla", "auto")
 # LoRA-able weights -> how many leading (input) dims of the per-layer weight the A factor takes
 LORA_SPLIT = {"q_proj": 1, "k_proj": 1, "v_proj": 1, "o_proj": 2, "gate_proj": 1, "up_proj": 1, "down_proj": 1}
 
@@ -51,9 +51,11 @@ class ModelConfig:
     dtype: str = "float32"  # compute dtype: float32 | bfloat16
     param_dtype: str = "float32"  # master weights
     remat: bool = False  # rematerialise each layer in the backward pass
-    # dense: our einsum attention (float32 [T, S] scores per head); cudnn: jax.nn.dot_product_attention's fused
-    # cuDNN kernel (GPU, bf16/fp16); xla: the same API's XLA path; auto: cudnn where it applies, else dense
-    attention: str = "dense"
+    # dense: our einsum attention (float32 [T, S] scores per head); blocked: the same over causal query blocks (keys
+    # after a block are skipped; needs causal masks, which are all the project builds); cudnn:
+    # jax.nn.dot_product_attention's fused cuDNN kernel (GPU, bf16/fp16); xla: the same API's XLA path; auto: cudnn
+    # where it applies, else blocked
+    attention: str = "auto"
     lora_rank: int = 0  # > 0 adds LoRA factors (nnx.LoRAParam) to lora_targets; the base stays frozen
     lora_alpha: float = 16.0
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

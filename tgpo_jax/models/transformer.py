@@ -19,6 +19,7 @@ import numpy as np
 from flax import nnx
 
 from tgpo_jax.models.config import LORA_SPLIT, ModelConfig
+from tgpo_jax.models.matmul import proj
 
 # Every stacked per-layer weight: name -> shape builder (cfg -> shape without the L axis).
 LAYER_SHAPES = {
@@ -106,28 +107,64 @@ def rms_norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
 
 def attention_impl(kind: str, dtype, head_dim: int) -> str:
     """The implementation ``attention`` runs: ``auto`` takes cuDNN's fused kernel on a GPU where it applies (bf16/fp16,
-    head_dim a multiple of 8 up to 128) and our dense einsum elsewhere (the CPU, TPUs, float32)."""
+    head_dim a multiple of 8 up to 128) and our blocked einsum elsewhere (the CPU, TPUs, float32)."""
     if kind != "auto":
         return kind
     fits = jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16) and head_dim % 8 == 0 and head_dim <= 128
-    return "cudnn" if fits and jax.default_backend() == "gpu" else "dense"
+    return "cudnn" if fits and jax.default_backend() == "gpu" else "blocked"
+
+
+# Query block of the ``blocked`` attention: on the CPU 64-256 all halve the dense time at 512 tokens; 128 is the middle.
+ATTENTION_BLOCK = 128
 
 
 def attention(q, k, v, mask, impl: str = "dense"):
     """q [B,T,H,Dh], k/v [B,S,K,Dh], mask [B,T,S] bool -> [B,T,H,Dh]. Grouped-query, float32 softmax.
 
     ``impl`` dense: float32 scores [B,K,G,T,S] materialised (and kept for the backward pass unless remat);
+    blocked: the same per block of ``ATTENTION_BLOCK`` queries over only the keys up to the block's end, which skips
+    the half of the scores a causal mask hides (about half the time on the CPU: BUILD_NOTES, issue 14). It needs
+    T == S and a mask under which no query sees a later position: every mask the project builds (``causal_mask``,
+    ``segment_mask``, the sampler's prefill) is such.
     cudnn / xla: ``jax.nn.dot_product_attention`` with the same boolean mask (cuDNN turns it into an additive bias
     and never stores the scores). The tree layouts' masks are not causal-plus-padding, so the mask is passed whole."""
     if impl in ("cudnn", "xla"):
         return jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], implementation=impl)
+    t = q.shape[1]
+    if impl == "blocked":
+        if k.shape[1] != t:
+            raise ValueError(f"blocked attention needs as many keys as queries, got {t} queries and {k.shape[1]} keys")
+        return _blocked_attention(q, k, v, mask, ATTENTION_BLOCK)
+    if impl != "dense":
+        raise ValueError(f"unknown attention implementation {impl!r}: dense, blocked, cudnn, xla or auto")
+    return _dense_attention(q, k, v, mask)
+
+
+def _blocked_attention(q, k, v, mask, c: int):
+    b, t, h, dh = q.shape
+    kv = k.shape[2]
+    # heads ahead of positions once, so each block's two einsums are plain batched matmuls (2x faster on the CPU)
+    qt = q.reshape(b, t, kv, h // kv, dh).transpose(0, 2, 3, 1, 4)  # [B,K,G,T,Dh]
+    kt, vt = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B,K,S,Dh]
+    outs = []
+    for i in range(0, t, c):
+        e = min(i + c, t)  # queries i..e-1 read keys 0..e-1 only
+        scores = jnp.einsum("bkgtd,bksd->bkgts", qt[:, :, :, i:e], kt[:, :, :e],
+                            preferred_element_type=jnp.float32) / math.sqrt(dh)
+        scores = jnp.where(mask[:, None, None, i:e, :e], scores, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+        outs.append(proj("bkgts,bksd->bkgtd", probs, vt[:, :, :e]))
+    return jnp.concatenate(outs, axis=3).transpose(0, 3, 1, 2, 4).reshape(b, t, h, dh)
+
+
+def _dense_attention(q, k, v, mask):
     b, t, h, dh = q.shape
     kv = k.shape[2]
     q = q.reshape(b, t, kv, h // kv, dh)
     scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32) / math.sqrt(dh)
     scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    out = proj("bkgts,bskd->btkgd", probs, v)
     return out.reshape(b, t, h, dh)
 
 
@@ -152,8 +189,8 @@ def cached_attention(q, k, v, ck, cv, mask, index):
     scores = jnp.concatenate([jnp.where(old_mask[:, None, None], s_old, low),
                               jnp.where(new_mask[:, None, None], s_new, low)], axis=-1)  # [B,K,G,T,S+T]
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = (jnp.einsum("bkgts,bskd->btkgd", probs[..., :s], cv)
-           + jnp.einsum("bkgtu,bukd->btkgd", probs[..., s:], v))
+    out = (proj("bkgts,bskd->btkgd", probs[..., :s], cv)
+           + proj("bkgtu,bukd->btkgd", probs[..., s:], v))
     return out.reshape(b, t, h, dh)
 
 
@@ -260,9 +297,9 @@ class Transformer(nnx.Module):
             # LoRA: W + s * A @ B per layer inside the scan, so only one layer's merged weights exist at a time
             p = {n: a.astype(dt) for n, a in merge_lora(p, lora_scale).items()}
             h = rms_norm(x, p["attn_norm"], cfg.rms_norm_eps)
-            q = jnp.einsum("btd,dhk->bthk", h, p["q_proj"])
-            k = jnp.einsum("btd,dhk->bthk", h, p["k_proj"])
-            v = jnp.einsum("btd,dhk->bthk", h, p["v_proj"])
+            q = proj("btd,dhk->bthk", h, p["q_proj"])
+            k = proj("btd,dhk->bthk", h, p["k_proj"])
+            v = proj("btd,dhk->bthk", h, p["v_proj"])
             if cfg.qkv_bias:
                 q, k, v = q + p["q_bias"], k + p["k_bias"], v + p["v_bias"]
             if cfg.qk_norm:
@@ -273,14 +310,14 @@ class Transformer(nnx.Module):
                 a = cached_attention(q, k, v, ck.astype(dt), cv.astype(dt), mask, cache_index)
             else:  # no cache, or a prefill: this step's keys are all there is
                 a = attention(q, k, v, mask[:, :, :t] if prefill else mask, impl)
-            a = jnp.einsum("bthk,hkd->btd", a, p["o_proj"])
+            a = proj("bthk,hkd->btd", a, p["o_proj"])
             if cfg.o_bias:
                 a = a + p["o_bias"]
             x = x + a
             h = rms_norm(x, p["mlp_norm"], cfg.rms_norm_eps)
-            g = jnp.einsum("btd,df->btf", h, p["gate_proj"])
-            u = jnp.einsum("btd,df->btf", h, p["up_proj"])
-            x = x + jnp.einsum("btf,fd->btd", jax.nn.silu(g) * u, p["down_proj"])
+            g = proj("btd,df->btf", h, p["gate_proj"])
+            u = proj("btd,df->btf", h, p["up_proj"])
+            x = x + proj("btf,fd->btd", jax.nn.silu(g) * u, p["down_proj"])
             return x, k, v  # this step's keys/values [B,T,K,Dh]: the caller writes them into the cache
 
         if cfg.remat:
@@ -309,7 +346,7 @@ class Transformer(nnx.Module):
         return w.astype(jnp.dtype(self.cfg.dtype))
 
     def logits_from_hidden(self, h: jax.Array) -> jax.Array:
-        return jnp.einsum("btd,dv->btv", h, self.output_embedding())
+        return proj("btd,dv->btv", h, self.output_embedding())
 
     def __call__(self, tokens, positions=None, mask=None, cache: KVCache | None = None, cache_index=None):
         """tokens [B,T] -> (logits [B,T,V], cache). Defaults: positions 0..T-1, causal mask."""

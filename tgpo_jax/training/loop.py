@@ -106,7 +106,7 @@ def optim_config(cfg, total_steps: int) -> OptimConfig:
 def model_overrides(m) -> dict:
     """What ``cfg.model`` sets on the checkpoint's ModelConfig (besides param_dtype)."""
     return dict(dtype=m.dtype, remat=m.remat, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha,
-                attention=m.get("attention", "dense"))
+                attention=m.get("attention", "auto"))
 
 
 def build_model(cfg, mesh, tokenizer):
