@@ -14,8 +14,8 @@ PyTorch: ``generate`` with one new token), and how many leading tokens the two s
 weights and prompts: in float32 they should agree until a near-tie of the top two logits).
 
 Ours: the sampler the collection and evaluation run (prefill in one pass with the model's attention implementation,
-``--our_attention``: dense einsum or ``auto`` = cuDNN's fused kernel on a GPU in bf16; then jitted chunks of 16
-decode steps, a ``lax.scan``, with the host checking stop conditions between chunks). PyTorch (``--torch_modes``):
+``--our_attention``: ``auto`` = cuDNN's fused kernel on a GPU in bf16, else the blocked einsum; or ``dense``; then
+jitted chunks of 16 decode steps, a ``lax.scan``, with the host checking stop conditions between chunks). PyTorch (``--torch_modes``):
 ``dynamic`` = transformers' default cache, ``static`` = its static cache (on a CUDA device transformers compiles the
 decode step with ``torch.compile`` for it; on a CPU it runs uncompiled). Each side runs in its own subprocess.
 """
@@ -31,7 +31,7 @@ import time
 
 from absl import app, flags
 
-from bench.sides import run_side, versions
+from bench.sides import cpu_flags, run_side, versions
 
 _SIDE = flags.DEFINE_enum("side", "all", ["all", "ours", "torch"], "what to run (all = the parent)")
 _MODEL = flags.DEFINE_enum("model", "smollm2", ["smollm2", "qwen2.5-0.5b", "tiny"],
@@ -42,14 +42,15 @@ _BATCH = flags.DEFINE_integer("batch", 8, "prompts per call (rows)")
 _PROMPT = flags.DEFINE_integer("prompt_len", 448, "tokens per prompt (a multiple of 64: our bucket, no padding)")
 _NEW = flags.DEFINE_integer("new_tokens", 64, "tokens generated per row (the collection's max_tokens is 64)")
 _RUNS = flags.DEFINE_integer("runs", 3, "timed calls per side (the median is reported), after one untimed call")
-_OUR_ATTN = flags.DEFINE_list("our_attention", ["dense"], "ours: model.attention settings (dense | auto | cudnn)")
+_OUR_ATTN = flags.DEFINE_list("our_attention", ["auto"],
+                              "ours: model.attention settings (auto | blocked | dense | cudnn)")
 _TORCH_MODES = flags.DEFINE_list("torch_modes", ["dynamic", "static"], "PyTorch: cache implementations to run")
 _SEED = flags.DEFINE_integer("seed", 0, "prompt and initialisation seed")
 _JSON_OUT = flags.DEFINE_string("json_out", "", "also write the raw results here (JSON)")
 _TIMEOUT = flags.DEFINE_integer("side_timeout", 600, "seconds each side may take")
 # internal: the parent passes these to its children
 _CKPT = flags.DEFINE_string("ckpt", "", "(children) the exported checkpoint both sides load")
-_ATTN = flags.DEFINE_string("attention", "dense", "(--side=ours) model.attention")
+_ATTN = flags.DEFINE_string("attention", "auto", "(--side=ours) model.attention")
 _TORCH_MODE = flags.DEFINE_string("torch_mode", "dynamic", "(--side=torch) cache implementation")
 
 MARK = "DECODE_JSON "
@@ -187,15 +188,6 @@ def shared_prefix(a: list[list[int]], b: list[list[int]]) -> float:
             k += 1
         n.append(k)
     return sum(n) / len(n)
-
-
-def cpu_flags() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            fl = next(ln for ln in f if ln.startswith("flags")).split()
-        return ", ".join(x for x in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if x in fl) or "none of avx2/avx512"
-    except (OSError, StopIteration):
-        return "unknown"
 
 
 def main(argv):

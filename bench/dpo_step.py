@@ -10,10 +10,12 @@ forward every step (ours: ``reference="live"``; TRL: ``precompute_ref_log_probs=
 in bf16 (``--our_dtypes`` adds float32) over float32 parameters; ``--layouts`` picks packed (the prompt once + both branches) and plain
 (prompt+chosen and prompt+rejected rows, like TRL).
 
-TRL precision (``--trl_precision``): ``fp32`` (default: float32 weights, ``bf16=False``) is PyTorch's
-fastest setting on this AVX2 CPU; ``bf16`` (bf16 weights, ``bf16=True``) and ``amp`` (float32 weights,
-bf16 autocast) are available but PyTorch has no fast CPU bf16 matmul here (no AVX512-BF16/AMX): some
-shapes run at ~1 GFLOP/s, and one bf16 step of this size takes tens of minutes.
+TRL precision (``--trl_precision``, all three by default): ``amp`` (float32 weights, bf16 autocast: our numerics),
+``bf16`` (bf16 weights, ``bf16=True``: fastest, but at lr 1e-5 most updates round away) and ``fp32`` (``bf16=False``).
+Which is fastest depends on the CPU: with AVX512-BF16 (the table prints the flags) PyTorch's bf16 runs natively
+and bf16 wins; on an AVX2 CPU without bf16 units PyTorch's bf16 crawls (some shapes ~1 GFLOP/s, a step tens of
+minutes) and fp32 wins: there ``--trl_precision=fp32`` keeps the run short.
+``--rounds=3`` runs every setting three times, alternating, and reports the median.
 
 Each measurement runs in its own subprocess of this script (``--side=peak|ours|trl``), so memory peaks
 are separable; each prints one JSON line, and the parent prints a table.
@@ -30,7 +32,7 @@ that the comparison is like for like.
 - FLOP/s: model FLOPs = 6 * N * T (policy forward + backward) + 2 * N * T (live reference forward),
   N = parameter count (tied embedding counted once), T = logical tokens; attention score FLOPs are not
   counted. Reported against this CPU's bf16 matmul peak measured in the same run (a jitted JAX chain of
-  bf16 n x n x n matmuls).
+  bf16 n x n x n matmuls accumulated in float32, the model's own dot: ``tgpo_jax.models.matmul.proj``).
 - load1: the 1-minute load average when the run ended; ~2 means this benchmark had the 2 cores alone.
 """
 from __future__ import annotations
@@ -48,6 +50,8 @@ import time
 
 from absl import app, flags
 
+from bench.sides import cpu_flags
+
 _SIDE = flags.DEFINE_enum("side", "all", ["all", "peak", "ours", "trl"], "what to run (all = parent)")
 _BATCH = flags.DEFINE_integer("batch", 4, "preference pairs per step (both sides)")
 _PROMPT = flags.DEFINE_integer("prompt_tokens", 512, "mean prompt length in tokens (spread 0.8-1.2x)")
@@ -62,8 +66,9 @@ _PLAIN_ACCUM = flags.DEFINE_integer(
     "plain_grad_accum", 2,
     "our micro-batches per step for the plain layout: at the defaults it needs ~22 GiB in one micro-batch "
     "(attention keeps [T, T] float32 scores per layer for the backward pass), too much for a 24 GiB machine")
+_ROUNDS = flags.DEFINE_integer("rounds", 1, "rounds of every setting, alternating; a setting's figure is the median")
 _TRL_PREC = flags.DEFINE_list(
-    "trl_precision", ["fp32"],
+    "trl_precision", ["amp", "bf16", "fp32"],
     "TRL runs: bf16 (bf16 weights, bf16=True), amp (fp32 weights, bf16=True autocast), fp32 (bf16=False)")
 _GC = flags.DEFINE_boolean("grad_checkpointing", True,
                            "rematerialise layers in the backward pass, both sides (TRL's own default is True)")
@@ -186,6 +191,8 @@ def run_peak() -> None:
     import jax
     import jax.numpy as jnp
 
+    from tgpo_jax.models.matmul import proj
+
     n, reps, chain = _MATMUL_N.value, _MATMUL_REPS.value, 4
     out = {"side": "peak", "n": n, "chain": chain}
     for dt in ("bfloat16", "float32"):
@@ -195,7 +202,7 @@ def run_peak() -> None:
         @jax.jit
         def f(x, w):
             for _ in range(chain):  # dependent chain: nothing to hoist or fuse away
-                x = x @ w
+                x = proj("ij,jk->ik", x, w)  # the model's own dot: float32 accumulation, one rounding
             return x
 
         f(a, b).block_until_ready()
@@ -382,19 +389,38 @@ def run_all() -> None:
     common = [f"--batch={_BATCH.value}", f"--steps={_STEPS.value}", f"--warmup={_WARMUP.value}",
               f"--seed={_SEED.value}", f"--threads={_THREADS.value}", f"--observation_words={','.join(map(str, obs))}",
               f"--{'' if _GC.value else 'no'}grad_checkpointing"]
-    results = [child(["--side=peak", f"--matmul_n={_MATMUL_N.value}", f"--matmul_reps={_MATMUL_REPS.value}",
-                      f"--threads={_THREADS.value}"])]
-    for layout in _LAYOUTS.value:
-        ga = _PLAIN_ACCUM.value if layout == "plain" else _ACCUM.value
-        for dtype in _OUR_DTYPES.value:
-            results.append(child(["--side=ours", f"--layout={layout}", f"--dtype={dtype}", f"--grad_accum={ga}",
-                                  *common]))
+    peak = child(["--side=peak", f"--matmul_n={_MATMUL_N.value}", f"--matmul_reps={_MATMUL_REPS.value}",
+                  f"--threads={_THREADS.value}"])
+    rounds = []
     with tempfile.TemporaryDirectory() as tmp:
         hf_dir = os.path.join(tmp, "smollm2")
         export_hf(load_model("bundled", param_dtype="float32"), hf_dir, tok, dtype="float32")
-        for prec in _TRL_PREC.value:
-            results.append(child(["--side=trl", f"--precision={prec}", f"--hf_dir={hf_dir}", *common]))
-    report(results)
+        for k in range(_ROUNDS.value):  # each round runs every setting once: ours and TRL alternate over time
+            if _ROUNDS.value > 1:
+                print(f"round {k + 1} of {_ROUNDS.value}", file=sys.stderr, flush=True)
+            runs = []
+            for layout in _LAYOUTS.value:
+                ga = _PLAIN_ACCUM.value if layout == "plain" else _ACCUM.value
+                for dtype in _OUR_DTYPES.value:
+                    runs.append(child(["--side=ours", f"--layout={layout}", f"--dtype={dtype}", f"--grad_accum={ga}",
+                                       *common]))
+            for prec in _TRL_PREC.value:
+                runs.append(child(["--side=trl", f"--precision={prec}", f"--hf_dir={hf_dir}", *common]))
+            rounds.append(runs)
+    report([peak, *map(combine, zip(*rounds))])
+
+
+def combine(same: tuple[dict, ...]) -> dict:
+    """One setting over the rounds: the median of the rounds' median step times, the worst memory."""
+    out = dict(same[0])
+    out["round_median_s"] = [r["median_s"] for r in same]
+    out["median_s"] = statistics.median(out["round_median_s"])
+    out["best_s"] = min(r["best_s"] for r in same)
+    out["first_step_s"] = statistics.median(r["first_step_s"] for r in same)
+    for key in ("peak", "phase_peak", "loadavg_end"):
+        out[key] = max(r[key] for r in same)
+    out["base_rss"] = min(r["base_rss"] for r in same)
+    return out
 
 
 def report(results: list[dict]) -> None:
@@ -416,7 +442,8 @@ def report(results: list[dict]) -> None:
           f"tokens (incl. EOS); T = {t} logical tokens/step (sum of prompt+chosen and prompt+rejected)")
     print(f"full fine-tuning, AdamW, live reference forward each step, grad checkpointing "
           f"{'on' if _GC.value else 'off'} (both); {_STEPS.value} timed steps after {_WARMUP.value} warm-up; "
-          f"torch threads {_THREADS.value}, {os.cpu_count()} CPUs")
+          f"torch threads {_THREADS.value}, {os.cpu_count()} CPUs; CPU flags: {cpu_flags()}"
+          + (f"; {_ROUNDS.value} rounds, medians" if _ROUNDS.value > 1 else ""))
     print(f"{FLOP_FORMULA} -> {flops / 1e12:.2f} TFLOP/step "
           f"(6NT = {6 * n * t / 1e12:.2f}, 2NT ref = {2 * n * t / 1e12:.2f})")
     print(f"matmul peak ({peak['n']}^3, jit): JAX bf16 {bf16_peak / 1e9:.0f} GFLOP/s (JAX fp32 "
@@ -439,7 +466,11 @@ def report(results: list[dict]) -> None:
     trls = [r for r in runs if r["side"] == "trl"]
     for o in ours:
         for tr in trls:
-            print(f"{name(o)} vs {name(tr)}: throughput {tr['median_s'] / o['median_s']:.2f}x (goal >= 2x), "
+            per_round = ", ".join(f"{b / a:.2f}" for a, b in zip(o.get("round_median_s", []),
+                                                               tr.get("round_median_s", [])))
+            goal = 2.2 if tr["precision"] == "amp" else 2.0
+            print(f"{name(o)} vs {name(tr)}: throughput {tr['median_s'] / o['median_s']:.2f}x (goal >= {goal}x)"
+                  + (f" [rounds: {per_round}]" if len(o.get("round_median_s", [])) > 1 else "") + ", "
                   f"peak RSS {o['peak'] / tr['peak']:.2f}x, train-phase delta "
                   f"{(o['phase_peak'] - o['base_rss']) / max(tr['phase_peak'] - tr['base_rss'], 1):.2f}x "
                   f"(goal <= 0.5x)")

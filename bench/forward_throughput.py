@@ -13,6 +13,8 @@ import time
 
 from absl import app, flags
 
+from bench.sides import cpu_flags
+
 _BATCH = flags.DEFINE_integer("batch", 4, "batch size")
 _LENGTH = flags.DEFINE_integer("length", 512, "sequence length")
 _REPS = flags.DEFINE_integer("reps", 5, "timed repetitions per side (best is reported)")
@@ -65,7 +67,7 @@ def main(argv):
             best[name] = min(best[name], time.perf_counter() - t0)
     tps = {k: b * t / v for k, v in best.items()}
     print(f"SmolLM2-135M forward, batch {b} x {t}, {_DTYPE.value}, torch threads {torch.get_num_threads()}, "
-          f"jax devices {jax.devices()[0].platform}")
+          f"jax devices {jax.devices()[0].platform}; CPU flags: {cpu_flags()}")
     print(f"  ours (JAX, jit):        {tps['ours']:9.1f} tokens/s  ({best['ours'] * 1e3:.0f} ms)")
     print(f"  transformers (PyTorch): {tps['torch']:9.1f} tokens/s  ({best['torch'] * 1e3:.0f} ms)")
     print(f"  ratio ours / PyTorch:   {tps['ours'] / tps['torch']:.2f}x")

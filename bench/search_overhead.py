@@ -32,7 +32,7 @@ def _steps(out: str) -> int:
 
 def main(argv):
     del argv
-    from bench.train_devices import cpu_flags
+    from bench.sides import cpu_flags
     from rollout.collect import CollectConfig, collect_async
     from rollout.envs.shop.env import ShopEnv
     from rollout.harness.runner import HarnessConfig

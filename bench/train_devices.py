@@ -22,6 +22,8 @@ import tempfile
 
 from absl import app, flags
 
+from bench.sides import cpu_flags
+
 _RUN = flags.DEFINE_string("run", None, "a training run directory (holds config.json) whose setting is replayed")
 _DEVICES = flags.DEFINE_list("devices", ["1", "2"], "CPU device counts to compare")
 _STEPS = flags.DEFINE_integer("steps", 30, "steps per side")
@@ -30,17 +32,6 @@ _MESH = flags.DEFINE_enum("mesh", "run", ["run", "data", "fsdp"], "the devices' 
 _WARMUP = flags.DEFINE_integer("warmup", 5, "first steps not timed (compilation)")
 _SIDE = flags.DEFINE_integer("side", 0, "(internal) run one side with this many devices and print its step times")
 _OUT = flags.DEFINE_string("out_dir", "", "(internal) the side's output directory")
-
-
-def cpu_flags() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            line = next(ln for ln in f if ln.startswith("flags"))
-    except (OSError, StopIteration):
-        return "unknown"
-    have = set(line.split(":", 1)[1].split())
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-    return " ".join(f for f in wanted if f in have) or "no AVX2"
 
 
 def run_side(n: int) -> None:
