@@ -41,8 +41,18 @@ def build_trajectories(p) -> dict:
                                traj_max_steps=p.cfg.traj_dpo.data.max_branches)
     summary = build_dataset([p.episodes(1)], p.traj_dataset(1), bcfg, progress=p.progress)
     summary["broken_episodes"] = len(summary["broken_episodes"])
+    check_enough_pairs(summary["records"], p.cfg.traj_dpo.train.batch_size)
     return {k: summary[k] for k in ("tasks", "episodes", "successful_episodes", "records", "trajectory_pairs",
                                     "broken_episodes")}
+
+
+def check_enough_pairs(records: int, batch_size: int) -> None:
+    """Said where the pairs are counted, not after SFT has trained (traj_dpo would fail at its first batch)."""
+    if records < batch_size:
+        raise RuntimeError(
+            f"the episodes gave {records} trajectory pairs, fewer than one traj_dpo batch of {batch_size}: collect "
+            "more runs per task (collect.runs, collect.tree_tasks) or set --config.traj_dpo.train.batch_size to at "
+            f"most {records}")
 
 
 def collect_search(p) -> dict:

@@ -169,6 +169,19 @@ def test_a_collection_with_one_run_per_task_has_no_pair_and_says_why(tmp_path):
         build_dataset(str(tmp_path / "eps"), str(tmp_path / "ds"), BuildConfig(values="trajectory"), progress=False)
 
 
+def test_fewer_pairs_than_a_batch_stop_at_the_dataset_stage(traj_data):
+    """The pipeline's dataset-traj-r1 stage refuses a dataset that traj_dpo could not fill one batch from (stop 56: the
+    run otherwise failed at traj_dpo, after the whole SFT stage), and says how to get past it."""
+    from experiment.agent_q import check_enough_pairs
+
+    _, _, summary = traj_data
+    n = summary["records"]
+    check_enough_pairs(n, n)
+    with pytest.raises(RuntimeError, match=rf"gave {n} trajectory pairs, fewer than one traj_dpo batch of {n + 1}.*"
+                                           rf"batch_size to at most {n}"):
+        check_enough_pairs(n, n + 1)
+
+
 def test_the_built_dataset_trains_with_traj_dpo(traj_data, tmp_path):
     from tgpo_jax.data.io import read_manifest
     from tgpo_jax.models.tokenizer import load_tokenizer
