@@ -84,6 +84,34 @@ def test_a_combobox_set_on_this_page_is_not_named_again():
     assert grammar("SELECT [6] [M]", error="element_not_found").viable('Thought: Set combobox "size')
 
 
+ALL_SET = StepStrings(ids=STEP.ids, options=STEP.options, typed=STEP.typed, names={"6": "size", "7": "color"},
+                      set_here=frozenset({"size", "color"}))
+NO_OPTIONS = StepStrings(ids=frozenset({"2", "9"}), options={}, typed=STEP.typed)
+
+
+@pytest.mark.parametrize("step,text,viable,complete", [
+    (NAMED, 'Thought: Set', True, False),
+    (NAMED, 'Thought: Set combobox "si', True, False),
+    (NAMED, 'Thought: Set combobox l', False, False),  # a setting goes on to the quoted name
+    (NAMED, 'Thought: Setting', False, False),
+    (NAMED, 'Thought: Set listbox "size"[6] to size [M].', True, False),  # the role word is the page's business
+    (NAMED, 'Thought: Set combobox "size"[6] to size [M].\nCommand: CLICK [6]', False, False),  # sets: a SELECT
+    (NAMED, 'Thought: Set combobox "size"[6] to size [M].\nCommand: S', True, False),
+    (NAMED, 'Thought: Set combobox "size"[6] to size [M].\nCommand: SC', False, False),  # SCROLL is not a setting
+    (NAMED, 'Thought: Set combobox "size"[6] to size [M].\nCommand: SELECT [6] [M]', True, True),
+    (NAMED, 'Thought: Click button "Buy Now"[9].\nCommand: CLICK [9]', True, True),
+    (ALL_SET, 'Thought: Set', False, False),  # every combobox set here: no setting is left to start
+    (ALL_SET, ' Thought: Set', False, False),  # as the piece table decodes an output: a leading space
+    (ALL_SET, 'Thought: Se', True, False),  # not yet a setting
+    (ALL_SET, 'Thought: Click button "Buy Now"[9].\nCommand: CLICK [9]', True, True),
+    (NO_OPTIONS, 'Thought: Set', False, False),  # nothing to set on the page
+    (STEP, 'Thought: Set combobox ""[6] to [M].\nCommand: SELECT [6] [M]', True, True),  # unnamed: no name check
+])
+def test_a_thought_that_starts_with_set_is_a_setting_of_a_combobox_left_to_set(step, text, viable, complete):
+    g = OutputGrammar(step)
+    assert g.viable(text) is viable and g.complete(text) is complete
+
+
 def test_select_is_not_offered_on_a_page_without_options():
     g = OutputGrammar(StepStrings(ids=frozenset({"2"}), options={}, typed=frozenset()))
     assert not g.viable("Command: SELECT") and not g.viable("Command: SE")

@@ -227,3 +227,36 @@ def test_a_rows_sample_is_the_same_in_any_batch(model, constrained):
     assert gen(PROMPTS[1:2], [22]) == [both[1]]
     assert gen([PROMPTS[1], PROMPTS[0]], [22, 11]) == [both[1], both[0]]
     assert gen(PROMPTS[1:2], [23]) != [both[1]]
+
+
+def test_a_bf16_decode_through_bit_slices_is_the_plain_decode_bit_for_bit(monkeypatch):
+    """The bf16 decode slices its layers' weights and KV cache as uint16 bits (``transformer.as_bits``, a speed
+    fix for XLA:CPU): the same tokens and log-probs, bit for bit, as slicing the bf16 arrays themselves."""
+    import tgpo_jax.models.transformer as T
+
+    cfg = tiny_config("llama", vocab_size=256, eos_token_id=None, dtype="bfloat16", param_dtype="bfloat16")
+    m = init_model(cfg, seed=3)
+    assert m.layers.q_proj[...].dtype == jnp.bfloat16
+    params = SamplingParams(temperature=0.0, max_tokens=12)
+    bits = Sampler(m).generate_ids(PROMPTS, params)
+    monkeypatch.setattr(T, "as_bits", lambda t: t)
+    monkeypatch.setattr(T, "as_floats", lambda b, d: b)
+    monkeypatch.setattr(T, "write_slice", lambda a, u, i, axis: jax.lax.dynamic_update_slice_in_dim(a, u, i, axis))
+    plain = Sampler(m).generate_ids(PROMPTS, params)
+    assert bits == plain
+
+
+def test_bit_slices_round_trip_and_write():
+    from tgpo_jax.models.transformer import as_bits, as_floats, write_slice
+
+    x = {"w": jnp.asarray(np.random.default_rng(0).normal(size=(3, 4)), jnp.bfloat16),
+         "n": jnp.arange(3, dtype=jnp.int32), "f": jnp.ones((2,), jnp.float32)}
+    b = as_bits(x)
+    assert b["w"].dtype == jnp.uint16 and b["n"].dtype == jnp.int32 and b["f"].dtype == jnp.float32
+    back = as_floats(b, jax.tree.map(lambda a: a.dtype, x))
+    assert all(back[k].dtype == x[k].dtype and np.array_equal(np.asarray(back[k]), np.asarray(x[k])) for k in x)
+    u = jnp.full((3, 1), -2.5, jnp.bfloat16)
+    got = write_slice(x["w"], u, 2, axis=1)
+    assert got.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(got, np.float32),
+                                  np.asarray(jax.lax.dynamic_update_slice_in_dim(x["w"], u, 2, 1), np.float32))

@@ -21,6 +21,11 @@ group the model writes must be a string the step offers, as it writes it:
   option's name there, so the value's copy started at that option's place in the task, and it set the same
   comboboxes again and again to the step limit (held-out SFT +10 points over two seeds' models, BUILD_NOTES.md,
   issue 16);
+- a thought that starts with ``Set`` is one of those settings (``Set <role> "<name>"``), so it starts so only
+  while the page has a combobox left to set, and its command is a SELECT. Why: with every combobox set, a model
+  that had not fitted the product page's last decision still began ``Set combobox`` and, with no name left to
+  write, went on in free text (``Set combobox lookflavor keyboard] into …``) to a command the thought never
+  decided (BUILD_NOTES.md, issue 16, stop 58);
 - a SELECT sets the value its own thought set.
 
 Which string, which element and which verb remain the model's choice (the likeliest allowed token at each step,
@@ -130,6 +135,8 @@ class OutputGrammar:
         # the comboboxes a thought may name: the page's, less those set on this page already (oracle.py sets each
         # once per visit; a model that set one again looped over them to the step limit, BUILD_NOTES.md, issue 16)
         self.boxes = _Pool(n for n in set(strings.names.values()) if n not in strings.set_here)
+        # a combobox left to set: a named one not set here, or one with no name (the name check cannot apply)
+        self.settable = bool(self.boxes.strings) or any(i not in strings.names for i in strings.options)
         self.all_options = _Pool(all_options, split)
         text = _Pool(strings.typed | set(all_options), split)
         self.any = _Pool(strings.ids | text.strings)
@@ -162,7 +169,38 @@ class OutputGrammar:
                 group += ch
                 if ch == "\n" or group not in self.any.prefixes:
                     return False
-        return (group is None or group in self.any.ends) and self._boxes(text) and self._setting(text)
+        return ((group is None or group in self.any.ends) and self._boxes(text) and self._setting(text)
+                and self._set_lead(text))
+
+    @staticmethod
+    def _body(thought: str) -> str:
+        """The thought's own words, after its ``Thought:`` label (decoded text may start with a space)."""
+        text = thought.lstrip(" ")
+        return text[len("Thought:"):].lstrip(" ") if text.startswith("Thought:") else text
+
+    _LEAD = re.compile(r' (\w*)(?:( )(?:(")([^"\n]*)(")?)?)?')
+
+    def _set_lead(self, thought: str) -> bool:
+        """A thought that starts with ``Set`` names a combobox left to set, as ``Set <role> "<name>"``."""
+        body = self._body(thought)
+        if not body.startswith("Set"):
+            return True
+        if not self.settable:
+            return False
+        rest = body[3:]
+        m = self._LEAD.match(rest)
+        if not rest or m is None:
+            return not rest
+        if m.end() < len(rest) and not m.group(3):
+            return False  # ``Set`` + a word goes on to the quoted name and nothing else
+        name, closed = m.group(4), m.group(5)
+        if name is None or not self.names:
+            return True
+        return name in (self.boxes.strings if closed else self.boxes.prefixes)
+
+    def _sets(self, thought: str) -> bool:
+        """Whether the thought is a setting (``Set …``): its command is then a SELECT."""
+        return self._body(thought).startswith("Set ")
 
     def _boxes(self, text: str) -> bool:
         """Each ``combobox "…"`` of the thought names one of the page's comboboxes, not one set on this page."""
@@ -202,8 +240,8 @@ class OutputGrammar:
         """The page's element ids the thought names (its closed ``[...]`` groups that are ids)."""
         return frozenset(g for g in re.findall(r"\[([^\[\]\n]*)\]", thought) if g in self.ids.strings)
 
-    def _decided(self, thought: str) -> tuple[frozenset[str], dict[str, str]]:
-        return self._named(thought), self._settings(thought)
+    def _decided(self, thought: str) -> tuple[frozenset[str], dict[str, str], bool]:
+        return self._named(thought), self._settings(thought), self._sets(thought)
 
     def _settings(self, thought: str) -> dict[str, str]:
         """The values the thought sets its comboboxes to (``"size"[6] to size [M]`` -> {"6": "M"})."""
@@ -211,17 +249,18 @@ class OutputGrammar:
         return {m.group(1): m.group(2) for m in found if m.group(1) in self.names}
 
     def _command(self, body: str, named: frozenset[str] = frozenset(),
-                 settings: dict[str, str] | None = None) -> tuple[bool, bool]:
+                 settings: dict[str, str] | None = None, sets: bool = False) -> tuple[bool, bool]:
         """(viable, complete) of the text after ``Command:``; ``named``: the element ids the thought names;
-        ``settings``: the values it sets comboboxes to."""
+        ``settings``: the values it sets comboboxes to; ``sets``: the thought is a setting (the verb is SELECT)."""
         s = body[1:] if body.startswith(" ") else body
         m = re.match(r"[A-Za-z_]*", s)
         verb, rest = m.group(0), s[m.end():]
+        verbs = ("SELECT",) if sets else COMMANDS
         if not rest:
-            if not any(c.startswith(verb) and self._usable(c) for c in COMMANDS):
+            if not any(c.startswith(verb) and self._usable(c) for c in verbs):
                 return False, False
-            return True, verb in COMMANDS and (not _GROUPS[verb] or verb in _OPTIONAL_LAST)
-        if verb not in COMMANDS or not self._usable(verb):
+            return True, verb in verbs and (not _GROUPS[verb] or verb in _OPTIONAL_LAST)
+        if verb not in verbs or not self._usable(verb):
             return False, False
         kinds, groups, i = _GROUPS[verb], [], 0
 

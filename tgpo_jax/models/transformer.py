@@ -194,6 +194,34 @@ def cached_attention(q, k, v, ck, cv, mask, index):
     return out.reshape(b, t, h, dh)
 
 
+_HALF = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
+def as_bits(tree):
+    """16-bit float arrays as uint16 of the same bits (other arrays as they are), for a scan to slice.
+
+    Why: XLA:CPU slices a bf16 scan input by converting the whole stacked array to float32 once, outside the loop,
+    and each iteration's slice back to bf16, so a bf16 decode step read and wrote its weights and KV cache in float32:
+    a step of SmolLM2-135M spent ~3x its dots' time on those copies (BUILD_NOTES.md, issue 14, stop 58). An integer
+    slice is a plain copy of the bits."""
+    return jax.tree.map(lambda a: jax.lax.bitcast_convert_type(a, jnp.uint16) if a.dtype in _HALF else a, tree)
+
+
+def as_floats(bits, dtypes):
+    """The inverse of ``as_bits`` on its slices; ``dtypes``: the original tree's dtypes (``jax.tree.map(lambda a:
+    a.dtype, tree)``)."""
+    return jax.tree.map(lambda b, dt: jax.lax.bitcast_convert_type(b, dt) if dt in _HALF else b, bits, dtypes)
+
+
+def write_slice(a: jax.Array, update: jax.Array, index, axis: int) -> jax.Array:
+    """``dynamic_update_slice_in_dim`` that writes a 16-bit float array as its bits: XLA:CPU otherwise converts the
+    whole array to float32 and back to write one slice (see ``as_bits``), a copy of the KV cache per decode step."""
+    if a.dtype not in _HALF:
+        return jax.lax.dynamic_update_slice_in_dim(a, update, index, axis=axis)
+    bits = jax.lax.dynamic_update_slice_in_dim(as_bits(a), as_bits(update), index, axis=axis)
+    return jax.lax.bitcast_convert_type(bits, a.dtype)
+
+
 def causal_mask(valid: jax.Array) -> jax.Array:
     """valid [B, S] (False on padding) -> [B, S, S]: query i sees valid keys j <= i."""
     s = valid.shape[-1]
@@ -330,13 +358,17 @@ class Transformer(nnx.Module):
             x, _ = jax.lax.scan(body, x, params)
             new_cache = None
         else:
+            xs = (params, cache.k, cache.v)
+            dtypes = jax.tree.map(lambda a: a.dtype, xs)
+
             def body(x, xs):
-                p, ck, cv = xs
+                p, ck, cv = as_floats(xs, dtypes)
                 x, k, v = layer(x, p, ck, cv)
                 return x, (k, v)
-            x, (ks, vs) = jax.lax.scan(body, x, (params, cache.k, cache.v))  # ks/vs [L,B,T,K,Dh]
+            # the layer slices go in as their bits: see ``as_bits`` (inference only: a bitcast has no gradient)
+            x, (ks, vs) = jax.lax.scan(body, x, as_bits(xs))  # ks/vs [L,B,T,K,Dh]
             # one write of the step's keys into the cache (in place where the cache is a loop's carry)
-            new_cache = KVCache(*(jax.lax.dynamic_update_slice_in_dim(c, n.astype(c.dtype), cache_index, axis=2)
+            new_cache = KVCache(*(write_slice(c, n.astype(c.dtype), cache_index, axis=2)
                                   for c, n in ((cache.k, ks), (cache.v, vs))))
         return rms_norm(x, self.final_norm[...].astype(dt), cfg.rms_norm_eps), new_cache
 
