@@ -201,9 +201,9 @@ def as_bits(tree):
     """16-bit float arrays as uint16 of the same bits (other arrays as they are), for a scan to slice.
 
     Why: XLA:CPU slices a bf16 scan input by converting the whole stacked array to float32 once, outside the loop,
-    and each iteration's slice back to bf16, so a bf16 decode step read and wrote its weights and KV cache in float32:
-    a step of SmolLM2-135M spent ~3x its dots' time on those copies (BUILD_NOTES.md, issue 14, stop 58). An integer
-    slice is a plain copy of the bits."""
+    and each iteration's slice back to bf16, so a bf16 decode step read its weights and KV cache as float32: in a
+    step of SmolLM2-135M the projections took twice the time of the same dots alone (BUILD_NOTES.md, issue 14, stop
+    58). An integer slice is a plain copy of the bits."""
     return jax.tree.map(lambda a: jax.lax.bitcast_convert_type(a, jnp.uint16) if a.dtype in _HALF else a, tree)
 
 
