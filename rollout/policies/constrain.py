@@ -178,7 +178,7 @@ class OutputGrammar:
         text = thought.lstrip(" ")
         return text[len("Thought:"):].lstrip(" ") if text.startswith("Thought:") else text
 
-    _LEAD = re.compile(r' (\w*)(?:( )(?:(")([^"\n]*)(")?)?)?')
+    _LEAD = re.compile(r' \w*(?: (?:"([^"\n]*)(")?)?)?')  # `` <role> "<name>"`` after ``Set``, or a prefix of it
 
     def _set_lead(self, thought: str) -> bool:
         """A thought that starts with ``Set`` names a combobox left to set, as ``Set <role> "<name>"``."""
@@ -187,16 +187,13 @@ class OutputGrammar:
             return True
         if not self.settable:
             return False
-        rest = body[3:]
-        m = self._LEAD.match(rest)
-        if not rest or m is None:
-            return not rest
-        if m.end() < len(rest) and not m.group(3):
-            return False  # ``Set`` + a word goes on to the quoted name and nothing else
-        name, closed = m.group(4), m.group(5)
-        if name is None or not self.names:
-            return True
-        return name in (self.boxes.strings if closed else self.boxes.prefixes)
+        m = self._LEAD.match(body, 3)
+        if m is None:
+            return len(body) == 3  # ``Set`` so far
+        name, closed = m.group(1), m.group(2)
+        if name is None:
+            return m.end() == len(body)  # the role word goes on to the quoted name and nothing else
+        return not self.names or name in (self.boxes.strings if closed else self.boxes.prefixes)
 
     def _sets(self, thought: str) -> bool:
         """Whether the thought is a setting (``Set …``): its command is then a SELECT."""

@@ -216,10 +216,7 @@ def as_floats(bits, dtypes):
 def write_slice(a: jax.Array, update: jax.Array, index, axis: int) -> jax.Array:
     """``dynamic_update_slice_in_dim`` that writes a 16-bit float array as its bits: XLA:CPU otherwise converts the
     whole array to float32 and back to write one slice (see ``as_bits``), a copy of the KV cache per decode step."""
-    if a.dtype not in _HALF:
-        return jax.lax.dynamic_update_slice_in_dim(a, update, index, axis=axis)
-    bits = jax.lax.dynamic_update_slice_in_dim(as_bits(a), as_bits(update), index, axis=axis)
-    return jax.lax.bitcast_convert_type(bits, a.dtype)
+    return as_floats(jax.lax.dynamic_update_slice_in_dim(as_bits(a), as_bits(update), index, axis=axis), a.dtype)
 
 
 def causal_mask(valid: jax.Array) -> jax.Array:
