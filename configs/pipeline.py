@@ -14,10 +14,10 @@
 Any preset runs on your own site with ``--config.env.name=tasks --config.env.tasks=FILE.jsonl`` (docs/tasks.md).
 
 Every field can be overridden: ``--config.collect.runs=8 --config.tgpo.loss.beta=0.2 --config.rounds.count=2``.
-The training sections (sft, dpo, kto, kto_tree, tgpo, and Agent Q's baselines trained when ``methods`` names them:
-traj_dpo, trajectory-level DPO, and search_dpo, DPO on a search collection's pairs) are whole launch.train configs
-(configs/<method>.py; search_dpo's is configs/dpo.py); the pipeline fills in their model path, dataset and output
-directory.
+The training sections (sft, dpo, kto, kto_tree, tgpo, and the baselines trained when ``methods`` names them:
+Agent Q's traj_dpo, trajectory-level DPO, and search_dpo, DPO on a search collection's pairs; the computer-use
+recipe's judge_dpo, DPO on judge-scored samples) are whole launch.train configs (configs/<method>.py; search_dpo's
+and judge_dpo's are configs/dpo.py); the pipeline fills in their model path, dataset and output directory.
 """
 import importlib
 
@@ -28,7 +28,8 @@ from experiment.names import MODEL_KINDS, SECTION_METHOD
 from experiment.pipeline_config import SHOP_TITLE
 from tgpo_jax.data.collate import METHODS, PREFERENCE
 
-AGENT_Q = ("traj_dpo", "search_dpo")  # Agent Q's baselines: preference methods from SFT on other pairs
+# the baselines: preference methods from SFT on other pairs than the tree's (Agent Q's two and the judge recipe's)
+BASELINES = ("traj_dpo", "search_dpo", "judge_dpo")
 
 
 def _training(preset: str) -> dict:
@@ -87,6 +88,14 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     # blend alpha. Its browser steps are in the stage's result, beside round 1's
     c.search = ml_collections.ConfigDict(dict(tasks=20, simulations=8, k=3, c=1.0, alpha=0.5, temperature=1.0,
                                               constrain=True))
+    # methods with 'judge_dpo': the computer-use recipe (docs/method.md §9.2) on round 1's successful episodes of the
+    # first `tasks` training tasks: at each step k candidates sampled from the first seed's SFT model (served on
+    # loopback; T 0.7, top-k 10, top-p 0.9), scored 0-100 by the judge at `url` (an OpenAI-compatible endpoint;
+    # `model` its name, the key from $OPENAI_API_KEY) against the recorded action; pairs DPO-1 (`mode` dpo1: the
+    # recorded action against candidates under `threshold`), dpo2 (candidate against candidate) or dpo3 (both).
+    # url '' = a judge without a model: 100 for the recorded action's command, 0 for any other
+    c.judge = ml_collections.ConfigDict(dict(url="", model="", k=10, mode="dpo3", threshold=80.0, tasks=20,
+                                             max_tokens=64, concurrency=4))
     c.rounds = ml_collections.ConfigDict(dict(
         count=1,  # Agent Q's Algorithm 1: round r >= 2 collects with the round r-1 policy and uses it as reference
         # trained again in rounds >= 2, each from its own previous-round model (SFT where round 1 did not train it)
@@ -146,10 +155,13 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         t.train.save_every = 200
         t.train.async_checkpoint = False  # the next stage reads the checkpoint at once
         t.mesh.shape = (1, -1, 1)
-    for m in PREFERENCE + AGENT_Q:
+    for m in PREFERENCE + BASELINES:
         c[m].train.num_epochs = 2
     # Agent Q's θ: search_dpo pairs two of a node's edges when their values Q = α·Q̃ + (1 − α)·Q̂ differ by more
     c.search_dpo.data.margin = 0.1
+    # DPO-2 pairs candidates whose scores differ by at least min_gap = 1 point: q = score / 100, and pairs need
+    # q_i - q_j > margin (trees/judge_pairs.py)
+    c.judge_dpo.data.margin = 0.0099
 
     if preset in ("default", "large"):
         # many distinct tasks, one run each (SFT diversity; the noisy oracle's detours still give trees branches)
@@ -190,9 +202,9 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c.pretrain.data.update(max_len=300, max_prompt_len=32, max_completion_len=257)
         c.pretrain.train.update(batch_size=8, num_epochs=1, max_steps=200)
         c.pretrain.optim.update(learning_rate=2e-3, warmup_fraction=0.05, schedule="cosine")
-        for m in PREFERENCE + AGENT_Q:
+        for m in PREFERENCE + BASELINES:
             c[m].optim.learning_rate = 2e-4
-        for m in AGENT_Q:  # the baselines as our step-level DPO on the trees: the same beta and chosen anchor, one pass
+        for m in BASELINES:  # the baselines as our step-level DPO on the trees: the same beta and chosen anchor, one pass
             c[m].loss.update(beta=0.5, rpo_alpha=1.0)
             c[m].train.num_epochs = 1
         for m in ("dpo", "tgpo"):  # the chosen-branch anchor: DPO 22 -> 42 %, TGPO 24 -> 36 % (BUILD_NOTES.md, issue 16)

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 DISPLAY = {"base": "base", "sft": "SFT", "kto": "KTO", "kto_tree": "KTO-Tree", "dpo": "DPO", "tgpo": "TGPO",
-           "traj_dpo": "Trajectory DPO", "search_dpo": "DPO (search)"}
+           "traj_dpo": "Trajectory DPO", "search_dpo": "DPO (search)", "judge_dpo": "DPO (judge)"}
 # what the pipeline can train, in Table 1's order: each a training section of the pipeline config (configs/<method>.py),
 # trained on round 1's tree dataset, except Agent Q's baselines: traj_dpo on trajectory pairs of the same episodes,
-# search_dpo (DPO) on the node pairs of a search collection that SFT's model proposes in (docs/method.md §9)
-MODEL_KINDS = ("sft", "kto", "kto_tree", "dpo", "tgpo", "traj_dpo", "search_dpo")
-SECTION_METHOD = {"search_dpo": "dpo"}  # a kind whose training method is another's (else the kind itself)
+# search_dpo (DPO) on the node pairs of a search collection that SFT's model proposes in, and the computer-use
+# recipe's judge_dpo (DPO) on DPO-1/2/3 pairs of SFT's samples at the successful episodes' steps (docs/method.md §9)
+MODEL_KINDS = ("sft", "kto", "kto_tree", "dpo", "tgpo", "traj_dpo", "search_dpo", "judge_dpo")
+# a kind whose training method is another's (else the kind itself)
+SECTION_METHOD = {"search_dpo": "dpo", "judge_dpo": "dpo"}
 
 
 def model_name(method: str, r: int = 1, seed: int | None = None) -> str:

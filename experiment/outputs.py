@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from experiment import agent_q
+from experiment import agent_q, judge_dpo
 from experiment.names import DISPLAY, display_name, method_label, parse_name
 from tgpo_jax.data.collate import METHODS
 from tgpo_jax.files import write_text_atomic
@@ -93,7 +93,7 @@ def report(p) -> dict:
                 f"{', '.join(DISPLAY[m] for m in METHODS if m not in p.cfg.methods)})") + ".",
              f"Configuration: {p.path('pipeline_config.json')}; stage timings: {p.path('stages')}.",
              f"Rounds: {p.rounds}; behaviour policy of round 1: {p.cfg.collect.policy}."]
-    notes += agent_q.budget_notes(p)
+    notes += agent_q.budget_notes(p) + judge_dpo.budget_notes(p)
     fams = results.families(groups_)
     paths = write_report(out, title=p.cfg.title, models={k: list(v.values()) for k, v in groups_.items()},
                          dataset=dataset, curves=curves, trees=trees, notes="\n".join(notes),

@@ -13,8 +13,9 @@ ArrayRecord shards, ``launch.train``'s Orbax run, ``launch.export``'s HF directo
 
 Stage bookkeeping (skip / resume / refuse on a changed configuration / --redo) is ``experiment.stages``; the
 configuration's checks ``experiment.pipeline_config``, model names ``experiment.names``, the report and export
-stages ``experiment.outputs``, Agent Q's stages ``experiment.agent_q``. What stays here is the plan and one method
-per stage body, so that a stage's spec, inputs and outputs read in one place.
+stages ``experiment.outputs``, Agent Q's stages ``experiment.agent_q``, the judge recipe's
+``experiment.judge_dpo``. What stays here is the plan and one method per stage body, so that a stage's spec, inputs
+and outputs read in one place.
 Model names: ``sft``, ``dpo``, ``kto``, ``kto_tree``, ``tgpo`` for round 1, ``<method>-r<r>`` for round r ≥ 2, and
 with several training seeds (``train_seeds``) ``<method>-s<seed>``: seed k initialises its own base (from-scratch
 models) or LoRA adapters, shuffles the data with seed k, and its preference methods start from SFT seed k.
@@ -28,7 +29,7 @@ import os
 import shutil
 import sys
 
-from experiment import agent_q, outputs
+from experiment import agent_q, judge_dpo, outputs
 from experiment.names import MODEL_KINDS, display_name, model_name, parse_name
 from experiment.pipeline_config import normalize, plain as _plain, validate
 from experiment.stages import Stage, StageRunner
@@ -71,6 +72,10 @@ class Pipeline:
     def traj_dataset(self, r: int) -> str:
         """Round r's trajectory pairs (traj_dpo's dataset: successful vs failed episodes of a task)."""
         return self.path("datasets", f"traj-round{r}")
+
+    def judge_dataset(self, r: int) -> str:
+        """Round r's judge-scored samples (judge_dpo's dataset: DPO-1 / DPO-2 / DPO-3 records)."""
+        return self.path("datasets", f"judge-round{r}")
 
     def model_dir(self, name: str) -> str:
         """The HF directory (or checkpoint name) of a model: the base as configured, else models/<name>.
@@ -255,12 +260,15 @@ class Pipeline:
                 continue
             if method == "search_dpo" and not any(s.name == "collect-search-r1" for s in out):
                 out += agent_q.search_stages(self)
+            if method == "judge_dpo" and not any(s.name == "dataset-judge-r1" for s in out):
+                out += judge_dpo.judge_stages(self)
             if r == 1:
                 init = self.base_name(seed) if method == "sft" else model_name("sft", 1, self.tag(seed))
             else:
                 init = self.previous(method, r)
             from_base = parse_name(init)[0] == "base"
-            data = {"traj_dpo": "dataset-traj-r1", "search_dpo": "dataset-search-r1"}.get(method, f"dataset-r{r}")
+            data = {"traj_dpo": "dataset-traj-r1", "search_dpo": "dataset-search-r1",
+                    "judge_dpo": "dataset-judge-r1"}.get(method, f"dataset-r{r}")
             deps = (data,) + (("base",) if from_base and self.scratch else () if from_base else (init,))
             out.append(Stage(name, lambda n=name, m=method, r=r, i=init, sd=seed: self.train(n, m, r, i, sd),
                              {"train": self._spec(method), "init": init, "seed": seed}, deps,
@@ -533,7 +541,8 @@ class Pipeline:
         t.model.path = self.model_dir(init)
         t.model.tokenizer, t.model.scratch = "", ""
         t.model.lora_seed, t.train.seed, t.data.shuffle_seed = seed, seed, seed  # seed = initialisation + data order
-        data = {"traj_dpo": self.traj_dataset(r), "search_dpo": self.search_dataset(r)}.get(method, self.dataset(r))
+        data = {"traj_dpo": self.traj_dataset(r), "search_dpo": self.search_dataset(r),
+                "judge_dpo": self.judge_dataset(r)}.get(method, self.dataset(r))
         t.data.train_dir, t.data.eval_dir = data, ""
         t.data.max_prompt_len = self.cfg.prompt_tokens  # the prompts were built to this budget
         t.data.max_len = max(t.data.max_len, t.data.max_prompt_len + t.data.max_completion_len)

@@ -82,9 +82,10 @@ def compare(groups: Groups, a: str, b: str, metric: str = "success_rate", **kw) 
 
 def comparisons(groups: Groups) -> list[stats.Comparison]:
     """The pairs the issue asks for, where both were trained: TGPO vs DPO, KTO-Tree vs KTO, every method vs SFT, and
-    Agent Q's trajectory-level DPO against the step-level preference methods trained on the same episodes."""
+    the other baselines (Agent Q's trajectory-level and search DPO, the judge recipe's DPO) against SFT and the
+    step-level preference methods."""
     pairs = [("TGPO", "DPO"), ("KTO-Tree", "KTO")] + [(m, "SFT") for m in ("KTO", "KTO-Tree", "DPO", "TGPO")]
-    for baseline in ("Trajectory DPO", "DPO (search)"):
+    for baseline in ("Trajectory DPO", "DPO (search)", "DPO (judge)"):
         pairs += [(baseline, "SFT"), ("TGPO", baseline), ("DPO", baseline)]
     out = []
     for a, b in pairs:

@@ -19,6 +19,18 @@ def test_every_method_and_preset_builds(method, preset):
         assert c.mesh.shape[2] == 4 and c.model.remat and c.distributed.enabled
 
 
+
+def _plan(preset: str = "tiny", **over):
+    """The pipeline of a preset with config overrides, checked, and its stages by name."""
+    from configs.pipeline import get_config
+    from experiment.pipeline import Pipeline, validate
+
+    c = get_config(preset)
+    c.update(over)
+    validate(c)
+    p = Pipeline(c, progress=False)
+    return p, {s.name: s for s in p.stages()}
+
 def test_unknown_preset_and_bad_values():
     with pytest.raises(ValueError, match="unknown model preset 'gpt9'"):
         importlib.import_module("configs.tgpo").get_config("gpt9")
@@ -184,17 +196,10 @@ def test_trajectory_dpo_is_a_stage_on_round_one_episodes_that_leaves_the_other_s
     budget), Trajectory DPO trained on it from SFT, evaluated; the tree dataset and the other methods keep their
     specs, so adding the baseline to a finished run trains only it."""
     from configs.pipeline import get_config
-    from experiment.pipeline import Pipeline, validate
+    from experiment.pipeline import validate
 
-    def plan(preset="tiny", **over):
-        c = get_config(preset)
-        c.update(over)
-        validate(c)
-        p = Pipeline(c, progress=False)
-        return p, {s.name: s for s in p.stages()}
-
-    _, plain = plan(methods=("sft", "dpo"))
-    p, with_traj = plan(methods=("sft", "dpo", "traj_dpo"))
+    _, plain = _plan(methods=("sft", "dpo"))
+    p, with_traj = _plan(methods=("sft", "dpo", "traj_dpo"))
     assert with_traj["dataset-traj-r1"].deps == ("collect-r1", "tokenizer", "base")
     assert with_traj["dataset-traj-r1"].outputs == (p.traj_dataset(1),)
     assert with_traj["traj_dpo"].deps == ("dataset-traj-r1", "sft") and "eval-traj_dpo" in with_traj
@@ -205,8 +210,8 @@ def test_trajectory_dpo_is_a_stage_on_round_one_episodes_that_leaves_the_other_s
     assert p.train_config("dpo", "dpo", "sft", 1).data.train_dir == p.dataset(1)
     # the default's baseline is trained as its step-level DPO is: the same beta, anchor and learning rate
     with pytest.raises(ValueError, match="traj_dpo' need collect.runs >= 2"):
-        plan("default", methods=("sft", "dpo", "traj_dpo"), eval=dict(models=()))
-    d, _ = plan("default", methods=("sft", "dpo", "traj_dpo"), eval=dict(models=()), collect=dict(runs=2))
+        _plan("default", methods=("sft", "dpo", "traj_dpo"), eval=dict(models=()))
+    d, _ = _plan("default", methods=("sft", "dpo", "traj_dpo"), eval=dict(models=()), collect=dict(runs=2))
     for key in ("loss.beta", "loss.rpo_alpha", "optim.learning_rate", "train.num_epochs"):
         section, k = key.split(".")
         assert d.cfg.traj_dpo[section][k] == d.cfg.dpo[section][k], key
@@ -220,17 +225,9 @@ def test_search_dpo_searches_with_the_first_seeds_sft_and_trains_dpo_on_its_tree
     """methods with 'search_dpo': Agent Q's search collection after SFT (its proposer), the search trees' records,
     DPO from SFT on them (pair margin = θ); the tree stages keep their specs."""
     from configs.pipeline import get_config
-    from experiment.pipeline import Pipeline, validate
 
-    def plan(**over):
-        c = get_config("tiny")
-        c.update(over)
-        validate(c)
-        p = Pipeline(c, progress=False)
-        return p, {s.name: s for s in p.stages()}
-
-    _, plain = plan(methods=("sft", "dpo"))
-    p, st = plan(methods=("sft", "dpo", "search_dpo"), train_seeds=(3, 4))
+    _, plain = _plan(methods=("sft", "dpo"))
+    p, st = _plan(methods=("sft", "dpo", "search_dpo"), train_seeds=(3, 4))
     assert st["collect-search-r1"].deps == ("sft-s3",) and st["collect-search-r1"].spec["proposer"] == "sft-s3"
     assert st["collect-search-r1"].spec["search"] == dict(get_config("tiny").search)
     assert st["dataset-search-r1"].deps == ("collect-search-r1",)
@@ -239,19 +236,46 @@ def test_search_dpo_searches_with_the_first_seeds_sft_and_trains_dpo_on_its_tree
     assert names.index("sft-s3") < names.index("collect-search-r1") < names.index("search_dpo-s3")
     t = p.train_config("search_dpo-s3", "search_dpo", "sft-s3", 1, 3)
     assert t.method == "dpo" and t.data.train_dir == p.search_dataset(1) and t.data.margin == 0.1
-    _, one = plan(methods=("sft", "dpo", "search_dpo"))
+    _, one = _plan(methods=("sft", "dpo", "search_dpo"))
     for name in ("collect-r1", "dataset-r1", "sft", "dpo", "eval-dpo"):
         assert one[name].spec == plain[name].spec, name
     for bad in (dict(k=1), dict(tasks=0), dict(alpha=1.5)):
         with pytest.raises(ValueError, match="search_dpo' need|search: simulations"):
-            plan(methods=("sft", "search_dpo"), search=bad)
+            _plan(methods=("sft", "search_dpo"), search=bad)
     # search at inference: one stage per model, after it; the plain evaluations keep their specs
-    _, sa = plan(methods=("sft", "dpo"), eval=dict(search_models=("sft", "dpo"), search_tasks=5))
+    _, sa = _plan(methods=("sft", "dpo"), eval=dict(search_models=("sft", "dpo"), search_tasks=5))
     assert sa["search-sft"].deps == ("sft",) and sa["search-sft"].spec["search_tasks"] == 5
     assert {"search-sft", "search-dpo"} <= set(sa["report"].deps)
     assert sa["eval-sft"].spec == plain["eval-sft"].spec
-    _, more = plan(methods=("sft", "dpo"), eval=dict(search_models=("sft", "dpo"), search_tasks=5),
+    _, more = _plan(methods=("sft", "dpo"), eval=dict(search_models=("sft", "dpo"), search_tasks=5),
                    search=dict(tasks=99))
     assert more["search-sft"].spec == sa["search-sft"].spec  # search.tasks is the collection's, not inference's
     with pytest.raises(ValueError, match="eval.search_models"):
-        plan(methods=("sft", "dpo"), eval=dict(search_models=("tgpo",)))
+        _plan(methods=("sft", "dpo"), eval=dict(search_models=("tgpo",)))
+
+
+def test_judge_dpo_samples_with_the_first_seeds_sft_and_trains_dpo_on_the_judged_records():
+    """methods with 'judge_dpo': the judge dataset after the first seed's SFT (the sampler), from round 1's
+    episodes (no browser steps), DPO from each seed's SFT on it (pair margin just under one score point); the tree
+    stages keep their specs; a judge endpoint without its model name, or k too small for DPO-2, is an error."""
+    _, plain = _plan(methods=("sft", "dpo"))
+    p, st = _plan(methods=("sft", "dpo", "judge_dpo"), train_seeds=(3, 4))
+    judge = st["dataset-judge-r1"]
+    assert judge.deps == ("collect-r1", "sft-s3") and judge.spec["sampler"] == "sft-s3"
+    assert judge.outputs == (p.judge_dataset(1),) and "concurrency" not in judge.spec["judge"]
+    assert judge.spec["judge"]["k"] == 10 and judge.spec["judge"]["url"] == ""  # the built-in reference judge
+    assert st["judge_dpo-s4"].deps == ("dataset-judge-r1", "sft-s4") and "eval-judge_dpo-s4" in st
+    names = [s.name for s in p.stages()]
+    assert names.index("sft-s3") < names.index("dataset-judge-r1") < names.index("judge_dpo-s3")
+    t = p.train_config("judge_dpo-s3", "judge_dpo", "sft-s3", 1, 3)
+    assert t.method == "dpo" and t.data.train_dir == p.judge_dataset(1) and 0.009 < t.data.margin < 0.01
+    _, one = _plan(methods=("sft", "dpo", "judge_dpo"))
+    for name in ("collect-r1", "dataset-r1", "sft", "dpo", "eval-dpo"):
+        assert one[name].spec == plain[name].spec, name
+    _, fast = _plan(methods=("sft", "dpo", "judge_dpo"), judge=dict(concurrency=16))
+    assert fast["dataset-judge-r1"].spec == one["dataset-judge-r1"].spec  # how fast the judge is asked, not what
+    _plan(methods=("sft", "judge_dpo"), judge=dict(k=1, mode="dpo1"))
+    for bad in (dict(url="http://127.0.0.1:9"), dict(model="gpt-4o"), dict(k=1), dict(tasks=0), dict(mode="dpo4"),
+                dict(threshold=101.0)):
+        with pytest.raises(ValueError, match="judge_dpo' need"):
+            _plan(methods=("sft", "judge_dpo"), judge=bad)

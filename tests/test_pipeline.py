@@ -165,23 +165,38 @@ def test_rerun_skips_and_changed_config_is_refused(run):
     assert states["tgpo"] == "stale" and states["tgpo-r2"] == "stale" and states["sft"] == "done"
 
 
-def test_trajectory_and_search_dpo_join_the_finished_run(run, tmp_path):
-    """Agent Q in the main job: trajectory-level DPO on round 1's own episodes and DPO on a search collection
-    proposed in by the SFT model, each trained from SFT, evaluated, and in the report's rows, comparisons and budget
+def test_the_baselines_join_the_finished_run(run, tmp_path):
+    """The baselines in the main job: Agent Q's trajectory-level DPO on round 1's own episodes and DPO on a search
+    collection proposed in by the SFT model, and the judge recipe's DPO on SFT's samples at the successful steps,
+    scored by a judge endpoint; each trained from SFT, evaluated, and in the report's rows, comparisons and budget
     notes; and SFT with search at inference beside its plain evaluation. They join a copy of the finished run (the
     stages are incremental: round 1's collection, SFT and its evaluation are not run again), not a second run from
     scratch: CI time (BUILD_NOTES.md, "Stop 55")."""
     import shutil
 
+    from chat_server import ChatServer, listed
     from rollout.recording import iter_episodes
     from tgpo_jax.data.io import DatasetReader
     from trees.trajectory_records import pair_episodes
 
+    def cmd(line):  # a one-line output: "Thought: … | Command: CLICK [1]"
+        return line.rsplit("Command:", 1)[-1].strip()
+
+    def judge(text):  # the reference's command 100; any other 20, 40 or 60 by its place in the list
+        ref = cmd(text.split("Reference action (correct):\n", 1)[1].split("\n", 1)[0])
+        return json.dumps({"scores": [100 if cmd(c) == ref else 20 * (1 + i % 3)
+                                      for i, c in enumerate(listed(text, "Candidates:\n"))]})
+
     out = str(tmp_path / "out")
     shutil.copytree(run[0], out)
-    proc = pipeline(out, "--config.rounds.count=1", "--config.methods=sft,traj_dpo,search_dpo",
-                    "--config.eval.models=sft,traj_dpo,search_dpo", "--config.eval.search_models=sft",
-                    "--config.eval.search_tasks=2")
+    server = ChatServer(judge)
+    try:
+        proc = pipeline(out, "--config.rounds.count=1", "--config.methods=sft,traj_dpo,search_dpo,judge_dpo",
+                        "--config.eval.models=sft,traj_dpo,search_dpo,judge_dpo", "--config.eval.search_models=sft",
+                        "--config.eval.search_tasks=2", f"--config.judge.url={server.url}",
+                        "--config.judge.model=judge", "--config.judge.k=3")
+    finally:
+        server.close()
     assert proc.returncode == 0, proc.stderr[-4000:]
     for stage in ("collect-r1", "tokenizer", "base", "dataset-r1", "sft", "eval-sft"):  # round 1's, as they were
         assert f"{stage}: done earlier" in proc.stderr, proc.stderr[-4000:]
@@ -209,7 +224,26 @@ def test_trajectory_and_search_dpo_join_the_finished_run(run, tmp_path):
     assert srecs and {r.value_source for r in srecs} == {"mcts"} and len(srecs) == built["records"]
     assert 1 <= built["nodes_with_pairs"] <= built["records"]
 
-    for name in ("traj_dpo", "search_dpo"):
+    # the judge: every step of round 1's successful training episodes, 3 samples each, judged once per distinct
+    # (prompt, candidates): two runs of a task that sampled alike at a step ask the judge once
+    good = [e for e in iter_episodes(os.path.join(out, "episodes", "round1"))
+            if e.summary["success"] and e.summary["split"] == "train"]
+    judged = _result(out, "dataset-judge-r1")
+    assert judged["steps"] == sum(len(e.steps) for e in good) == judged["judge_calls"] + judged["judge_cache_hits"]
+    assert judged["judge_calls"] == len(server.prompts) == len(set(server.prompts)) >= 1
+    assert judged["tasks"] == len({e.task_id for e in good}) and judged["unscored"] == judged["judge_malformed"] == 0
+    with open(os.path.join(out, "datasets", "judge-round1.judge.jsonl")) as f:
+        assert sum(1 for _ in f) == judged["judge_calls"]  # the answers, for a resumed stage
+    jrecs = list(DatasetReader(os.path.join(out, "datasets", "judge-round1")))
+    assert jrecs and {r.value_source for r in jrecs} == {"judge"} and len(jrecs) == judged["records"]
+    for r in jrecs:
+        qs = [b.q for b in r.branches]
+        if r.meta["judge"] == "dpo1":  # the recorded action against the candidates the judge scored under 80
+            assert qs[0] == 1.0 and set(qs[1:]) == {0.0} and len(qs) >= 2
+        else:  # the distinct candidates at their (merged) scores / 100, at least two of them apart
+            assert r.meta["judge"] == "dpo2" and len(set(qs)) >= 2 and all(0.2 <= q <= 1.0 for q in qs)
+
+    for name in ("traj_dpo", "search_dpo", "judge_dpo"):
         assert _result(out, name)["steps"] >= 1
         with open(os.path.join(out, "eval", name, "eval.json")) as f:
             assert json.load(f)["tasks"] == 2
@@ -217,11 +251,13 @@ def test_trajectory_and_search_dpo_join_the_finished_run(run, tmp_path):
         md = f.read()
     table = md.split("## Table 1")[1].split("\n## ")[0]
     rows = [line.split("|")[1].strip().strip("*") for line in table.splitlines() if line.startswith("| ")][1:]
-    assert rows == ["SFT", "Trajectory DPO", "DPO (search)"]
-    for comparison in ("Trajectory DPO − SFT", "DPO (search) − SFT"):
+    assert rows == ["SFT", "Trajectory DPO", "DPO (search)", "DPO (judge)"]
+    for comparison in ("Trajectory DPO − SFT", "DPO (search) − SFT", "DPO (judge) − SFT"):
         assert f"| {comparison} | success rate |" in md
     assert f"{steps} browser steps, beside round 1's" in md
     assert f"Trajectory DPO: {traj['trajectory_pairs']['pairs']} pairs" in md
+    assert (f"DPO (judge): 3 samples of the first seed's SFT at each of {judged['steps']} steps" in md
+            and f"judged by judge: {judged['records']} DPO-3 records" in md)
 
     # search at inference: SFT on the first 2 held-out tasks, beside its plain evaluation on the same tasks
     with open(os.path.join(out, "eval-search", "sft", "eval.json")) as f:

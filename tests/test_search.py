@@ -13,6 +13,8 @@ from rollout.search.mcts import Edge, SearchNode, backup, best_edge, node_pairs,
 from tgpo_jax.data.schema import NodeRecord
 from trees.judge_pairs import ScoredStep, command_key, dpo1_pairs, dpo2_pairs, judge_pairs
 
+from chat_server import ChatServer, listed
+
 
 def _node(*edges, key="n"):
     return SearchNode(key=key, edges=[Edge(action=f"a{i}", command=f"c{i}", critic=cr, q_search=q, visits=n)
@@ -181,54 +183,23 @@ def test_dpo_pairings_on_a_hand_made_step():
         ScoredStep("s3", "x", ("a", "b"), (1,))
 
 
-class _ModelServer:
-    """A real HTTP server on loopback speaking the chat-completions protocol; ``answer(text) -> str`` decides what
-    the "model" says. Records every prompt and the most requests it held at once."""
+def test_the_reference_judge_scores_the_recorded_actions_command_and_nothing_else():
+    """The built-in judge (no endpoint): 100 for a candidate with the reference's command (whatever its thought,
+    however its verb is cased), 0 for another command or an output without a valid one; DPO-2 then pairs the first
+    against the second kind only."""
+    from trees.judge_pairs import ReferenceJudge
 
-    def __init__(self, answer, delay_s: float = 0.0, body_answer=None):
-        import http.server
-        import threading
-        import time
-
-        self.prompts: list[str] = []
-        self.in_flight = self.max_in_flight = 0
-        lock = threading.Lock()
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                text = body["messages"][0]["content"]
-                with lock:
-                    outer.prompts.append(text)
-                    outer.in_flight += 1
-                    outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
-                time.sleep(delay_s)
-                content = body_answer(body) if body_answer is not None else answer(text)
-                out = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
-                with lock:
-                    outer.in_flight -= 1
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def _listed(text: str, header: str) -> list[str]:
-    """The numbered lines after ``header`` in a prompt."""
-    block = text.split(header, 1)[1].split("\n\n", 1)[0]
-    return [ln.split(". ", 1)[1] for ln in block.strip().splitlines()]
+    judge = ReferenceJudge()
+    ref = "Thought: buy it\nCommand: CLICK [9]"
+    cands = ["Thought: other words\nCommand: click [9]", "Thought: add\nCommand: CLICK [10]", "no command at all",
+             "Command: CLICK [9] extra"]
+    scores = judge.score("page", ref, cands)
+    assert scores == [100, 0, 0, 0]  # the last one's command line does not parse: it is its own text
+    assert judge.calls == 1 and judge.malformed == judge.hits == 0 and judge.model == "reference"
+    step = ScoredStep("s", ref, tuple(cands[:3]), tuple(scores[:3]))
+    assert [command_key(p.rejected) for p in dpo1_pairs(step)] == ["CLICK [10]", "no command at all"]
+    assert {(command_key(p.chosen), command_key(p.rejected)) for p in dpo2_pairs(step)} == {
+        ("CLICK [9]", "CLICK [10]"), ("CLICK [9]", "no command at all")}
 
 
 def test_step_judge_retries_malformed_answers_caches_and_bounds_concurrency(tmp_path):
@@ -243,9 +214,9 @@ def test_step_judge_retries_malformed_answers_caches_and_bounds_concurrency(tmp_
             bad_once.add(text)
             return "The first candidate looks best."
         ref = text.split("Reference action (correct):\n", 1)[1].split("\n", 1)[0]
-        return json.dumps({"scores": [100 if c == ref else 10 for c in _listed(text, "Candidates:\n")]})
+        return json.dumps({"scores": [100 if c == ref else 10 for c in listed(text, "Candidates:\n")]})
 
-    server = _ModelServer(judge, delay_s=0.05)
+    server = ChatServer(judge, delay_s=0.05)
     cache = str(tmp_path / "judge.jsonl")
     try:
         j = StepJudge(server.url, "judge", cache_path=cache, concurrency=2)
@@ -282,14 +253,14 @@ def test_model_critic_ranks_by_asking_for_the_best_of_the_rest():
     from rollout.search.critic import ModelCritic
 
     def critic(text):  # prefers longer commands; the first round's first answer is out of range
-        offered = _listed(text, "Candidates:\n")
+        offered = listed(text, "Candidates:\n")
         if len(offered) == 4 and not critic.bad:
             critic.bad = True
             return "7"
         return str(1 + max(range(len(offered)), key=lambda k: len(offered[k])))
 
     critic.bad = False
-    server = _ModelServer(critic)
+    server = ChatServer(critic)
     try:
         c = ModelCritic(server.url, "critic")
         ranking, bad = c.rank("buy", "page", ["STOP []", "TYPE [2] [long text]", "CLICK [3]", "GOTO /cart"])
@@ -356,10 +327,10 @@ def test_judge_dataset_from_a_collection_with_sampler_and_judge_servers(tmp_path
             return line.rsplit("Command:", 1)[-1].strip()
 
         ref = cmd(text.split("Reference action (correct):\n", 1)[1].split("\n", 1)[0])
-        return json.dumps({"scores": [100 if cmd(c) == ref else 20 for c in _listed(text, "Candidates:\n")]})
+        return json.dumps({"scores": [100 if cmd(c) == ref else 20 for c in listed(text, "Candidates:\n")]})
 
     judge.seen = set()
-    samp, jud = _ModelServer(None, body_answer=sampler), _ModelServer(judge)
+    samp, jud = ChatServer(None, body_answer=sampler), ChatServer(judge)
     try:
         out = str(tmp_path / "ds")
         summary = build_judge_dataset(col, out, BuildConfig(num_shards=1), JudgeDataConfig(k=4, mode="dpo3"),

@@ -46,14 +46,18 @@ def sample_candidates(endpoint: ChatEndpoint, model: str, prompt: Sequence[dict]
 
 
 def judge_dataset_records(episodes_dir: str, cfg: BuildConfig, jcfg: JudgeDataConfig, sampler_url: str,
-                          sampler_model: str, judge: StepJudge, progress: bool = True) -> tuple[list, dict]:
-    """-> (records, counts) for every step of the successful episodes of ``cfg.splits``."""
+                          sampler_model: str, judge: StepJudge, progress: bool = True,
+                          task_ids: Sequence[str] | None = None) -> tuple[list, dict]:
+    """-> (records, counts) for every step of the successful episodes of ``cfg.splits`` (of ``task_ids`` only, when
+    given). ``judge``: a ``StepJudge`` or anything with its ``score`` (``trees.judge_pairs.ReferenceJudge``)."""
     by_task, broken = load_episodes(episodes_dir)
     tasks = {t.task_id: t for t in read_tasks(episodes_dir)}
     endpoint = ChatEndpoint(sampler_url)
     records, counts = [], {"steps": 0, "unscored": 0, "broken_episodes": len(broken)}
-    steps = [(task_id, ep, t) for task_id in sorted(by_task) for ep in by_task[task_id]
+    wanted = set(by_task) if task_ids is None else set(task_ids)
+    steps = [(task_id, ep, t) for task_id in sorted(by_task) if task_id in wanted for ep in by_task[task_id]
              if ep.summary.get("success") and ep.summary.get("split") in cfg.splits for t in range(len(ep.steps))]
+    counts["tasks"] = len({task_id for task_id, _, _ in steps})
     for task_id, ep, t in tqdm(steps, desc="judge steps", unit="step", disable=not progress):
         prompt = step_prompt(tasks.get(task_id), ep, t, cfg)
         reference = ep.steps[t]["output"]
@@ -73,11 +77,13 @@ def judge_dataset_records(episodes_dir: str, cfg: BuildConfig, jcfg: JudgeDataCo
 
 
 def build_judge_dataset(episodes_dir: str, out_dir: str, cfg: BuildConfig, jcfg: JudgeDataConfig, sampler_url: str,
-                        sampler_model: str, judge: StepJudge, progress: bool = True) -> dict:
+                        sampler_model: str, judge: StepJudge, progress: bool = True,
+                        task_ids: Sequence[str] | None = None) -> dict:
     """``judge_dataset_records`` written as a dataset; -> its summary (also in the manifest's ``extra``)."""
     from tgpo_jax.data.io import write_dataset
 
-    records, counts = judge_dataset_records(episodes_dir, cfg, jcfg, sampler_url, sampler_model, judge, progress)
+    records, counts = judge_dataset_records(episodes_dir, cfg, jcfg, sampler_url, sampler_model, judge, progress,
+                                            task_ids)
     if not records:
         raise ValueError(f"{episodes_dir}: no judge records ({counts})")
     summary = {**counts, "judge_calls": judge.calls, "judge_malformed": judge.malformed,

@@ -1,5 +1,6 @@
 """The LLM-as-judge pairings (docs/method.md §9.2): from one step's reference action and its judge-scored sampled
-candidates to preference pairs. Pure functions.
+candidates to preference pairs. Pure functions, and ``ReferenceJudge``: a judge without a model, for runs that
+have no judge endpoint.
 
 - DPO-1: the reference (chosen) against every candidate scored below ``threshold`` (80 in the recipe);
 - DPO-2: candidate against candidate, the higher score chosen, where the scores differ by at least ``min_gap``;
@@ -123,3 +124,21 @@ def judge_records(step: ScoredStep, prompt, task_id: str, mode: str, threshold: 
             out.append(NodeRecord(task_id=task_id, node_id=f"{step.key}/dpo2", prompt=prompt, value_source="judge",
                                   branches=[branch(t, s / 100.0) for t, s in cands], meta={"judge": "dpo2"}))
     return out
+
+
+class ReferenceJudge:
+    """A judge without a model, for runs with no judge endpoint: a candidate whose command (``canonical``) is the
+    recorded action's scores 100, any other 0. It knows only the reference, as DPO-1 already does, so DPO-2 then
+    pairs the candidates that repeat the reference against the ones that do not; an LLM judge can also rank two
+    different commands that are both right or both wrong. Same surface as ``rollout.judge.StepJudge``."""
+
+    model = "reference"
+
+    def __init__(self, canonical: Callable[[str], str] = command_key):
+        self.canonical = canonical
+        self.calls = self.malformed = self.hits = 0
+
+    def score(self, page: str, reference: str, candidates: Sequence[str]) -> list[int]:
+        self.calls += 1
+        ref = self.canonical(reference)
+        return [100 if self.canonical(c) == ref else 0 for c in candidates]
