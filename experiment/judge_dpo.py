@@ -49,23 +49,16 @@ def make_judge(p):
 
 
 def build_judge(p) -> dict:
-    import dataclasses
-
     from serving.serve import ModelServer
-    from tgpo_jax.models.loading import load_model, with_tokenizer_eos
-    from tgpo_jax.models.sampler import Sampler
-    from tgpo_jax.models.tokenizer import load_tokenizer
     from trees.judge_dataset import JudgeDataConfig, build_judge_dataset
 
     j = p.cfg.judge
     sft = model_name("sft", 1, p.tag(p.seeds[0]))
-    path = p.model_dir(sft)
-    tokenizer = load_tokenizer(path)
-    server = ModelServer(Sampler(with_tokenizer_eos(load_model(path), tokenizer), tokenizer), tokenizer, sft)
+    server = ModelServer.from_path(p.model_dir(sft), sft)
     url = server.start()
     try:
         summary = build_judge_dataset(
-            p.episodes(1), p.judge_dataset(1), dataclasses.replace(p.build_config(), overwrite=True),
+            p.episodes(1), p.judge_dataset(1), p.build_config(),
             JudgeDataConfig(k=j.k, mode=j.mode, threshold=j.threshold, max_tokens=j.max_tokens), url, sft,
             make_judge(p), progress=p.progress, task_ids=[t.task_id for t in p.tasks("train")[: j.tasks]])
     finally:

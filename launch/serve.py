@@ -34,19 +34,16 @@ def main(argv):
         raise app.UsageError(f"--host={_HOST.value} is reachable from other machines over plain http: add "
                              "--allow_remote (and --api_key or $TGPO_API_KEY), or keep the loopback default")
     from serving.serve import ModelServer
-    from tgpo_jax.models.loading import load_model, with_tokenizer_eos
-    from tgpo_jax.models.sampler import Sampler
-    from tgpo_jax.models.tokenizer import load_tokenizer
 
     t0 = time.perf_counter()
-    tokenizer = load_tokenizer(_TOKENIZER.value or _MODEL.value)
-    model = load_model(_MODEL.value, dtype=_DTYPE.value)
-    with_tokenizer_eos(model, tokenizer)
-    logging.info("loaded %s (%s, %d layers) in %.1fs", _MODEL.value, model.cfg.model_type, model.cfg.num_layers,
+    server = ModelServer.from_path(_MODEL.value, _SERVED_NAME.value or _MODEL.value, dtype=_DTYPE.value,
+                                   tokenizer_path=_TOKENIZER.value or None, host=_HOST.value, port=_PORT.value,
+                                   default_max_tokens=_MAX_TOKENS.value,
+                                   api_key=_API_KEY.value or os.environ.get("TGPO_API_KEY"),
+                                   allow_remote=_ALLOW_REMOTE.value)
+    cfg = server.sampler.cfg
+    logging.info("loaded %s (%s, %d layers) in %.1fs", _MODEL.value, cfg.model_type, cfg.num_layers,
                  time.perf_counter() - t0)
-    server = ModelServer(Sampler(model, tokenizer), tokenizer, _SERVED_NAME.value or _MODEL.value,
-                         host=_HOST.value, port=_PORT.value, default_max_tokens=_MAX_TOKENS.value,
-                         api_key=_API_KEY.value or os.environ.get("TGPO_API_KEY"), allow_remote=_ALLOW_REMOTE.value)
     server.bind()
     print(f"serving {server.model_name} at {server.base_url}/v1", flush=True)
     try:

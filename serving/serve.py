@@ -76,6 +76,19 @@ class ModelServer:
         self._httpd: BoundedHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
+    @classmethod
+    def from_path(cls, path: str, model_name: str | None = None, *, dtype: str | None = None,
+                  tokenizer_path: str | None = None, **kwargs) -> "ModelServer":
+        """A server for the model saved at ``path`` (a run's model directory or a Hugging Face one), its EOS
+        ids taken from the tokenizer; ``kwargs`` as the constructor's."""
+        from tgpo_jax.models.loading import load_model, with_tokenizer_eos
+        from tgpo_jax.models.sampler import Sampler
+        from tgpo_jax.models.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(tokenizer_path or path)
+        model = with_tokenizer_eos(load_model(path, dtype=dtype), tokenizer)
+        return cls(Sampler(model, tokenizer), tokenizer, model_name or path, **kwargs)
+
     # ------------------------------------------------------------------ lifecycle
     def bind(self) -> BoundedHTTPServer:
         if self._httpd is None:

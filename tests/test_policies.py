@@ -377,6 +377,19 @@ def server(sampler, spm_tokenizer):
     s.stop()
 
 
+def test_a_server_from_a_saved_model_answers_as_the_model_does(sampler, spm_tokenizer, tmp_path):
+    from flax import nnx
+
+    from tgpo_jax.models.hf_export import export_hf
+
+    export_hf(nnx.merge(sampler.graphdef, sampler.state), str(tmp_path / "m"), spm_tokenizer)
+    ids = chat_ids(spm_tokenizer, build_messages(make_request(n_history=1), budget_tokens=BUDGET // 2,
+                                                 system_prompt=SYS))
+    with ModelServer.from_path(str(tmp_path / "m"), "saved") as s:
+        assert s.model_name == "saved" and s.sampler.cfg.eos_token_id == spm_tokenizer.eos_token_id
+        assert s.sampler.generate([ids], GREEDY)[0].tokens == sampler.generate([ids], GREEDY)[0].tokens
+
+
 def test_server_round_trip_matches_direct_sampling(server, sampler, spm_tokenizer):
     req = make_request(n_history=2)
     policy = OpenAIPolicy(server.base_url + "/v1", "tiny", temperature=0.0, max_tokens=GREEDY.max_tokens,

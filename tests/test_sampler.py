@@ -177,6 +177,25 @@ def test_constrained_greedy_is_the_best_allowed_token_with_the_models_own_logpro
     assert any(t % 2 for t in free), "the unconstrained model must pick odd tokens for this test to mean anything"
 
 
+def test_greedy_choice_asks_the_constraint_only_down_to_the_first_allowed_token():
+    # each ``allows`` parses the output so far (the agent's grammar): greedy needs no verdict past the first yes
+    from tgpo_jax.models.sampler import choose_allowed
+
+    logits = np.random.default_rng(0).normal(size=300)
+    order = list(np.argsort(-logits))
+    for rank in (0, 5, 100):  # the first allowed token inside the scanned top 64, and past it
+        asked = []
+
+        class Counting(_Allow):
+            def allows(self, token):
+                asked.append(token)
+                return super().allows(token)
+
+        c = Counting({int(t) for t in order[rank:]})
+        assert choose_allowed(logits, c, 0.0, 0, 1.0, np.random.default_rng(0)) == order[rank]
+        assert len(asked) == rank + 1 + (64 if rank >= 64 else 0)
+
+
 def test_constrained_sampling_draws_from_the_renormalised_allowed_distribution():
     model = peaked_model(vocab=64, seed=2)
     prompt, allowed = [3, 9, 27], set(range(0, 64, 4))

@@ -99,6 +99,9 @@ def choose_allowed(logits: np.ndarray, constraint: TokenConstraint, temperature:
     probs = _filtered_probs(logits, temperature, top_k, top_p) if temperature > 0 else None
     score = logits if probs is None else np.where(probs > 0, probs, -1.0)
     top = np.argpartition(-score, min(scan, len(score) - 1))[:scan]
+    if probs is None:  # greedy: the first allowed in logit order; each check parses the output so far
+        return next((int(t) for pool in (top[np.argsort(-score[top])], np.argsort(-score)) for t in pool
+                     if constraint.allows(int(t))), None)
     for pool in (top[np.argsort(-score[top])], np.argsort(-score)):
         ok = [int(t) for t in pool if constraint.allows(int(t))]
         if probs is not None:
@@ -107,7 +110,7 @@ def choose_allowed(logits: np.ndarray, constraint: TokenConstraint, temperature:
                 w = probs[live] / probs[live].sum()
                 return live[int(rng.choice(len(live), p=w))]
         if ok:
-            return ok[0] if probs is None else max(ok, key=lambda t: logits[t])
+            return max(ok, key=lambda t: logits[t])
     return None
 
 
