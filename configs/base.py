@@ -53,8 +53,9 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         # DPO / TGPO: a pair's log-ratios over this many tokens from where its two actions first differ (the
         # decision), not the whole actions (0 = whole; docs/method.md §7 "Decision window")
         decision_window=0,
-        # DPO / TGPO: + sft_alpha * token-mean NLL of every successful step of the batch's nodes (the SFT items, on
-        # nodes with or without pairs), to hold the states the pairs do not cover (0 = off; docs/method.md §7)
+        # DPO / TGPO / KTO / KTO-Tree: + sft_alpha * token-mean NLL of every successful step of the batch's nodes
+        # (the SFT items, on nodes with or without pairs), to hold the states the pairs do not cover (0 = off;
+        # docs/method.md §7)
         sft_alpha=0.0,
     ))
     c.optim = ml_collections.ConfigDict(dict(

@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 DISPLAY = {"base": "base", "sft": "SFT", "kto": "KTO", "kto_tree": "KTO-Tree", "dpo": "DPO", "tgpo": "TGPO",
-           "traj_dpo": "Trajectory DPO", "search_dpo": "DPO (search)", "judge_dpo": "DPO (judge)"}
+           "traj_dpo": "Trajectory DPO", "search_dpo": "DPO (search)", "judge_dpo": "DPO (judge)",
+           "sft_more": "SFT (continued)"}
 # what the pipeline can train, in Table 1's order: each a training section of the pipeline config (configs/<method>.py),
 # trained on round 1's tree dataset, except Agent Q's baselines: traj_dpo on trajectory pairs of the same episodes,
 # search_dpo (DPO) on the node pairs of a search collection that SFT's model proposes in, and the computer-use
-# recipe's judge_dpo (DPO) on DPO-1/2/3 pairs of SFT's samples at the successful episodes' steps (docs/method.md §9)
-MODEL_KINDS = ("sft", "kto", "kto_tree", "dpo", "tgpo", "traj_dpo", "search_dpo", "judge_dpo")
+# recipe's judge_dpo (DPO) on DPO-1/2/3 pairs of SFT's samples at the successful episodes' steps (docs/method.md §9),
+# and the control sft_more: SFT trained on from SFT for a preference stage's pass with the SFT loss alone, so a
+# preference method's gain over SFT can be told apart from the extra pass of its SFT term (docs/method.md §7)
+MODEL_KINDS = ("sft", "sft_more", "kto", "kto_tree", "dpo", "tgpo", "traj_dpo", "search_dpo", "judge_dpo")
 # a kind whose training method is another's (else the kind itself)
-SECTION_METHOD = {"search_dpo": "dpo", "judge_dpo": "dpo"}
+SECTION_METHOD = {"search_dpo": "dpo", "judge_dpo": "dpo", "sft_more": "sft"}
 
 
 def model_name(method: str, r: int = 1, seed: int | None = None) -> str:

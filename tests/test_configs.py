@@ -279,3 +279,27 @@ def test_judge_dpo_samples_with_the_first_seeds_sft_and_trains_dpo_on_the_judged
                 dict(threshold=101.0)):
         with pytest.raises(ValueError, match="judge_dpo' need"):
             _plan(methods=("sft", "judge_dpo"), judge=bad)
+
+
+def test_the_control_trains_on_from_sft_as_tgpo_does_with_the_sft_loss_alone():
+    """methods with 'sft_more': SFT (continued) starts from each seed's SFT, on the tree dataset, with TGPO's learning
+    rate, schedule, batch and passes and TGPO's SFT items (shortest successful branches, no copy-swap), the SFT loss
+    and no reference; adding it leaves the other stages' specs alone. The large preset trains it on every seed."""
+    _, plain = _plan("default", methods=("sft", "tgpo"), eval=dict(models=("sft", "tgpo")))
+    p, plan = _plan("default", methods=("sft", "sft_more", "tgpo"), eval=dict(models=("sft", "sft_more", "tgpo")))
+    assert plan["sft_more"].deps == ("dataset-r1", "sft") and plan["sft_more"].spec["init"] == "sft"
+    assert "eval-sft_more" in plan
+    for name in ("collect-r1", "dataset-r1", "sft", "tgpo", "eval-sft", "eval-tgpo"):
+        assert plan[name].spec == plain[name].spec and plan[name].deps == plain[name].deps, name
+    t, g, s = (p.train_config(n, n, "sft", 1) for n in ("sft_more", "tgpo", "sft"))
+    assert t.method == "sft" and t.loss.reference == "none" and t.model.path == p.model_dir("sft")
+    assert t.data.train_dir == g.data.train_dir == p.dataset(1)
+    assert t.optim.learning_rate == g.optim.learning_rate == 2e-4 != s.optim.learning_rate
+    for section, key in (("optim", "schedule"), ("optim", "warmup_fraction"), ("train", "batch_size"),
+                         ("train", "num_epochs"), ("train", "max_steps"), ("data", "sft_shortest")):
+        assert t[section][key] == g[section][key], (section, key)
+    assert t.data.copy_swap == 0 < s.data.copy_swap and t.train.num_epochs == 1
+    large, lp = _plan("large")
+    assert "sft_more" in large.cfg.methods
+    assert [lp[f"sft_more-s{k}"].deps for k in range(3)] == [("dataset-r1", f"sft-s{k}") for k in range(3)]
+    assert {f"eval-sft_more-s{k}" for k in range(3)} <= set(lp)

@@ -204,14 +204,16 @@ def test_decision_window_needs_a_live_reference():
         LossConfig(method="kto", decision_window=1)
 
 
-def test_sft_term_is_the_token_mean_nll_of_every_successful_branch(setup, spm_tokenizer):
-    """sft_slots marks the node's SFT items (pairs' branches keep their slots first); sft_alpha adds
-    α·(−Σ log p / Σ tokens) over exactly those slots, pairs or not."""
+@pytest.mark.parametrize("method", ["dpo", "kto", "kto_tree"])
+def test_sft_term_is_the_token_mean_nll_of_every_successful_branch(setup, spm_tokenizer, method):
+    """sft_slots marks the node's SFT items (pairs' or items' branches keep their slots first); sft_alpha adds
+    α·(−Σ log p / Σ tokens) over exactly those slots, pairs / KTO items or not."""
     from tgpo_jax.data import examples as ex
+    from tgpo_jax.data.collate import node_selection
 
     model, nodes = setup
-    cc = CollateConfig(method="dpo", layout="packed", max_len=256, max_prompt_len=160, max_completion_len=32,
-                       max_branches=3, max_pairs=3, sft_slots=True)
+    cc = CollateConfig(method=method, layout="packed", max_len=256, max_prompt_len=160, max_completion_len=32,
+                       max_branches=3, max_pairs=3, kl_slot=False, sft_slots=True)
     exs = [build_example(n, spm_tokenizer, cc) for n in nodes]
     batch = jax.tree.map(jnp.asarray, stack(exs))
     pol = slot_logprobs(model, batch, chunk=64)[0]
@@ -221,15 +223,17 @@ def test_sft_term_is_the_token_mean_nll_of_every_successful_branch(setup, spm_to
         _, comps, _ = tokenize_node(node, spm_tokenizer, cc)
         sft = set(ex.sft_items(node))
         assert sft, "the synthetic node has no successful branch"
-        for slot in range(3):  # three branches, all kept: slot k = branch k
-            assert bool(exs[i]["slot_sft"][slot]) == (slot in sft), (i, slot)
-            if slot in sft:
-                lp, toks, marked = lp + pol_np[i, slot], toks + len(comps[slot]), marked + 1
+        used = node_selection(node, cc)[0]
+        assert sft <= set(used) and len(used) <= 3  # every branch fits: slot k = used[k]
+        for slot, b in enumerate(used):
+            assert bool(exs[i]["slot_sft"][slot]) == (b in sft), (i, slot)
+            if b in sft:
+                lp, toks, marked = lp + pol_np[i, slot], toks + len(comps[b]), marked + 1
     assert marked < 3 * len(nodes)  # some slots are not SFT items: the mask matters
     ref = pol * 0.5
-    base, _ = objective(pol, ref, None, None, batch, LossConfig(method="dpo"))
-    loss, m = objective(pol, ref, None, None, batch, LossConfig(method="dpo", sft_alpha=0.4))
+    base, _ = objective(pol, ref, None, None, batch, LossConfig(method=method))
+    loss, m = objective(pol, ref, None, None, batch, LossConfig(method=method, sft_alpha=0.4))
     np.testing.assert_allclose(float(m["nll/sft"]), -lp / toks, rtol=1e-5)
     np.testing.assert_allclose(float(loss), float(base) + 0.4 * (-lp / toks), rtol=1e-5)
-    with pytest.raises(ValueError, match="DPO / TGPO setting"):
+    with pytest.raises(ValueError, match="DPO / TGPO / KTO setting"):
         LossConfig(method="sft", sft_alpha=1.0)

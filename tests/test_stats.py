@@ -94,3 +94,26 @@ def test_claims_at_the_floor_are_inconclusive_not_refuted():
     half = {seed: _ev([1, 0] * 15) for seed in range(3)}
     verdicts = {c.text: c.verdict for c in results.claims({"TGPO": half, "DPO": half})}
     assert verdicts["TGPO > DPO in success"] == stats.NOT_REPRODUCED
+
+
+def test_the_control_is_compared_with_sft_and_every_preference_method_but_left_out_of_the_papers_claims():
+    """SFT (continued) — SFT trained on for a preference stage's pass — is the baseline that tells a preference
+    method's pairs from its SFT term's extra pass: every preference method is compared with it and it with SFT; the
+    paper's redundant-steps claim ranges over the paper's methods only, so a control with fewer redundant steps
+    than TGPO leaves the claim as it was."""
+    from experiment import results
+
+    sft = {s: _ev([1, 0, 0, 0] * 10, redundant=3) for s in range(3)}  # 25 %
+    ctl = {s: _ev([1, 1, 0, 0] * 10, redundant=0) for s in range(3)}  # 50 %, no redundant steps
+    tgpo = {s: _ev([1, 1, 1, 0] * 10, redundant=1) for s in range(3)}  # 75 %
+    groups = {"SFT": sft, results.CONTROL: ctl, "TGPO": tgpo}
+    got = {(c.a, c.b, c.metric): c for c in results.comparisons(groups)}
+    for key, diff in {("SFT (continued)", "SFT", "success_rate"): 0.25, ("TGPO", "SFT (continued)", "success_rate"): 0.25,
+                      ("TGPO", "SFT", "success_rate"): 0.5, ("TGPO", "SFT (continued)", "redundant_steps"): 1.0,
+                      ("TGPO", "SFT", "redundant_steps"): -2.0}.items():
+        assert got[key].diff == pytest.approx(diff), key
+    assert ("SFT", "SFT (continued)", "success_rate") not in got
+    claim = {c.text: c for c in results.claims(groups)}["TGPO has the fewest redundant steps"]
+    assert claim.verdict == stats.REPRODUCED and "continued" not in claim.ours  # fewer than SFT, every task, seed
+    without = {c.text: c for c in results.claims({"SFT": sft, "TGPO": tgpo})}["TGPO has the fewest redundant steps"]
+    assert without.verdict == claim.verdict and without.ours == claim.ours

@@ -46,7 +46,7 @@ class CollateConfig:
     decision_weight: float = 1.0  # SFT: loss weight of decision tokens vs copies (decisions.py; 1 = token mean)
     head_weight: float = 1.0  # SFT: loss weight of the thought's first head_words words (1 = token mean)
     head_words: int = 1
-    sft_slots: bool = False  # DPO / TGPO: also the node's SFT items as slots (slot_sft), for the loss's SFT term
+    sft_slots: bool = False  # DPO / TGPO / KTO(-Tree): also the node's SFT items as slots (slot_sft), for the SFT term
     pairs: ex.PairConfig = ex.PairConfig()
 
     def __post_init__(self):
@@ -93,6 +93,7 @@ def node_selection(node: NodeRecord, cfg: CollateConfig):
             used += [i for i in sorted(set(ex.sft_items(node, pc))) if i not in used]
         return used, pairs, []
     items = ex.kto_items(node, pc) if cfg.method == "kto" else ex.kto_tree_items(node, pc)
+    # every branch is an item (its own labels), so the SFT items' branches are among these already (sft_slots)
     return sorted({i for i, _ in items}), [], items
 
 

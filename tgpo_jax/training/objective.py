@@ -24,7 +24,7 @@ class LossConfig:
     rpo_alpha: float = 0.0  # DPO / TGPO: weight of the chosen actions' token-mean NLL (losses.chosen_nll; 0 = off)
     # DPO / TGPO: log-ratios over this many tokens from a pair's first differing token (0 = the whole actions)
     decision_window: int = 0
-    # DPO / TGPO: weight of the token-mean NLL over the batch's SFT slots (collate's slot_sft; 0 = off)
+    # DPO / TGPO / KTO / KTO-Tree: weight of the token-mean NLL over the batch's SFT slots (collate's slot_sft; 0 = off)
     sft_alpha: float = 0.0
 
     def __post_init__(self):
@@ -39,8 +39,8 @@ class LossConfig:
         if self.decision_window < 0 or (self.decision_window and self.method not in ("dpo", "tgpo")):
             raise ValueError(f"decision_window={self.decision_window}: must be >= 0, and is a DPO / TGPO setting "
                              f"(method {self.method})")
-        if not self.sft_alpha >= 0 or (self.sft_alpha and self.method not in ("dpo", "tgpo")):
-            raise ValueError(f"sft_alpha={self.sft_alpha}: must be >= 0, and is a DPO / TGPO setting (method "
+        if not self.sft_alpha >= 0 or (self.sft_alpha and self.method not in ("dpo", "tgpo", "kto", "kto_tree")):
+            raise ValueError(f"sft_alpha={self.sft_alpha}: must be >= 0, and is a DPO / TGPO / KTO setting (method "
                              f"{self.method})")
         if self.decision_window and self.reference != "live":
             raise ValueError(f"decision_window={self.decision_window} needs the reference's token log-probs: "
@@ -124,17 +124,23 @@ def objective(policy_slots, ref_slots, token_lp, token_on, batch: dict, cfg: Los
             nll = losses.chosen_nll(policy_slots[c], slot_token_counts(batch)[c], valid)
             loss = loss + cfg.rpo_alpha * nll
             metrics = {**metrics, "loss": loss, "nll/chosen": jax.lax.stop_gradient(nll)}
-        if cfg.sft_alpha:
-            nll = losses.chosen_nll(policy_slots, slot_token_counts(batch), batch["slot_sft"].reshape(-1))
-            loss = loss + cfg.sft_alpha * nll
-            metrics = {**metrics, "loss": loss, "nll/sft": jax.lax.stop_gradient(nll)}
-        return loss, metrics
+        return sft_term(loss, metrics, policy_slots, batch, cfg)
     items = _global(batch["item_slot"], s)
     kl = _global(jnp.maximum(batch["kl_slot"], 0), s)
-    return losses.kto_loss(policy_slots[items], ref_slots[items], batch["item_desirable"].reshape(-1),
-                           batch["item_valid"].reshape(-1), policy_slots[kl], ref_slots[kl],
-                           (batch["kl_slot"] >= 0).reshape(-1), beta=cfg.beta,
-                           desirable_weight=cfg.desirable_weight, undesirable_weight=cfg.undesirable_weight)
+    loss, metrics = losses.kto_loss(policy_slots[items], ref_slots[items], batch["item_desirable"].reshape(-1),
+                                    batch["item_valid"].reshape(-1), policy_slots[kl], ref_slots[kl],
+                                    (batch["kl_slot"] >= 0).reshape(-1), beta=cfg.beta,
+                                    desirable_weight=cfg.desirable_weight, undesirable_weight=cfg.undesirable_weight)
+    return sft_term(loss, metrics, policy_slots, batch, cfg)
+
+
+def sft_term(loss, metrics: dict, policy_slots, batch: dict, cfg: LossConfig):
+    """``loss + sft_alpha · token-mean NLL`` over the batch's SFT slots (docs/method.md §7, "SFT term")."""
+    if not cfg.sft_alpha:
+        return loss, metrics
+    nll = losses.chosen_nll(policy_slots, slot_token_counts(batch), batch["slot_sft"].reshape(-1))
+    loss = loss + cfg.sft_alpha * nll
+    return loss, {**metrics, "loss": loss, "nll/sft": jax.lax.stop_gradient(nll)}
 
 
 def trajectory_dpo(policy_slots, ref_slots, batch: dict, cfg: LossConfig):
