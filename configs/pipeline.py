@@ -282,7 +282,8 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
 
 def _control(c) -> None:
     """sft_more, the control for the preference methods' SFT term: SFT from SFT with TGPO's learning rate, schedule,
-    batch, passes and SFT items (its shortest successful branches, no copy-swap, as TGPO's data), the SFT loss alone.
+    batch and SFT items (its shortest successful branches, no copy-swap, as TGPO's data), the SFT loss alone; with
+    max_steps 0 it makes TGPO's number of updates (experiment/pipeline.py:Pipeline.planned_steps).
     On the large preset's seed 1 this control alone lifted SFT 28 -> 62 %, as DPO / TGPO's 63 / 64 (BUILD_NOTES.md,
     issue 16). Set here, after the presets: an override of tgpo's schedule on the command line must name sft_more too."""
     t, s = c.tgpo, c.sft_more

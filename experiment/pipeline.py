@@ -552,11 +552,27 @@ class Pipeline:
             t.train.curve_points = self.cfg.eval.curve_points
         return t
 
+    def planned_steps(self, method: str, r: int) -> int:
+        """The updates ``method``'s round-r run makes: its max_steps, else its passes over the nodes of round r's
+        dataset that its collation can use, as ``tgpo_jax.training.loop.train`` counts them."""
+        from tgpo_jax.data.pipeline import NodeExamples, steps_per_epoch
+        from tgpo_jax.training.loop import collate_config
+
+        t = self.cfg[method]
+        if t.train.max_steps:
+            return int(t.train.max_steps)
+        nodes = NodeExamples(self.dataset(r), None, collate_config(t))  # which nodes are usable needs no tokenizer
+        return steps_per_epoch(nodes, t.train.batch_size) * int(t.train.num_epochs)
+
     def train(self, name: str, method: str, r: int, init: str, seed: int = 0) -> dict:
         from tgpo_jax.training.restore import export_run
         from tgpo_jax.training.loop import train
 
         t = self.train_config(name, method, init, r, seed)
+        if method == "sft_more" and not t.train.max_steps:
+            # the control makes TGPO's number of updates (its SFT items are fewer than TGPO's nodes): the same
+            # schedule over the same steps, so what differs is the loss alone
+            t.train.max_steps = self.planned_steps("tgpo", r)
         self.save_prompt(t.train.output_dir)  # creates the run directory; its checkpoints are then prompted as trained (launch.* --step)
         summary = train(t)
         _, line = export_run(self.path("runs", name), self.model_dir(name))

@@ -1,4 +1,5 @@
 """Config files: every method x preset builds; overrides reach the fields; bad values are clear errors."""
+import dataclasses
 import importlib
 
 import pytest
@@ -303,3 +304,24 @@ def test_the_control_trains_on_from_sft_as_tgpo_does_with_the_sft_loss_alone():
     assert "sft_more" in large.cfg.methods
     assert [lp[f"sft_more-s{k}"].deps for k in range(3)] == [("dataset-r1", f"sft-s{k}") for k in range(3)]
     assert {f"eval-sft_more-s{k}" for k in range(3)} <= set(lp)
+
+
+def test_the_control_makes_as_many_updates_as_tgpo(tmp_path):
+    """TGPO's pass goes over every node with a pair or an SFT item, the control's data are SFT items: the
+    control's steps are TGPO's (its nodes // batch × passes, counted here from the records) unless set."""
+    from tgpo_jax.data import examples as ex
+    from tgpo_jax.data.io import write_dataset
+    from tgpo_jax.data.synthetic import synthetic_nodes
+
+    p, _ = _plan("default", methods=("sft", "sft_more", "tgpo"), out=str(tmp_path))
+    # + single-branch nodes whose one step no successful run took: no pair, no SFT item, not in TGPO's pass
+    failed = [dataclasses.replace(n, branches=[dataclasses.replace(b, n_success=0) for b in n.branches])
+              for n in synthetic_nodes(30, seed=4, num_branches=1)]
+    nodes = synthetic_nodes(40, seed=3) + failed
+    write_dataset(nodes, p.dataset(1))
+    pc = ex.PairConfig(sft_shortest=True)
+    usable = sum(1 for n in nodes if ex.preference_pairs(n, pc) or ex.sft_items(n, pc))
+    assert p.cfg.tgpo.train.batch_size == 8 and p.cfg.tgpo.train.num_epochs == 1 and usable < len(nodes)
+    assert p.planned_steps("tgpo", 1) == usable // 8 != len(nodes) // 8
+    p.cfg.tgpo.train.max_steps = 7
+    assert p.planned_steps("tgpo", 1) == 7
