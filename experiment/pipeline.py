@@ -570,8 +570,8 @@ class Pipeline:
 
         t = self.train_config(name, method, init, r, seed)
         if method == "sft_more" and not t.train.max_steps:
-            # the control makes TGPO's number of updates (its SFT items are fewer than TGPO's nodes): the same
-            # schedule over the same steps, so what differs is the loss alone
+            # the control makes TGPO's number of updates (a pass over its SFT items is not one over TGPO's nodes):
+            # the same schedule over the same steps, so what differs is the loss alone
             t.train.max_steps = self.planned_steps("tgpo", r)
         self.save_prompt(t.train.output_dir)  # creates the run directory; its checkpoints are then prompted as trained (launch.* --step)
         summary = train(t)
