@@ -61,6 +61,21 @@ PAGES = {
     "/long": """<!doctype html><html><head><title>Long</title></head><body>"""
              + "".join(f"<p>Paragraph number {i} with some filler words</p>" for i in range(200))
              + """<a href="/">end</a></body></html>""",
+    # Sphinx's search page, in small: results appended one by one, then a summary line written above them
+    "/growing": """<!doctype html><html><head><title>Growing</title></head><body><p id="summary"></p><ul id="res"></ul>
+<script>
+function add(n) { const li = document.createElement('li'); const a = document.createElement('a'); a.href = '#';
+  a.textContent = 'Result ' + n; a.onclick = () => { window.clicked = a.textContent; window.clickedAt = performance.now();
+  return false; }; li.appendChild(a); document.getElementById('res').appendChild(li); window.lastAdd = performance.now(); }
+add(1); let n = 1;
+function more() { const t = setInterval(() => { add(++n); if (n === 8) { clearInterval(t); setTimeout(() => {
+  document.getElementById('summary').textContent = 'Search finished, found 8 pages.';
+  window.lastAdd = performance.now(); }, 30); } }, 30); }
+</script></body></html>""",
+    "/ticking": """<!doctype html><html><head><title>Clock</title></head><body><span id="c">0</span>
+<button onclick="window.pressed = true">Press</button>
+<script>setInterval(() => { const c = document.getElementById('c'); c.textContent = +c.textContent + 1; }, 20);</script>
+</body></html>""",
     "/red": """<!doctype html><html><body style="margin:0;background:#c00">
 <div style="width:600px;height:300px;background:#fff"></div></body></html>""",
     "/blue": """<!doctype html><html><body style="margin:0;background:#fff">
@@ -365,6 +380,30 @@ async def test_effects(h):
     eff = await execute(page, Command("GOTO", arg="/page2?x=1"), allowed_origins=h.allowed)
     assert eff.url_changed and page.url == h.origin + "/page2?x=1"
     await page.context.close()
+
+
+@run
+async def test_an_element_command_waits_until_the_page_is_still(h):
+    """The page starts adding results when it has been observed; the click comes after its last change (the
+    summary line that pushes the results down), on the link the command names. A page that never stops costs the
+    cap."""
+    page = await h.page("/growing")
+    first = (await observe(page, with_screenshot=False)).find(role="link", name="Result 1")[0]
+    await page.evaluate("more()")  # results keep coming for ~270 ms from now
+    await execute(page, Command("CLICK", first.id), allowed_origins=h.allowed)
+    clicked, at, last = await page.evaluate("[window.clicked, window.clickedAt, window.lastAdd]")
+    assert clicked == "Result 1" and at >= last + Timeouts.still_ms * 0.9, (clicked, at, last)
+    assert await page.evaluate("document.getElementById('summary').textContent") != ""
+
+    page2 = await h.page("/ticking")
+    button = (await observe(page2, with_screenshot=False)).find(role="button", name="Press")[0]
+    t0 = asyncio.get_running_loop().time()
+    await execute(page2, Command("CLICK", button.id), allowed_origins=h.allowed)
+    waited = asyncio.get_running_loop().time() - t0
+    assert await page2.evaluate("window.pressed === true")
+    assert Timeouts.still_cap_ms / 1000 * 0.9 <= waited < Timeouts.still_cap_ms / 1000 + 1.5, waited
+    await page.context.close()
+    await page2.context.close()
 
 
 @run

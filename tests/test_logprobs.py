@@ -11,7 +11,8 @@ from tgpo_jax.data.collate import CollateConfig, build_example, stack, tokenize_
 from tgpo_jax.data.synthetic import synthetic_nodes
 from tgpo_jax.models.config import tiny_config
 from tgpo_jax.models.transformer import init_model
-from tgpo_jax.training.logprobs import naive_token_logprobs, segment_mask, slot_logprobs, token_logprobs
+from tgpo_jax.training.logprobs import (loss_positions, naive_token_logprobs, segment_mask, slot_logprobs,
+                                       token_logprobs)
 from tgpo_jax.training.objective import LossConfig, objective, slot_token_counts
 
 
@@ -95,6 +96,51 @@ def test_slot_logprobs_equal_separate_sequences(setup, spm_tokenizer, layout):
             assert exs[i]["slot_valid"][slot]
             want = independent_branch_logprob(model, prompt, comps[b])
             assert abs(got[i, slot] - want) < 1e-3 * max(1.0, abs(want)), (i, slot, got[i, slot], want)
+
+
+def test_loss_positions_lists_each_rows_loss_tokens_then_zeros():
+    slot = np.full((2, 1, 200), -1, np.int32)
+    slot[0, 0, 150:190], slot[1, 0, 20:25], slot[1, 0, 100:103] = 0, 1, 2  # 40 and 8 loss tokens
+    pos = loss_positions(slot)
+    assert pos.shape == (2, 1, 64) and pos.dtype == np.int32  # the narrowest width that holds 40
+    assert pos[0, 0, :40].tolist() == list(range(150, 190)) and not pos[0, 0, 40:].any()
+    assert pos[1, 0, :8].tolist() == [20, 21, 22, 23, 24, 100, 101, 102] and not pos[1, 0, 8:].any()
+    slot[0, 0, 10:60] = 3  # 90 loss tokens: 128 wide; then no wider than the row
+    assert loss_positions(slot).shape[-1] == 128 and loss_positions(np.zeros((1, 1, 100), np.int32)).shape[-1] == 100
+    assert loss_positions(slot, width=96).shape[-1] == 96
+    with pytest.raises(ValueError, match="less than a row's 90 loss tokens"):
+        loss_positions(slot, width=64)
+
+
+@pytest.mark.parametrize("method,layout", [("dpo", "packed"), ("dpo", "plain"), ("kto", "packed"), ("sft", "packed")])
+def test_the_projection_on_loss_positions_only_gives_the_same_logprobs_and_gradients(setup, spm_tokenizer, method,
+                                                                                     layout):
+    """``loss_pos`` changes where the vocabulary projection runs, not what it computes: slot and token log-probs
+    and the parameters' gradients equal the every-position path's (float32 rounding)."""
+    model, nodes = setup
+    cc = CollateConfig(method=method, layout=layout, max_len=256, max_prompt_len=160, max_completion_len=32,
+                       max_branches=3, max_pairs=3)
+    exs = [build_example(n, spm_tokenizer, cc, kl_completion=[5, 6, 7]) for n in nodes]
+    batch = jax.tree.map(jnp.asarray, stack(exs))
+    narrow = {**batch, "loss_pos": jnp.asarray(loss_positions(np.asarray(batch["slot"])))}
+    assert narrow["loss_pos"].shape[-1] < batch["tokens"].shape[-1]  # the narrow path is the one taken
+    g, state = nnx.split(model)
+
+    def run(b):
+        def f(s):
+            per_slot, tok, on = slot_logprobs(nnx.merge(g, s), b, chunk=64)
+            return jnp.sum(per_slot * jnp.arange(1, per_slot.size + 1)), (per_slot, tok, on)
+        return jax.jit(jax.grad(f, has_aux=True))(state)
+
+    (g_all, (s_all, t_all, on_all)), (g_pos, (s_pos, t_pos, on_pos)) = run(batch), run(narrow)
+    valid = np.asarray(batch["slot_valid"]).reshape(-1)
+    assert float(jnp.abs(s_all[valid]).min()) > 0.1  # non-trivial log-probs
+    np.testing.assert_allclose(s_pos, s_all, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(t_pos, t_all, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(on_pos, on_all)
+    for a, b in zip(jax.tree.leaves(g_all), jax.tree.leaves(g_pos)):
+        scale = float(np.abs(np.asarray(a)).max())
+        np.testing.assert_allclose(b, a, atol=1e-5 * scale, rtol=1e-4)
 
 
 def test_packed_branch_is_independent_of_other_branches(setup, spm_tokenizer):

@@ -3,6 +3,10 @@
 Waits end on events with hard caps, never on fixed sleeps:
 - after an action, the page helper's ``settle`` waits until the DOM was quiet for one animation frame and no
   fetch/XHR is pending (capped by ``Timeouts.settle_ms``);
+- before an element command, its ``still`` waits until the main frame's DOM has not changed for ``Timeouts.still_ms``
+  and no request is pending (capped by ``still_cap_ms``): a page still adding content can move the target under
+  the click (Sphinx's search page appends its results one by one, then writes its summary line above them). A
+  policy that thinks for longer than that finds the page still already and waits for nothing;
 - if a navigation request started meanwhile, wait for its commit (``framenavigated``) or failure, then for the new
   document's ``domcontentloaded`` (each capped by ``navigation_ms``).
 
@@ -38,6 +42,8 @@ class Timeouts:
     action_ms: int = 5000
     navigation_ms: int = 10000
     settle_ms: int = 2000
+    still_ms: int = 100  # quiet window before an element command (0 = none)
+    still_cap_ms: int = 500  # a page that never stops changing (a ticking clock) costs at most this
 
 
 # ---------------------------------------------------------------- element resolution
@@ -182,6 +188,7 @@ def _is_timeout(e: BaseException) -> bool:
 # ---------------------------------------------------------------- state probes
 _STATE = helper_call("return window.__tgpo.state();")
 _SETTLE = helper_call("return window.__tgpo.settle(arg);")
+_STILL = helper_call("return window.__tgpo.still(arg);")
 
 
 async def _state(frame) -> dict | None:
@@ -196,6 +203,16 @@ async def _settle(frame, timeouts: Timeouts) -> None:
         await asyncio.wait_for(frame.evaluate(_SETTLE, timeouts.settle_ms), timeouts.settle_ms / 1000 + 1.0)
     except Exception:
         pass  # navigated away, frame detached, or cap: nothing more to wait for here
+
+
+async def _still(frame, timeouts: Timeouts) -> None:
+    if timeouts.still_ms <= 0:
+        return
+    try:
+        await asyncio.wait_for(frame.evaluate(_STILL, [timeouts.still_ms, timeouts.still_cap_ms]),
+                               timeouts.still_cap_ms / 1000 + 1.0)
+    except Exception:
+        pass  # navigating, frame detached, or cap: the command's own checks take over
 
 
 def _changed(before: dict | None, after: dict | None) -> bool:
@@ -326,6 +343,7 @@ async def _execute(page, command: Command, allowed_origins, timeouts: Timeouts) 
                       f"scroll {command.arg} {res.get('target')} {res.get('from')}->{res.get('to')}")
 
     # ---- element commands
+    await _still(main, timeouts)  # before _resolve: the element's "before" counters are then the still page's
     frame, loc, info = await _resolve(page, command.id or "")
     before = [info["state"]] + ([await _state(main)] if frame is not main else [])
     frames = [frame] if frame is main else [frame, main]

@@ -7,6 +7,7 @@
 //   clickables     WeakSet of elements that got a click-ish listener (addEventListener is wrapped at init time)
 //   snapshot(prefix, taken)  inject data-tgpo-id ids, return the flat accessibility-like node list (one JSON)
 //   settle(capMs)  resolves once the DOM was quiet for one animation frame and no request is pending (capped)
+//   still(quietMs, capMs)  resolves once the DOM has not changed for quietMs and no request is pending (capped)
 //   state()        {mutations, inputs, scrollY}
 (function () {
   if (window.__tgpo) return;
@@ -102,6 +103,23 @@
         });
       };
       tick();
+    });
+  };
+
+  // Before an element command: a page that is still appending content (a search page that adds its results one by
+  // one, each with a fetched summary that pushes the next link down) moves the target between Playwright's
+  // position check and its click; one quiet animation frame (settle) does not rule that out, a quiet window does.
+  T.still = function (args) {
+    const quietMs = args[0], capMs = args[1];
+    return new Promise((resolve) => {
+      const t0 = now();
+      const check = () => {
+        const t = now(), idle = t - T.lastChange;
+        if (idle >= quietMs && T.pending <= 0) return resolve('still');
+        if (t - t0 >= capMs) return resolve('cap');
+        setTimeout(check, Math.max(5, Math.min(quietMs - idle, capMs - (t - t0))));
+      };
+      check();
     });
   };
 

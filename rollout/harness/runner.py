@@ -41,6 +41,7 @@ class HarnessConfig:
     action_ms: int = 5000
     navigation_ms: int = 10000
     settle_ms: int = 2000
+    still_ms: int = 100  # before an element command, the page's DOM unchanged this long (execute.py; 0 = no wait)
     recycle_after: int = 100  # episodes per browser before a fresh one
     extra_origins: tuple[str, ...] = ()  # GOTO allowlist beyond the environment's own origins
 
@@ -59,7 +60,8 @@ class HarnessConfig:
         return self.max_steps
 
     def timeouts(self) -> Timeouts:
-        return Timeouts(action_ms=self.action_ms, navigation_ms=self.navigation_ms, settle_ms=self.settle_ms)
+        return Timeouts(action_ms=self.action_ms, navigation_ms=self.navigation_ms, settle_ms=self.settle_ms,
+                        still_ms=self.still_ms)
 
 
 def _check_json(c: CheckResult) -> dict:

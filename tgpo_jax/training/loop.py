@@ -27,6 +27,7 @@ from tgpo_jax.models.copy_circuit import CircuitConfig, frozen_mask, init_plante
 from tgpo_jax.models.transformer import init_model
 from tgpo_jax.training import reference as ref_lib
 from tgpo_jax.training.checkpoint import Checkpointer
+from tgpo_jax.training.logprobs import loss_positions
 from tgpo_jax.training.metrics import MetricsWriter, read_metrics
 from tgpo_jax.training.objective import LossConfig
 from tgpo_jax.training.step import OptimConfig, Trainer, to_global_batch
@@ -70,6 +71,15 @@ def collate_config(cfg) -> CollateConfig:
                          max_pairs=d.max_pairs, max_items=d.max_items, kl_slot=d.kl_slot,
                          decision_weight=d.decision_weight, head_weight=d.head_weight,
                          head_words=d.head_words, pairs=pairs, sft_slots=cfg.loss.sft_alpha > 0)
+
+
+def with_loss_positions(local: dict, ccfg: CollateConfig) -> dict:
+    """The host batch with ``loss_pos`` (``logprobs.loss_positions``: the vocabulary projection then runs on the loss
+    tokens only). In one process as narrow as the batch allows; over several processes the collation's widest, so
+    that every process's array has the one shape."""
+    per_row = ccfg.num_slots if ccfg.layout == "packed" else 1
+    width = None if jax.process_count() == 1 else min(ccfg.max_len, per_row * ccfg.max_completion_len)
+    return {**local, "loss_pos": loss_positions(local["slot"], width)}
 
 
 def check_batch(cfg, mesh) -> None:
@@ -150,7 +160,7 @@ def update_mask(cfg, model):
     return nnx.split(model_from_flat(model.cfg, keep), nnx.Param, ...)[1]
 
 
-def _eval(trainer, state, source, cfg, mesh) -> dict:
+def _eval(trainer, state, source, cfg, mesh, ccfg: CollateConfig) -> dict:
     """Mean metrics over the held-out source (each batch weighted equally)."""
     nproc, pidx = jax.process_count(), jax.process_index()
     ds = make_dataset(source, batch_size=cfg.train.batch_size, seed=0, num_epochs=1, shuffle=False,
@@ -159,7 +169,7 @@ def _eval(trainer, state, source, cfg, mesh) -> dict:
     for i, local in enumerate(ds):
         if cfg.train.eval_batches and i >= cfg.train.eval_batches:
             break
-        m = trainer.eval_step(state, to_global_batch(local, mesh, 1))
+        m = trainer.eval_step(state, to_global_batch(with_loss_positions(local, ccfg), mesh, 1))
         for k, v in m.items():
             sums[k] = sums.get(k, 0.0) + float(v)
         n += 1
@@ -253,7 +263,8 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
     try:
         while step < total:
             local = next(it)
-            state, m = trainer.train_step(state, to_global_batch(local, mesh, cfg.optim.grad_accum))
+            batch = to_global_batch(with_loss_positions(local, ccfg), mesh, cfg.optim.grad_accum)
+            state, m = trainer.train_step(state, batch)
             if not bool(m["finite"]):
                 ckpt.wait()
                 good = ckpt.latest_step()
@@ -267,7 +278,7 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
                 last = writer.write(step, {**m, "steps_per_sec": ran / (time.perf_counter() - t0)})
                 bar.set_postfix(loss=f"{last['train/loss']:.4f}")
             if cfg.train.eval_every and eval_src is not None and step % cfg.train.eval_every == 0:
-                writer.write(step, _eval(trainer, state, eval_src, cfg, mesh), prefix="eval")
+                writer.write(step, _eval(trainer, state, eval_src, cfg, mesh, ccfg), prefix="eval")
             if step % cfg.train.save_every == 0 or step == total or (period and step % period == 0):
                 ckpt.save(step, state, data_state=it.get_state())
             bar.update(1)
@@ -278,7 +289,7 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
         ckpt.wait()
         writer.flush()
     if eval_src is not None:
-        summary["eval"] = writer.write(step, _eval(trainer, state, eval_src, cfg, mesh), prefix="eval")
+        summary["eval"] = writer.write(step, _eval(trainer, state, eval_src, cfg, mesh, ccfg), prefix="eval")
     summary["final"] = last
     summary["final_step"] = step
     if jax.process_index() == 0:
