@@ -25,6 +25,8 @@ from absl import app, flags
 _TASKS = flags.DEFINE_integer("tasks", 8, "shop tasks (webshop + procedure families)")
 _REPS = flags.DEFINE_integer("reps", 2, "timed repetitions per side (best is reported)")
 _SCREENSHOTS = flags.DEFINE_bool("screenshots", True, "harness saves PNGs (both sides always take the screenshot)")
+_STILL_MS = flags.DEFINE_integer("still_ms", None, "harness: quiet window before an element command (default: "
+                                 "HarnessConfig's; 0 = none)")
 
 
 async def harness_rate(env, tasks, contexts: int, out: str) -> tuple[float, int, list]:
@@ -35,7 +37,8 @@ async def harness_rate(env, tasks, contexts: int, out: str) -> tuple[float, int,
 
     shutil.rmtree(out, ignore_errors=True)
     cfg = CollectConfig(out_dir=out, runs=1, contexts=contexts, progress=False,
-                        harness=HarnessConfig(screenshots=_SCREENSHOTS.value))
+                        harness=HarnessConfig(screenshots=_SCREENSHOTS.value,
+                                              **({} if _STILL_MS.value is None else {"still_ms": _STILL_MS.value})))
     t0 = time.perf_counter()
     counts = await collect_async(env, tasks, OraclePolicy(env), cfg)
     dt = time.perf_counter() - t0

@@ -11,7 +11,7 @@
 //   state()        {mutations, inputs, scrollY}
 (function () {
   if (window.__tgpo) return;
-  const T = {mutations: 0, inputs: 0, pending: 0, lastChange: 0, clickables: new WeakSet(),
+  const T = {mutations: 0, inputs: 0, pending: 0, lastChange: 0, lastDom: 0, clickables: new WeakSet(),
              ignoreAttrs: new Set(['data-tgpo-id', 'data-tgpo-next', 'data-tgpo-prefix'])};
   Object.defineProperty(window, '__tgpo', {value: T, enumerable: false, configurable: true});
 
@@ -30,11 +30,11 @@
         if (r.type === 'childList' && isMarks(r)) continue;  // observe()'s own set-of-marks overlay
         n++;
       }
-      if (n) { T.mutations += n; T.lastChange = now(); }
+      if (n) { T.mutations += n; T.lastChange = T.lastDom = now(); }
     });
     mo.observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
   } catch (e) { /* no DOM (should not happen) */ }
-  const onInput = () => { T.inputs++; T.lastChange = now(); };
+  const onInput = () => { T.inputs++; T.lastChange = T.lastDom = now(); };
   window.addEventListener('input', onInput, true);
   window.addEventListener('change', onInput, true);
 
@@ -113,8 +113,11 @@
     const quietMs = args[0], capMs = args[1];
     return new Promise((resolve) => {
       const t0 = now();
+      // DOM changes only (a request that ends moves nothing; what it brings is a change of its own). Not "unchanged
+      // since the snapshot": a page's next change may be yet to come, and the observation's own screenshot changes
+      // the focused field's style
       const check = () => {
-        const t = now(), idle = t - T.lastChange;
+        const t = now(), idle = t - T.lastDom;
         if (idle >= quietMs && T.pending <= 0) return resolve('still');
         if (t - t0 >= capMs) return resolve('cap');
         setTimeout(check, Math.max(5, Math.min(quietMs - idle, capMs - (t - t0))));
