@@ -177,6 +177,28 @@ def test_constrained_greedy_is_the_best_allowed_token_with_the_models_own_logpro
     assert any(t % 2 for t in free), "the unconstrained model must pick odd tokens for this test to mean anything"
 
 
+@pytest.mark.parametrize("constrained", [False, True])
+def test_a_new_sampler_over_other_weights_reuses_the_compiled_steps_and_samples_its_own_model(constrained):
+    """Samplers of one architecture share jit's cache (the pipeline evaluates many models in one process), and the
+    shared code still reads each sampler's own weights: its greedy tokens are its model's argmax."""
+    a, b = peaked_model(seed=11), peaked_model(seed=12)
+    params = SamplingParams(temperature=0.0, max_tokens=8)
+    cons = (lambda: [_Allow(range(256)) for _ in PROMPTS]) if constrained else (lambda: None)
+    first = Sampler(a).generate_ids(PROMPTS, params, cons())
+    step = Sampler._feed if constrained else Sampler._decode_chunk
+    compiled = (Sampler._prefill._cache_size(), step._cache_size())
+    second = Sampler(b).generate_ids(PROMPTS, params, cons())
+    assert (Sampler._prefill._cache_size(), step._cache_size()) == compiled  # nothing compiled again
+    assert Sampler(a) == Sampler(b) and hash(Sampler(a)) == hash(Sampler(b))
+    assert Sampler(a) != Sampler(peaked_model(vocab=128, seed=11))  # another architecture: its own code
+    assert [t for t, _, _ in first] != [t for t, _, _ in second]  # other weights, other tokens
+    for prompt, (toks, _, _) in zip(PROMPTS, second):
+        seq = list(prompt)
+        for tok in toks:
+            assert tok == int(full_forward_logprobs(b, seq)[-1].argmax())
+            seq.append(tok)
+
+
 def test_greedy_choice_asks_the_constraint_only_down_to_the_first_allowed_token():
     # each ``allows`` parses the output so far (the agent's grammar): greedy needs no verdict past the first yes
     from tgpo_jax.models.sampler import choose_allowed
