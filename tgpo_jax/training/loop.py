@@ -75,11 +75,12 @@ def collate_config(cfg) -> CollateConfig:
 
 def with_loss_positions(local: dict, ccfg: CollateConfig) -> dict:
     """The host batch with ``loss_pos`` (``logprobs.loss_positions``: the vocabulary projection then runs on the loss
-    tokens only). In one process as narrow as the batch allows; over several processes the collation's widest, so
-    that every process's array has the one shape."""
-    per_row = ccfg.num_slots if ccfg.layout == "packed" else 1
-    width = None if jax.process_count() == 1 else min(ccfg.max_len, per_row * ccfg.max_completion_len)
-    return {**local, "loss_pos": loss_positions(local["slot"], width)}
+    tokens only, as narrow as the batch allows), on one device; on several the batch as it is. Why not there: with
+    the batch sharded over two CPU devices the step's gather and scatter over the loss positions hung in an
+    all-reduce (tests/test_distributed.py, BUILD_NOTES.md, stop 63); not investigated further yet."""
+    if jax.device_count() > 1:
+        return local
+    return {**local, "loss_pos": loss_positions(local["slot"])}
 
 
 def check_batch(cfg, mesh) -> None:
