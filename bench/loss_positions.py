@@ -48,9 +48,9 @@ def _setup(method: str, pcfg, run: str):
     rng = np.random.default_rng(0)
     locals_ = [stack([src[int(i)] for i in rng.choice(len(src), b, replace=False)]) for _ in range(_STEPS.value)]
     plain = [to_global_batch(x, mesh, 1) for x in locals_]
-    narrow = [to_global_batch(loop.with_loss_positions(x, ccfg), mesh, 1) for x in locals_]
+    narrow = [to_global_batch(loop.with_loss_positions(x), mesh, 1) for x in locals_]
     fill = float(np.mean([(x["slot"] >= 0).sum(-1).mean() for x in locals_]))
-    width = float(np.mean([loop.with_loss_positions(x, ccfg)["loss_pos"].shape[-1] for x in locals_]))
+    width = float(np.mean([b["loss_pos"].shape[-1] for b in narrow]))
     sides = []
     for trainer, batches in zip(trainers, (plain, narrow)):  # compile and warm each variant on its shapes
         state = trainer.init_state(0)

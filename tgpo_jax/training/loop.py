@@ -73,7 +73,7 @@ def collate_config(cfg) -> CollateConfig:
                          head_words=d.head_words, pairs=pairs, sft_slots=cfg.loss.sft_alpha > 0)
 
 
-def with_loss_positions(local: dict, ccfg: CollateConfig) -> dict:
+def with_loss_positions(local: dict) -> dict:
     """The host batch with ``loss_pos`` (``logprobs.loss_positions``: the vocabulary projection then runs on the loss
     tokens only, as narrow as the batch allows), on one device; on several the batch as it is. Why not there: with
     the batch sharded over two CPU devices the step's gather and scatter over the loss positions hung in an
@@ -161,7 +161,7 @@ def update_mask(cfg, model):
     return nnx.split(model_from_flat(model.cfg, keep), nnx.Param, ...)[1]
 
 
-def _eval(trainer, state, source, cfg, mesh, ccfg: CollateConfig) -> dict:
+def _eval(trainer, state, source, cfg, mesh) -> dict:
     """Mean metrics over the held-out source (each batch weighted equally)."""
     nproc, pidx = jax.process_count(), jax.process_index()
     ds = make_dataset(source, batch_size=cfg.train.batch_size, seed=0, num_epochs=1, shuffle=False,
@@ -170,7 +170,7 @@ def _eval(trainer, state, source, cfg, mesh, ccfg: CollateConfig) -> dict:
     for i, local in enumerate(ds):
         if cfg.train.eval_batches and i >= cfg.train.eval_batches:
             break
-        m = trainer.eval_step(state, to_global_batch(with_loss_positions(local, ccfg), mesh, 1))
+        m = trainer.eval_step(state, to_global_batch(with_loss_positions(local), mesh, 1))
         for k, v in m.items():
             sums[k] = sums.get(k, 0.0) + float(v)
         n += 1
@@ -264,7 +264,7 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
     try:
         while step < total:
             local = next(it)
-            batch = to_global_batch(with_loss_positions(local, ccfg), mesh, cfg.optim.grad_accum)
+            batch = to_global_batch(with_loss_positions(local), mesh, cfg.optim.grad_accum)
             state, m = trainer.train_step(state, batch)
             if not bool(m["finite"]):
                 ckpt.wait()
@@ -279,7 +279,7 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
                 last = writer.write(step, {**m, "steps_per_sec": ran / (time.perf_counter() - t0)})
                 bar.set_postfix(loss=f"{last['train/loss']:.4f}")
             if cfg.train.eval_every and eval_src is not None and step % cfg.train.eval_every == 0:
-                writer.write(step, _eval(trainer, state, eval_src, cfg, mesh, ccfg), prefix="eval")
+                writer.write(step, _eval(trainer, state, eval_src, cfg, mesh), prefix="eval")
             if step % cfg.train.save_every == 0 or step == total or (period and step % period == 0):
                 ckpt.save(step, state, data_state=it.get_state())
             bar.update(1)
@@ -290,7 +290,7 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
         ckpt.wait()
         writer.flush()
     if eval_src is not None:
-        summary["eval"] = writer.write(step, _eval(trainer, state, eval_src, cfg, mesh, ccfg), prefix="eval")
+        summary["eval"] = writer.write(step, _eval(trainer, state, eval_src, cfg, mesh), prefix="eval")
     summary["final"] = last
     summary["final_step"] = step
     if jax.process_index() == 0:
