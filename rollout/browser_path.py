@@ -5,6 +5,10 @@ import glob
 import os
 
 SYSTEM_CHROMIUM = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+# Debian's chromium-headless-shell: the same engine without the browser's UI layer. Headless, it does the same steps
+# for about half the CPU (bench/harness_overhead.py: 4.3 -> 8.0 steps/s with 4 contexts, BUILD_NOTES.md), and on 2
+# cores the browser is most of an evaluation's CPU. Headed runs need the full browser.
+SYSTEM_HEADLESS_SHELL = ("/usr/bin/chromium-headless-shell",)
 # Flags for a headless Chromium on a machine without network or GPU (see BUILD_NOTES.md).
 CHROMIUM_ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync")
@@ -17,14 +21,15 @@ def playwright_chromium() -> str | None:
     return found[-1] if found else None
 
 
-def chromium_executable() -> str | None:
-    """The executable to launch: TGPO_CHROMIUM, then the system package; None lets Playwright choose its own."""
+def chromium_executable(headless: bool = True) -> str | None:
+    """The executable to launch: TGPO_CHROMIUM, then the system package (its headless shell first when headless);
+    None lets Playwright choose its own (which also takes its headless shell when headless)."""
     env = os.environ.get("TGPO_CHROMIUM")
     if env:
         if not os.path.exists(env):
             raise FileNotFoundError(f"TGPO_CHROMIUM={env} does not exist")
         return env
-    for path in SYSTEM_CHROMIUM:
+    for path in (SYSTEM_HEADLESS_SHELL if headless else ()) + SYSTEM_CHROMIUM:
         if os.path.exists(path):
             return path
     if playwright_chromium():

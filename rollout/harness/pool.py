@@ -50,7 +50,7 @@ class BrowserPool:
         await self.close()
 
     async def _launch(self) -> _Slot:
-        exe = chromium_executable()
+        exe = chromium_executable(self.headless)
         browser = await self._pw.chromium.launch(executable_path=exe, args=list(CHROMIUM_ARGS), headless=self.headless)
         self.launches += 1
         log.info("launched chromium #%d (%s)", self.launches, exe or "playwright's own")
