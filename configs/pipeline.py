@@ -173,6 +173,8 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         # wrong clicks undone at once (GO_BACK, then the right choice): one run holds the pair at the decision and
         # still succeeds (~45 % more successful episodes). SFT 36 / 38 / 46 % on seeds 2 / 3 / 1 (20 / 50 / 46
         # without); TGPO - SFT -4 / +8 / -16 points: inconclusive (BUILD_NOTES.md, issue 16)
+        # (wrong buttons, the seventh rate at 0.5, gave each run the pair "Buy Now" / "Add to cart" and did not repair
+        # seed 2's webshop (0 of 17 still), with SFT -2 [-14, +8] on its episodes: not kept; BUILD_NOTES.md, issue 16)
         c.collect.policy = "oracle:0.15,0.1,0.05,0.02,1.0"
         # the copy levers measured in BUILD_NOTES.md (issue 16): ids right after names, ids as single pieces, the
         # gated recency term and the two-token match of the planted circuit, SFT on the shortest successful branches
@@ -222,6 +224,10 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
             c[m].loss.sft_alpha = 1.0
             c[m].data.sft_shortest = True
             c[m].train.num_epochs = 1
+            # pairs whose chosen branch is the longer way (an undone detour preferred by the mean) left out: TGPO
+            # 56 / 60 / 30 -> 62 / 62 / 28 % on seeds 0-2, and +6.0 [-0.3, +14.3] over six seed-datasets
+            # (docs/method.md §5; BUILD_NOTES.md, issue 16). DPO gets it too, so both learn from the same pairs
+            c[m].data.distance_agree = True
     if preset == "large":
         # the control sft_more beside every preference method: their lift over SFT on seed 1 was its extra pass
         c.methods = ("sft", "sft_more", "kto", "kto_tree", "dpo", "tgpo")

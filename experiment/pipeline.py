@@ -297,6 +297,8 @@ class Pipeline:
         for key in ("rpo_alpha", "decision_window", "sft_alpha"):  # only when set: runs made before the option keep their specs
             if not t.get("loss", {}).get(key, 1):
                 t["loss"].pop(key)
+        if not t.get("data", {}).get("distance_agree", True):  # the same for the pairs' distance rule
+            t["data"].pop("distance_agree")
         return t
 
     def runner(self, redo=()) -> StageRunner:

@@ -41,6 +41,8 @@ flags.DEFINE_float("recover", 0.0, "oracle: share of wrong clicks undone at once
                    "one run then holds a pair at the decision")
 flags.DEFINE_float("repeat", 0.0, "oracle: rate of repeating the last command where it changes nothing (a stutter): "
                    "one run then holds the repeat and the next step at one node")
+flags.DEFINE_float("wrong_button", 0.0, "oracle: rate of pressing the product page's other button (\"Add to cart\" "
+                   "for \"Buy Now\" and back); undone at the recover rate where the task's check does not see it")
 flags.DEFINE_string("model", "bundled", "model policy: checkpoint / HF directory / GGUF / 'bundled'")
 flags.DEFINE_string("http_url", "http://127.0.0.1:8000", "http policy: OpenAI-compatible server base URL")
 flags.DEFINE_string("http_model", "bundled", "http policy: model name on that server (launch.serve names it after --model)")
@@ -70,14 +72,18 @@ def make_policy(env):
         return OpenAIPolicy(F.http_url, F.http_model, temperature=F.temperature, max_tokens=F.max_tokens,
                             budget_tokens=F.budget_tokens * 2, observation=F.http_observation), {
             "http_url": F.http_url, "http_model": F.http_model, "http_observation": F.http_observation}
-    spec = (f"oracle:{F.wrong_choice},{F.loop},{F.malformed},{F.premature_stop},{F.recover},{F.repeat}" if F.policy == "oracle"
+    spec = (f"oracle:{F.wrong_choice},{F.loop},{F.malformed},{F.premature_stop},{F.recover},{F.repeat},"
+            f"{F.wrong_button}" if F.policy == "oracle"
             else F.model)
     params = SamplingParams(temperature=F.temperature, max_tokens=F.max_tokens, seed=F.seed)
     policy = load_policy(spec, params=params, budget_tokens=F.budget_tokens * 2, max_batch=F.max_batch, env=env,
                          seed=F.seed)
     if F.policy == "oracle":
         policy.name = "oracle"  # the rates are in the metadata; a collection made before keeps resuming
-        return policy, {"noise": dataclasses.asdict(policy.noise)}
+        noise = dataclasses.asdict(policy.noise)
+        if not noise["wrong_button"]:  # collections made before the rate existed keep resuming
+            del noise["wrong_button"]
+        return policy, {"noise": noise}
     return policy, {"model": F.model}
 
 

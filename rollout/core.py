@@ -259,6 +259,14 @@ class Environment(abc.ABC):
         this state offers no such choice. ``rng`` is a ``random.Random``."""
         return None
 
+    def wrong_button(self, task: Task, obs: Observation, memory: dict, undo: bool) -> Command | None:
+        """Where the plan's next step presses a button that settles the task (the shop's "Buy Now" / "Add to cart"),
+        a press of the other such button; None where this state offers none. ``undo``: the caller goes back at once
+        and then follows the plan, so the press must be one the task's check does not see (None otherwise), and
+        ``memory`` is left ready for the page to load again; else the plan commits to the press (the episode ends
+        on the page it leads to). Default: none."""
+        return None
+
     def typed_strings(self, task: Task) -> dict[str, str]:
         """The strings of ``task``'s instruction that its solution types (or names, as the shop's option names),
         each with its kind ("query", "name", "option", ...): what copy-swap augmentation may replace by another string

@@ -325,3 +325,20 @@ def test_the_control_makes_as_many_updates_as_tgpo(tmp_path):
     assert p.planned_steps("tgpo", 1) == usable // 8 != len(nodes) // 8
     p.cfg.tgpo.train.max_steps = 7
     assert p.planned_steps("tgpo", 1) == 7
+
+
+def test_distance_agree_is_in_a_stage_spec_only_when_on():
+    """``data.distance_agree``: off, a training stage's spec is the one runs made before the option recorded (no
+    key), so they stay done; on for TGPO, only TGPO's stage (and what depends on it) changes, and its collation
+    applies the rule."""
+    from tgpo_jax.training.loop import collate_config
+
+    p, off = _plan(methods=("sft", "dpo", "tgpo"))
+    assert all("distance_agree" not in off[m].spec["train"]["data"] for m in ("sft", "dpo", "tgpo"))
+    c = p.cfg
+    c.tgpo.data.distance_agree = True
+    q, on = _plan(methods=("sft", "dpo", "tgpo"), tgpo=c.tgpo)
+    assert on["tgpo"].spec["train"]["data"]["distance_agree"] is True
+    assert on["sft"].spec == off["sft"].spec and on["dpo"].spec == off["dpo"].spec
+    assert collate_config(q.train_config("tgpo", "tgpo", "sft", 1)).pairs.distance_agree
+    assert not collate_config(q.train_config("dpo", "dpo", "sft", 1)).pairs.distance_agree

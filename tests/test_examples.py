@@ -46,6 +46,18 @@ def test_weight_clip():
     assert ws == pytest.approx([1.224744871391589, 2.0, 1.224744871391589])
 
 
+def test_distance_agree_drops_pairs_whose_chosen_branch_is_the_longer_way():
+    """Q = [1, .5, 0] with goal distances [3, 1, None]: (0, 1) prefers the branch two steps farther from a goal, so
+    distance_agree drops it; (0, 2) and (1, 2) reject a branch with no goal reachable and stay, their weights still
+    over all three branches' sigma. Without goal distances every pair stays."""
+    far = dataclasses.replace(THREE, branches=[dataclasses.replace(b, goal_distance=d)
+                                               for b, d in zip(THREE.branches, (3, 1, None))])
+    assert preference_pairs(far, PairConfig(distance_agree=True)) == [
+        Pair(0, 2, pytest.approx(SQRT6), 1.0), Pair(1, 2, pytest.approx(0.5 * SQRT6), 0.5)]
+    assert len(preference_pairs(far)) == 3  # off by default (the specification's pairs)
+    assert preference_pairs(THREE, PairConfig(distance_agree=True)) == preference_pairs(THREE)  # none known
+
+
 def test_ties_and_order():
     assert preference_pairs(node((0.3, 1, 0), (0.3, 0, 1))) == []
     # Q = [.3, .3, .9]: mean .5, sigma^2 = (.04 + .04 + .16) / 3 = .08, sigma = .28284271247461906

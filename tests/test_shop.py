@@ -492,6 +492,21 @@ def test_progress_keys_differ_for_different_carts(env):
     assert env.progress(sid) != before and env.progress(sid) != keys[0]
 
 
+def test_a_familys_progress_key_holds_only_what_its_check_reads(env):
+    """The merge guard's key (check_state's progress): webshop's ignores the cart, procedure's the orders."""
+    tasks = {f: next(t for t in env.tasks("train") if t.family == f) for f in ("webshop", "procedure", "multi_cart")}
+    p = env.catalog.products[0]
+    sid = env.new_session("progress/family")
+    before = {f: env.check_session(t, sid).progress for f, t in tasks.items()}
+    fetch(env.origin + f"/add?item={p.id}", sid)  # a cart line
+    after_add = {f: env.check_session(t, sid).progress for f, t in tasks.items()}
+    fetch(env.origin + f"/buy?item={p.id}", sid)  # an order
+    after_buy = {f: env.check_session(t, sid).progress for f, t in tasks.items()}
+    assert after_add["webshop"] == before["webshop"] != after_buy["webshop"]
+    assert before["procedure"] != after_add["procedure"] == after_buy["procedure"]
+    assert len({before["multi_cart"], after_add["multi_cart"], after_buy["multi_cart"]}) == 3
+
+
 def test_essential_query_params(env):
     e = env.essential_query_params()
     assert list(e["/search"]) == ["q", "sort", "page"] and "item" in e["/added"] and "size" in e["/added"]

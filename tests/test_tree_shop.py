@@ -85,6 +85,12 @@ def _one_run_each(tmp_path, family: str, noise: OracleNoise):
     return [(task_id, build_task_graph(eps), eps[0]) for task_id, eps in by_task.items() if len(eps) == 1]
 
 
+def _mistakes(runs, kind: str):
+    """(task_id, graph, episode, step) of every step the oracle took as mistake ``kind`` in ``runs``."""
+    return [(task_id, g, ep, t) for task_id, g, ep in runs for t, s in enumerate(ep.steps)
+            if s["policy_info"].get("mistake") == kind]
+
+
 def _branch_at(g, node, t):
     """(the branch run 0 took at step t, the node's other branches)."""
     taken = next(b for (n, c), b in g.branches.items() if n == node and StateRef(0, t) in b.occurrences)
@@ -97,19 +103,15 @@ def test_an_undone_wrong_choice_gives_one_run_a_pair_at_the_decision(tmp_path):
     the right choice; so one successful run holds both branches of the decision, and the right one is worth more."""
     runs = _one_run_each(tmp_path, "procedure", OracleNoise(wrong_choice=0.5, recover=1.0))
     assert len(runs) == 4
-    undone = 0
-    for task_id, g, ep in runs:
-        for t, s in enumerate(ep.steps):
-            if s["policy_info"].get("mistake") != "wrong_choice_undone":
-                continue
-            undone += 1
-            assert ep.steps[t + 1]["output"].rstrip().endswith("GO_BACK"), ep.steps[t + 1]["output"]
-            node = g.state_node[StateRef(0, t)]
-            assert g.state_node[StateRef(0, t + 2)] == node  # back where the mistake was made
-            wrong, others = _branch_at(g, node, t)
-            right = [b for b in others if b.goal_distance < wrong.goal_distance]
-            assert right and all(b.q > wrong.q for b in right), (task_id, t, wrong, others)
-    assert undone > 0
+    undone = _mistakes(runs, "wrong_choice_undone")
+    for task_id, g, ep, t in undone:
+        assert ep.steps[t + 1]["output"].rstrip().endswith("GO_BACK"), ep.steps[t + 1]["output"]
+        node = g.state_node[StateRef(0, t)]
+        assert g.state_node[StateRef(0, t + 2)] == node  # back where the mistake was made
+        wrong, others = _branch_at(g, node, t)
+        right = [b for b in others if b.goal_distance < wrong.goal_distance]
+        assert right and all(b.q > wrong.q for b in right), (task_id, t, wrong, others)
+    assert undone
 
 
 @pytest.mark.slow  # browser end-to-end: the slow tier
@@ -119,15 +121,52 @@ def test_a_repeated_command_gives_one_run_a_pair_against_the_stutter(tmp_path):
     self-loop worth less, and farther from the goal (so SFT on the shortest branches does not imitate it)."""
     runs = _one_run_each(tmp_path, "webshop", OracleNoise(repeat=1.0))
     assert len(runs) == 4
-    repeats = 0
-    for task_id, g, ep in runs:
-        for t, s in enumerate(ep.steps):
-            if s["policy_info"].get("mistake") != "repeat":
-                continue
-            repeats += 1
-            assert s["command"] == ep.steps[t - 1]["command"]  # the same command again ...
-            node = g.state_node[StateRef(0, t)]
-            assert g.state_node[StateRef(0, t + 1)] == node  # ... leaves the run where it was
-            stutter, onward = _branch_at(g, node, t)
-            assert onward and all(b.q > stutter.q and b.goal_distance < stutter.goal_distance for b in onward)
-    assert repeats >= len(runs)  # repeat = 1: after every SELECT / TYPE that kept the page
+    repeats = _mistakes(runs, "repeat")
+    for task_id, g, ep, t in repeats:
+        assert ep.steps[t]["command"] == ep.steps[t - 1]["command"]  # the same command again ...
+        node = g.state_node[StateRef(0, t)]
+        assert g.state_node[StateRef(0, t + 1)] == node  # ... leaves the run where it was
+        stutter, onward = _branch_at(g, node, t)
+        assert onward and all(b.q > stutter.q and b.goal_distance < stutter.goal_distance for b in onward)
+    assert len(repeats) >= len(runs)  # repeat = 1: after every SELECT / TYPE that kept the page
+
+
+@pytest.mark.slow  # browser end-to-end: the slow tier
+@pytest.mark.parametrize("family,wrong,right", [("webshop", "Add to cart", "Buy Now"),
+                                                ("procedure", "Buy Now", "Add to cart")])
+def test_an_undone_wrong_button_gives_one_run_a_pair_at_the_product_page(tmp_path, family, wrong, right):
+    """``wrong_button`` with ``recover``: the product page's other button, GO_BACK (the page loads again, unset), the
+    options set again: the run is back at the node where it pressed the wrong button (the press is not in the
+    family's progress key), so one successful run holds both buttons there, and the right one is worth more."""
+    runs = _one_run_each(tmp_path, family, OracleNoise(wrong_button=0.5, recover=1.0))
+    assert len(runs) == 4
+    undone = _mistakes(runs, "wrong_button_undone")
+    for task_id, g, ep, t in undone:
+        assert f'button "{wrong}"' in ep.steps[t]["output"] and ep.steps[t + 1]["output"].rstrip().endswith("GO_BACK")
+        node = g.state_node[StateRef(0, t)]
+        pressed, others = _branch_at(g, node, t)
+        good = [b for b in others if right in b.command]
+        assert good and good[0].q > pressed.q and good[0].goal_distance < pressed.goal_distance, (task_id, t)
+    assert undone
+
+
+@pytest.mark.slow  # browser end-to-end: the slow tier
+def test_a_committed_wrong_button_stops_on_its_page_and_fails(tmp_path):
+    """``wrong_button`` without ``recover``: the run presses the other button and stops where it leads (webshop's
+    "Added" page, procedure's order page; multi_cart's order ends the episode), and the task's check calls it a
+    failure."""
+    with ShopEnv(seed=0) as env:
+        tasks = [next(t for t in env.tasks("train") if t.family == f) for f in ("webshop", "procedure", "multi_cart")]
+        counts = collect(env, tasks, OraclePolicy(env, OracleNoise(wrong_button=1.0), seed=3),
+                         CollectConfig(out_dir=str(tmp_path), runs=1, seed=3, contexts=3, progress=False,
+                                       harness=HarnessConfig(screenshots=False)))
+    assert counts["failure"] == 3, counts
+    by_task, _ = load_episodes(str(tmp_path))
+    for task_id, (ep,) in by_task.items():
+        pressed = [t for t, s in enumerate(ep.steps) if s["policy_info"].get("mistake") == "wrong_button"]
+        assert len(pressed) == 1, task_id
+        if "multi_cart" in task_id:  # an order ends a multi_cart episode (its check is done)
+            assert pressed[0] == len(ep.steps) - 1, task_id
+            continue
+        assert pressed[0] == len(ep.steps) - 2 and ep.steps[-1]["command"].startswith("STOP"), task_id
+        assert ("/added" if "webshop" in task_id else "/order/") in ep.steps[-1]["url"], task_id

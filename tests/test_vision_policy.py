@@ -278,28 +278,34 @@ def test_collect_refuses_marks_without_screenshots():
     assert image_ok == marks_ok == {"marks": True} and both == {"marks": False}
 
 
-@pytest.mark.slow  # real Chromium through the harness
-@pytest.mark.parametrize("observation", ["both", "image"])
-def test_the_harness_hands_the_steps_own_screenshot_to_the_policy(endpoint, tmp_path, observation):
-    from PIL import Image
-
-    from rollout.collect import CollectConfig, collect
+def _go_site(tmp_path):
+    """A one-button page on loopback and its task ("Press Go."; done when the button added ``#done``)."""
     from rollout.envs.taskfile import TaskFileEnv
-    from rollout.harness.runner import HarnessConfig
-    from rollout.recording import iter_episodes
 
-    httpd, bodies = endpoint
     root = tmp_path / "site"
     root.mkdir()
     (root / "index.html").write_text("<!doctype html><button onclick=\"document.body.insertAdjacentHTML('beforeend',"
                                      " '<p id=done>done</p>')\">Go</button>")
     site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
     threading.Thread(target=site.serve_forever, daemon=True).start()
+    row = {"id": "go", "start_url": f"http://127.0.0.1:{site.server_address[1]}/index.html",
+           "instruction": "Press Go.", "check": {"element": {"css": "#done"}}}
+    (tmp_path / "t.jsonl").write_text(json.dumps(row) + "\n")
+    return site, TaskFileEnv(str(tmp_path / "t.jsonl"))
+
+
+@pytest.mark.slow  # real Chromium through the harness
+@pytest.mark.parametrize("observation", ["both", "image"])
+def test_the_harness_hands_the_steps_own_screenshot_to_the_policy(endpoint, tmp_path, observation):
+    from PIL import Image
+
+    from rollout.collect import CollectConfig, collect
+    from rollout.harness.runner import HarnessConfig
+    from rollout.recording import iter_episodes
+
+    httpd, bodies = endpoint
+    site, env = _go_site(tmp_path)
     try:
-        row = {"id": "go", "start_url": f"http://127.0.0.1:{site.server_address[1]}/index.html",
-               "instruction": "Press Go.", "check": {"element": {"css": "#done"}}}
-        (tmp_path / "t.jsonl").write_text(json.dumps(row) + "\n")
-        env = TaskFileEnv(str(tmp_path / "t.jsonl"))
         policy = OpenAIPolicy(f"http://127.0.0.1:{httpd.server_address[1]}", "vlm", observation=observation,
                               retries=0)
         cfg = CollectConfig(out_dir=str(tmp_path / "eps"), runs=1, progress=False,
@@ -317,3 +323,35 @@ def test_the_harness_hands_the_steps_own_screenshot_to_the_policy(endpoint, tmp_
             assert sent == f.read()  # the step's own recorded screenshot
         assert Image.open(io.BytesIO(sent)).size == HarnessConfig().viewport
         assert step.get("screenshot_marked", False) == (observation == "image")  # recorded with the step
+
+
+@pytest.mark.slow  # real Chromium through the search driver
+def test_a_search_with_the_image_observation_sends_every_proposal_its_marked_screenshot(endpoint, tmp_path):
+    """``--mode=mcts`` with ``--http_observation=image``: every simulation is a harness episode with set-of-marks
+    screenshots, so each proposal (and each rollout step) sends the endpoint its step's marked PNG and no page text,
+    and the search reaches the goal."""
+    from rollout.harness.runner import HarnessConfig
+    from rollout.recording import iter_episodes
+    from rollout.search.driver import LogprobCritic, SearchConfig, search_collect
+
+    httpd, bodies = endpoint
+    site, env = _go_site(tmp_path)
+    try:
+        policy = OpenAIPolicy(f"http://127.0.0.1:{httpd.server_address[1]}", "vlm", observation="image", retries=0)
+        harness = HarnessConfig(screenshots=True, max_steps=4, marks=True)
+        out = str(tmp_path / "search")
+        counts = asyncio.run(search_collect(env, env.tasks("train"), policy, LogprobCritic(),
+                                            SearchConfig(simulations=3, k=2), harness, out, progress=False))
+    finally:
+        site.shutdown()
+        site.server_close()
+    assert counts["searched"] == 1 and counts["success"] >= 1 and counts["diverged"] == 0, counts
+    episodes = list(iter_episodes(out))
+    assert episodes and all(s.get("screenshot_marked") for ep in episodes for s in ep.steps)
+    assert len(bodies) >= 2  # the root's proposals at least
+    for body in bodies:  # each one the shape the endpoint accepts (else 400), the page as a PNG only
+        parts = body["messages"][1]["content"]
+        assert parts[1]["text"].startswith(IMAGE_DATA)
+        png_bytes = base64.b64decode(parts[2]["image_url"]["url"].split(",", 1)[1])
+        assert png_bytes[:8] == b"\x89PNG\r\n\x1a\n"
+        assert 'button \\"Go\\"' not in json.dumps(body) and PAGE_DATA not in json.dumps(body)

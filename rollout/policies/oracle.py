@@ -14,7 +14,11 @@ collection seed and the episode key — not on scheduling or the number of paral
   navigate (a wrong option) are never undone: the wrong SELECT would be the only branch of a successful run there;
 - ``repeat``: the last command is issued again where it changes nothing (a SELECT / TYPE / CLICK repeated on the page
   it was made on, which stays the same state): the stutter a trained model falls into (the same SELECT until the step
-  cap). The run goes on with the plan, so its node holds the repeat and the plan's next step (docs/method.md §5).
+  cap). The run goes on with the plan, so its node holds the repeat and the plan's next step (docs/method.md §5);
+- ``wrong_button``: where the plan presses the button that settles the task (the shop's "Buy Now" / "Add to cart"),
+  the other one (``Environment.wrong_button``). Undone like a wrong click (``recover``) where the task's check does
+  not see the press: one run then holds both buttons at the product page's node. Otherwise committed: the run stops
+  on the page the press leads to, a failure.
 So runs of one task succeed and fail on shared states, which is what the tree needs.
 """
 from __future__ import annotations
@@ -38,6 +42,7 @@ class OracleNoise:
     premature_stop: float = 0.0
     recover: float = 0.0
     repeat: float = 0.0
+    wrong_button: float = 0.0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -69,9 +74,10 @@ class OraclePolicy:
     async def act(self, request: PolicyRequest) -> PolicyOutput:
         st = self._state(request.episode_key, request.step)
         rng, obs, n = st["rng"], request.observation, self.noise
-        # always the same number of draws: the stream never depends on the branch (a fifth only with recover > 0 or
-        # repeat > 0, a sixth only with repeat > 0, so runs collected without them keep their trajectories)
-        draws = [rng.random() for _ in range(6 if n.repeat else 5 if n.recover else 4)]
+        # always the same number of draws: the stream never depends on the branch (a fifth only with recover > 0,
+        # repeat > 0 or wrong_button > 0, a sixth only with one of the last two, a seventh only with wrong_button > 0,
+        # so runs collected without them keep their trajectories)
+        draws = [rng.random() for _ in range(7 if n.wrong_button else 6 if n.repeat else 5 if n.recover else 4)]
         last, st["last"] = st.get("last"), None
         if st["pending"]:
             cmd = st["pending"].pop(0)
@@ -97,6 +103,14 @@ class OraclePolicy:
                 return self._out(cmd, obs, None, mistake="wrong_choice_undone", task=request.task)
             if cmd is not None and not undo:
                 return self._out(self._remember(st, obs, cmd), obs, None, mistake="wrong_choice", task=request.task)
+        if n.wrong_button and draws[6] < n.wrong_button:
+            undo = n.recover > 0 and draws[4] < n.recover
+            cmd = self.env.wrong_button(request.task, obs, st["memory"], undo)
+            if cmd is not None:
+                if undo:
+                    st["pending"].append(Command("GO_BACK"))
+                return self._out(cmd, obs, None, mistake="wrong_button_undone" if undo else "wrong_button",
+                                 task=request.task)
         cmd = self.env.oracle(request.task, obs, st["memory"])
         return self._out(self._remember(st, obs, cmd), obs, None, task=request.task)
 

@@ -24,6 +24,7 @@ class PairConfig:
     kto_repeat_cap: int | None = None  # plain KTO: at most this many copies per (branch, label)
     sft_repeat: bool = False  # SFT: repeat a branch once per successful trajectory taking it
     sft_shortest: bool = False  # SFT: of a node's successful branches, only those nearest a goal (no detours)
+    distance_agree: bool = False  # pairs: the chosen branch must be no farther from a goal than the rejected one
 
     def __post_init__(self) -> None:
         # A negative margin would turn ties (and reversed pairs) into preferences; refuse it.
@@ -50,8 +51,18 @@ def _population_std(qs: Sequence[float]) -> float:
     return math.sqrt(math.fsum((q - mean) ** 2 for q in qs) / len(qs))
 
 
+def _distance(b) -> float:
+    return math.inf if b.goal_distance is None else b.goal_distance
+
+
 def preference_pairs(node: NodeRecord, cfg: PairConfig = PairConfig()) -> list[Pair]:
-    """All ordered branch pairs (i, j) with Q_i - Q_j > margin, ordered by (chosen, rejected)."""
+    """All ordered branch pairs (i, j) with Q_i - Q_j > margin, ordered by (chosen, rejected).
+
+    ``distance_agree``: also goal_distance_i <= goal_distance_j (no goal reachable = infinitely far). Why: a
+    branch that one run takes first and undoes (a detour, an undone wrong click) has a suffix that holds the other
+    branch's suffix too, and the mean of the longer suffix is the higher one whenever that shared tail is worse than
+    the undone steps; the pair then prefers the detour, which the graph's distances say is the longer way
+    (docs/method.md §5; BUILD_NOTES.md, issue 16: 30 of 36 such pairs, 3 of 217 of the other way)."""
     qs = [float(b.q) for b in node.branches]
     if len(qs) < 2:
         return []
@@ -63,6 +74,8 @@ def preference_pairs(node: NodeRecord, cfg: PairConfig = PairConfig()) -> list[P
         for j, qj in enumerate(qs):
             d = qi - qj
             if i == j or not d > cfg.margin:
+                continue
+            if cfg.distance_agree and _distance(node.branches[i]) > _distance(node.branches[j]):
                 continue
             w = d / sigma
             if cfg.weight_clip is not None:

@@ -104,6 +104,9 @@ class ShopEnv(Environment):
     def mistake(self, task: Task, obs: Observation, memory: dict, rng) -> Command | None:
         return self._planner.mistake(task, obs, memory, rng)
 
+    def wrong_button(self, task: Task, obs: Observation, memory: dict, undo: bool) -> Command | None:
+        return self._planner.wrong_button(task, obs, memory, undo)
+
     def typed_strings(self, task: Task) -> dict[str, str]:
         return typed_strings(task, self.catalog)
 

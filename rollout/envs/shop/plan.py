@@ -15,6 +15,7 @@ What the plans rely on (English names; ``zh`` uses ``locale_zh.LABELS``):
 """
 from __future__ import annotations
 
+import copy
 import re
 from urllib.parse import parse_qs, urlsplit
 
@@ -159,6 +160,8 @@ class Planner:
         self.observe(task, obs, memory)
         path, qs = _url(obs)
         g = task.goal
+        if memory.get("pressed") and (path == "/added" or path.startswith("/order/")):
+            return STOP  # a committed wrong button (``wrong_button``): the run believes the task is done
         if task.family == "webshop":
             if path.startswith("/order/"):
                 return STOP
@@ -216,6 +219,30 @@ class Planner:
         raise ValueError(f"unknown shop task family {task.family!r}")
 
     # -------------------------------------------------------------- mistakes
+    def wrong_button(self, task: Task, obs: Observation, memory: dict, undo: bool) -> Command | None:
+        """The other of the product page's two buttons where the plan presses its own: "Add to cart" for webshop's
+        "Buy Now", "Buy Now" for procedure's and multi_cart's "Add to cart" (the confusion a trained model makes:
+        it presses the button of another family, BUILD_NOTES.md, issue 16). Undoable in webshop (its check reads
+        the first order, not the cart) and procedure (it reads the cart, not the orders); not in multi_cart, whose
+        check reads the first order. Undone: the page is loaded again after ``GO_BACK`` (the shop's pages are
+        ``no-store``), so the plan starts a new visit and sets the options again; committed: the plan stops on the
+        page the press leads to."""
+        self.observe(task, obs, memory)
+        plan = self.oracle(task, obs, copy.deepcopy(memory))
+        own = {"webshop": "buy_now"}.get(task.family, "add_to_cart")
+        other = "add_to_cart" if own == "buy_now" else "buy_now"
+        btn = obs.by_id(plan.id) if plan.name == "CLICK" and plan.id else None
+        if btn is None or btn.role != "button" or btn.name != self.L[own]:
+            return None
+        wrong = _one(obs, "button", self.L[other])
+        if wrong is None or (undo and task.family == "multi_cart"):
+            return None
+        if undo:
+            memory["page"] = None  # the page comes back fresh: a new visit (``observe``)
+        else:
+            memory["pressed"] = other
+        return Command("CLICK", wrong.id)
+
     def mistake(self, task: Task, obs: Observation, memory: dict, rng) -> Command | None:
         self.observe(task, obs, memory)
         path, qs = _url(obs)

@@ -278,11 +278,18 @@ def typed_strings(task: Task, catalog=None) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- checks
-def progress_key(cart: Sequence, orders: Sequence) -> str:
-    """Canonical key of a session's task-relevant state: cart lines (sorted) and placed orders."""
+def progress_key(cart: Sequence, orders: Sequence, family: str | None = None) -> str:
+    """Canonical key of a session's task-relevant state: cart lines (sorted) and placed orders. With ``family``, only
+    what that family's check reads: webshop the orders (a cart line it never buys does not change its outcome),
+    procedure the cart (an order does not), multi_cart both. So a state after an undone wrong button (webshop's
+    "Add to cart", procedure's "Buy Now") is the same node as before it (docs/method.md §2's merge guard)."""
     c = ";".join(sorted(ln.key() for ln in cart))
     o = ";".join(f"#{od.n}:{od.via}[{','.join(sorted(ln.key() for ln in od.lines))}]"
                  f"@{' '.join(od.name.split())}|{' '.join(od.address.split())}" for od in orders)
+    if family == "webshop":
+        return f"orders=[{o}]"
+    if family == "procedure":
+        return f"cart=[{c}]"
     return f"cart=[{c}] orders=[{o}]"
 
 
@@ -291,7 +298,7 @@ def _same(a: str, b: str) -> bool:
 
 
 def check_state(env, task: Task, cart: Sequence, orders: Sequence) -> CheckResult:
-    goal, key = task.goal, progress_key(cart, orders)
+    goal, key = task.goal, progress_key(cart, orders, task.family)
     if task.family == "webshop":
         if not orders:
             return CheckResult(False, 0.0, key, False)
