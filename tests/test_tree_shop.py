@@ -163,7 +163,7 @@ def test_a_committed_wrong_button_stops_on_its_page_and_fails(tmp_path):
     assert counts["failure"] == 3, counts
     by_task, _ = load_episodes(str(tmp_path))
     for task_id, (ep,) in by_task.items():
-        pressed = [t for t, s in enumerate(ep.steps) if s["policy_info"].get("mistake") == "wrong_button"]
+        pressed = [t for *_, t in _mistakes([(task_id, None, ep)], "wrong_button")]
         assert len(pressed) == 1, task_id
         if "multi_cart" in task_id:  # an order ends a multi_cart episode (its check is done)
             assert pressed[0] == len(ep.steps) - 1, task_id
