@@ -5,6 +5,7 @@ import asyncio
 import functools
 import http.server
 import threading
+import time
 
 import pytest
 
@@ -58,6 +59,10 @@ PAGES = {
 </body></html>""",
     "/inner": """<!doctype html><html><body><button onclick="this.textContent='Pressed'">Press me</button>
 <input aria-label="Inner field"></body></html>""",
+    # an iframe whose document is served slowly: the main document's DOMContentLoaded comes before its body
+    "/slowframes": """<!doctype html><html><head><title>Slow frames</title></head><body>
+<iframe title="late" src="/late-inner"></iframe></body></html>""",
+    "/to-slow": """<!doctype html><html><body><a href="/slowframes">Slow frames</a></body></html>""",
     "/long": """<!doctype html><html><head><title>Long</title></head><body>"""
              + "".join(f"<p>Paragraph number {i} with some filler words</p>" for i in range(200))
              + """<a href="/">end</a></body></html>""",
@@ -83,6 +88,9 @@ function more() { add(++n); const t = setInterval(() => { add(++n); if (n === 8)
 }
 
 
+LATE_S = 0.6  # how late /late-inner's body comes (well under observe's FRAMES_LOAD_MS)
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802
         if self.path == "/redirect":
@@ -90,6 +98,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Location", "http://example.com/elsewhere")
             self.send_header("Content-Length", "0")
             self.end_headers()
+            return
+        if self.path == "/late-inner":  # the frame's document commits at once and its body comes LATE_S later
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.end_headers()  # no Content-Length: the body ends when the connection closes (HTTP/1.0)
+            self.wfile.write(b"<!doctype html><html><body><p>Loading</p>" + b" " * 2048)
+            self.wfile.flush()
+            time.sleep(LATE_S)
+            self.wfile.write(PAGES["/inner"].split("<body>", 1)[1].encode())
             return
         body = PAGES.get(self.path.split("?")[0])
         if body is None:
@@ -255,6 +272,23 @@ async def test_iframe_prefixed_ids_and_click(h):
     assert obs2.by_id(press.id).name == "Pressed"
     eff = await execute(page, Command("TYPE", obs.find(name="Inner field")[0].id, "hi"), allowed_origins=h.allowed)
     assert eff.expected_change
+    await page.context.close()
+
+
+@run
+async def test_a_page_is_read_once_its_iframes_have_loaded(h):
+    # A click that opens a page returns at the new document's DOMContentLoaded; its iframe's document may have
+    # committed and still be parsing then. Read at that moment, the frame's elements are there or not by timing (an
+    # explorer's random choice among them was not reproducible under load); the observation waits for the page's
+    # load event, which waits for every iframe.
+    page = await h.page("/to-slow")
+    obs = await observe(page, with_screenshot=False)
+    t0 = time.monotonic()
+    eff = await execute(page, Command("CLICK", obs.find(role="link", name="Slow frames")[0].id),
+                        allowed_origins=h.allowed)
+    assert eff.navigated and time.monotonic() - t0 < LATE_S  # the frame was not waited for by the click
+    obs = await observe(page, with_screenshot=False)
+    assert [e.id for e in obs.find(role="button", name="Press me")] == ["f1.1"]
     await page.context.close()
 
 

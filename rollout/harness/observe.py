@@ -46,6 +46,7 @@ _ENSURE = "(() => { if (!window.__tgpo) { " + SCRIPT + " } })();"
 TRUNCATION_LINE = "… (truncated)"
 MARKS_ATTR = "data-tgpo-marks"  # the overlay's host element (page_script.js's change counter skips it)
 MARK_RGB = (255, 0, 255)  # outline and label colour: magenta, rare on real pages; label text black
+FRAMES_LOAD_MS = 2000  # cap on waiting for a page's iframes before reading it (_frames_loaded)
 
 
 async def install(context) -> None:
@@ -135,8 +136,21 @@ async def _snapshot_frame(frame, prefix: str, taken: list[str]) -> dict | None:
         return None
 
 
+async def _frames_loaded(page) -> None:
+    """With child frames, wait (capped by ``FRAMES_LOAD_MS``) for the page's load event, which waits for every
+    iframe: the main document's DOMContentLoaded does not, and an iframe read while still loading would make the
+    observation (its elements there or not) depend on timing. A frame that never loads is read as it is."""
+    if len(page.frames) <= 1:
+        return
+    try:
+        await page.wait_for_load_state("load", timeout=FRAMES_LOAD_MS)
+    except Exception:
+        pass
+
+
 async def _snapshot_all(page) -> list[tuple[object, dict]]:
     """[(frame, snapshot)] for every frame that answered, main frame first."""
+    await _frames_loaded(page)
     frames = page.frames
     main = page.main_frame
     out = []
