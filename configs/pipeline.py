@@ -187,6 +187,11 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c.page_cut = "text_first"
         c.tokenizer.update(vocab_size=2200, id_pieces=200)
         c.sft.data.sft_shortest = True
+        # every task family weighs alike in SFT's loss (multi_cart held half the steps, and three "Add to cart" for
+        # each "Buy Now"): SFT 52 / 58 / 34 -> 54 / 60 / 50 % on seeds 0-2 (+6.7 [-4.0, +18.0]; seed 2's webshop 0 ->
+        # 7 of 17), TGPO after it 62 / 62 / 28 -> 54 / 52 / 56 (+3.3 [-15, +26]) (docs/method.md §7; BUILD_NOTES.md,
+        # issue 16). The preference methods' SFT term can take it too (data.family_balance): no change measured
+        c.sft.data.family_balance = True
         for m in MODEL_KINDS:
             t = c[m]
             t.model.update(circuit_recency=20, circuit_bigram=0.7)
@@ -296,4 +301,5 @@ def _control(c) -> None:
     s.optim.update(**{k: t.optim[k] for k in ("learning_rate", "warmup_steps", "warmup_fraction", "schedule",
                                               "end_lr_fraction")})
     s.train.update(**{k: t.train[k] for k in ("batch_size", "num_epochs", "max_steps")})
-    s.data.update(sft_shortest=t.data.sft_shortest, copy_swap=0.0)
+    s.data.update(sft_shortest=t.data.sft_shortest, copy_swap=0.0,
+                  family_balance=t.data.get("family_balance", False) and t.loss.sft_alpha > 0)

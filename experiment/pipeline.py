@@ -297,8 +297,9 @@ class Pipeline:
         for key in ("rpo_alpha", "decision_window", "sft_alpha"):  # only when set: runs made before the option keep their specs
             if not t.get("loss", {}).get(key, 1):
                 t["loss"].pop(key)
-        if not t.get("data", {}).get("distance_agree", True):  # the same for the pairs' distance rule
-            t["data"].pop("distance_agree")
+        for key in ("distance_agree", "family_balance"):  # the same for the pairs' distance rule, the family weights
+            if not t.get("data", {}).get(key, True):
+                t["data"].pop(key)
         return t
 
     def runner(self, redo=()) -> StageRunner:

@@ -97,3 +97,54 @@ def test_node_examples_pipeline(tmp_path, spm_tokenizer):
     # epochs reshuffle: the second epoch is not the first again
     it3 = iter(make_dataset(src, batch_size=20, seed=3, num_epochs=2))
     assert next(it3)["index"].tolist() != next(it3)["index"].tolist()
+
+
+def test_family_balance_weighs_every_family_alike(tmp_path, spm_tokenizer):
+    """SFT with ``family_balance``: family "a" has 3 nodes with one SFT item each, "b" one node with one, and a node
+    without a family is its own group ""; the weights 5 / (3 · 3), 5 / (3 · 1) and 5 / (3 · 1) give each family a
+    third of the loss, and the mean item weight is 1. Off, every loss token weighs 1."""
+    import dataclasses
+
+    base = synthetic_nodes(5, seed=2)
+    fams = ["a", "a", "a", "b", None]
+    nodes = [dataclasses.replace(n, meta={**n.meta, **({"family": f} if f else {})}) for n, f in zip(base, fams)]
+    for n in nodes:  # one successful branch per node, so every node is one item
+        assert sum(b.n_success > 0 for b in n.branches) == 1
+    write_dataset(nodes, str(tmp_path / "d"))
+    on = NodeExamples(str(tmp_path / "d"), spm_tokenizer, CollateConfig(method="sft", family_balance=True, **CC))
+    off = NodeExamples(str(tmp_path / "d"), spm_tokenizer, CollateConfig(method="sft", **CC))
+    want = {"a": 5 / 9, "b": 5 / 3, "": 5 / 3}
+    got = []
+    for i, f in enumerate(fams):
+        e_on, e_off = on[i], off[i]
+        mask = e_off["token_weight"] > 0
+        assert mask.any() and np.all(e_off["token_weight"][mask] == 1.0)
+        np.testing.assert_allclose(e_on["token_weight"][mask], want[f or ""], rtol=1e-6)
+        assert np.all(e_on["token_weight"][~mask] == 0)
+        got.append(float(e_on["token_weight"][mask][0]))
+    assert np.isclose(np.mean(got), 1.0)
+    with pytest.raises(ValueError, match="family_balance weighs SFT"):
+        CollateConfig(method="tgpo", family_balance=True, **CC)
+    # TGPO with the SFT term: the same weights on the node's slots (objective.sft_term reads slot_weight)
+    tg = NodeExamples(str(tmp_path / "d"), spm_tokenizer,
+                      CollateConfig(method="tgpo", family_balance=True, sft_slots=True, **CC))
+    plain = NodeExamples(str(tmp_path / "d"), spm_tokenizer, CollateConfig(method="tgpo", sft_slots=True, **CC))
+    for i in range(len(tg)):
+        f = tg.node_family[i] or ""
+        np.testing.assert_allclose(tg[i]["slot_weight"], want[f], rtol=1e-6)
+        assert np.all(plain[i]["slot_weight"] == 1.0)
+        np.testing.assert_array_equal(tg[i]["token_weight"], plain[i]["token_weight"])
+
+
+def test_weighted_chosen_nll_is_the_weighted_token_mean():
+    import jax.numpy as jnp
+
+    from tgpo_jax.losses import chosen_nll
+
+    lp = np.array([-3.0, -1.0, -4.0, -2.0], np.float32)  # summed log-probs of four actions
+    n = np.array([3, 2, 4, 1], np.float32)  # their tokens
+    valid = np.array([True, True, False, True])
+    w = np.array([0.5, 2.0, 9.0, 1.0], np.float32)
+    want = -(0.5 * -3 + 2 * -1 + 1 * -2) / (0.5 * 3 + 2 * 2 + 1 * 1)
+    assert np.isclose(float(chosen_nll(jnp.asarray(lp), jnp.asarray(n), jnp.asarray(valid), jnp.asarray(w))), want)
+    assert np.isclose(float(chosen_nll(jnp.asarray(lp), jnp.asarray(n), jnp.asarray(valid))), 6 / 6)

@@ -342,3 +342,18 @@ def test_distance_agree_is_in_a_stage_spec_only_when_on():
     assert on["sft"].spec == off["sft"].spec and on["dpo"].spec == off["dpo"].spec
     assert collate_config(q.train_config("tgpo", "tgpo", "sft", 1)).pairs.distance_agree
     assert not collate_config(q.train_config("dpo", "dpo", "sft", 1)).pairs.distance_agree
+
+
+def test_family_balance_is_in_a_stage_spec_only_when_on():
+    """``data.family_balance`` (SFT): off, SFT's stage spec is the one runs made before the option (no key); on, SFT's
+    spec names it and its collation weighs the families."""
+    from tgpo_jax.training.loop import collate_config
+
+    p, off = _plan(methods=("sft", "tgpo"))
+    assert "family_balance" not in off["sft"].spec["train"]["data"]
+    assert not collate_config(p.train_config("sft", "sft", "base", 1)).family_balance
+    c = p.cfg
+    c.sft.data.family_balance = True
+    q, on = _plan(methods=("sft", "tgpo"), sft=c.sft)
+    assert on["sft"].spec["train"]["data"]["family_balance"] is True
+    assert collate_config(q.train_config("sft", "sft", "base", 1)).family_balance

@@ -117,15 +117,18 @@ def chosen_nll(
     policy_chosen: Array,  # [P] summed log πθ(a_w|s)
     chosen_tokens: Array,  # [P] number of tokens in a_w
     valid: Array,  # [P] bool
+    weight: Array | None = None,  # [P] >= 0 per-action weight (the family balance); None = all 1
 ) -> Array:
-    """Token-mean NLL of the chosen actions, ``−Σ log πθ(a_w|s) / Σ |a_w|`` over valid pairs (RPO's anchor).
+    """Token-mean NLL of the chosen actions, ``−Σ log πθ(a_w|s) / Σ |a_w|`` over valid pairs (RPO's anchor); with
+    ``weight``, ``−Σ w·log πθ(a_w|s) / Σ w·|a_w|``.
 
     Added as ``α·chosen_nll`` to DPO / TGPO (``loss.rpo_alpha``, docs/method.md §7). Why: Δ can grow by lowering the
     chosen action's likelihood as long as the rejected one falls faster; on the embedded shop's trees that moves
     mass onto neither branch (an early STOP), and the NLL term keeps the chosen branch likely."""
     valid = jnp.asarray(valid, bool)
-    tokens = jnp.sum(_clean(chosen_tokens, valid))
-    return -jnp.sum(_clean(policy_chosen, valid)) / jnp.maximum(tokens, 1.0)
+    w = jnp.ones_like(jnp.asarray(policy_chosen, jnp.float32)) if weight is None else jnp.asarray(weight, jnp.float32)
+    tokens = jnp.sum(_clean(w * chosen_tokens, valid))
+    return -jnp.sum(_clean(w * policy_chosen, valid)) / jnp.maximum(tokens, 1e-9 if weight is not None else 1.0)
 
 
 def kto_loss(

@@ -46,6 +46,9 @@ class CollateConfig:
     decision_weight: float = 1.0  # SFT: loss weight of decision tokens vs copies (decisions.py; 1 = token mean)
     head_weight: float = 1.0  # SFT: loss weight of the thought's first head_words words (1 = token mean)
     head_words: int = 1
+    # SFT and the preference methods' SFT term: each task family (the record's meta "family") weighs alike in that
+    # loss, whatever its share of the steps (pipeline.family_weights; docs/method.md §7 "family balance")
+    family_balance: bool = False
     sft_slots: bool = False  # DPO / TGPO / KTO(-Tree): also the node's SFT items as slots (slot_sft), for the SFT term
     pairs: ex.PairConfig = ex.PairConfig()
 
@@ -58,6 +61,9 @@ class CollateConfig:
             raise ValueError("method traj_dpo needs layout 'plain': every step of a trajectory pair has its own prompt")
         if not self.decision_weight > 0:
             raise ValueError(f"decision_weight={self.decision_weight}: must be > 0 (1 = every token alike)")
+        if self.family_balance and not (self.method == "sft" or self.sft_slots):
+            raise ValueError(f"family_balance weighs SFT's loss or the SFT term; method {self.method!r} without "
+                             "the SFT term (loss.sft_alpha) has no use for it")
         if not self.head_weight > 0 or self.head_words < 1:
             raise ValueError(f"head_weight={self.head_weight}, head_words={self.head_words}: expected a weight > 0 "
                              "(1 = every token alike) and at least one word")
@@ -129,6 +135,7 @@ def empty_example(cfg: CollateConfig) -> dict[str, np.ndarray]:
         "slot_has_behaviour": np.zeros((s,), bool),
         "slot_ref": np.zeros((s,), np.float32),
         "slot_sft": np.zeros((s,), bool),  # the slot's branch is an SFT item (CollateConfig.sft_slots)
+        "slot_weight": np.ones((s,), np.float32),  # the SFT term's weight of the slot (family_balance; else 1)
         "slot_side": np.zeros((s,), np.int32),  # traj_dpo: +1 a step of the chosen trajectory, -1 of the rejected
         "pair_chosen": np.zeros((cfg.max_pairs,), np.int32),
         "pair_rejected": np.zeros((cfg.max_pairs,), np.int32),

@@ -53,12 +53,18 @@ class NodeExamples:
             log.warning("copy_swap=%s but %s records no copy spans: no augmentation", copy_swap, data_dir)
             self.copy_swap = 0.0
         self.indices: list[int] = []
+        self._items: list[int] = []  # SFT items per usable node (family_balance)
         weights, n_d, n_u = [], 0, 0
+        families: list[str] = []  # per usable node
         for i in range(len(self.reader)):  # one pass: which nodes are usable, and dataset-level statistics
-            used, pairs, items = node_selection(self.reader[i], cfg)
+            node = self.reader[i]
+            used, pairs, items = node_selection(node, cfg)
             if not used:
                 continue
             self.indices.append(i)
+            families.append(str(node.meta.get("family", "")))
+            if cfg.family_balance:  # the node's SFT items (its only slots in SFT)
+                self._items.append(len(set(ex.sft_items(node, cfg.pairs))))
             weights += [w for _, _, w in pairs]
             d, u = ex.class_counts(items)
             n_d, n_u = n_d + d, n_u + u
@@ -68,6 +74,8 @@ class NodeExamples:
         self.weight_scale = ex.weight_scale(weights) if weight_norm == "dataset_mean" else 1.0
         self.class_weights = kto_class_weights(n_d, n_u)
         self.stats = DatasetStats(len(self.reader), len(self.indices), len(weights), n_d, n_u, mean_w)
+        self.family_weight = family_weights(families, self._items) if cfg.family_balance else None
+        self.node_family = families
         self.ref_table = ref_table
         if ref_table is not None and ref_table.shape != (len(self), cfg.num_slots):
             raise ValueError(f"reference table shape {ref_table.shape} != ({len(self)}, {cfg.num_slots}): "
@@ -91,9 +99,29 @@ class NodeExamples:
             used = node_selection(other, self.cfg)[0]
             kl = action_ids(other.branches[used[0]].action, self.tokenizer)[: self.cfg.max_completion_len]
         out = build_example(node, self.tokenizer, self.cfg, index=i, kl_completion=kl, weight_scale=self.weight_scale)
+        if self.family_weight is not None:
+            w = np.float32(self.family_weight[self.node_family[i]])
+            if self.cfg.method == "sft":
+                out["token_weight"] *= w
+            else:  # the SFT term's slots (objective.sft_term)
+                out["slot_weight"][:] = w
         if self.ref_table is not None:
             out["slot_ref"] = self.ref_table[i].astype(np.float32)
         return out
+
+
+def family_weights(families: list[str], items: list[int]) -> dict[str, float]:
+    """{family: loss weight} that gives every family the same total weight over its SFT items (``items[k]`` of node
+    ``k``), the mean weight of an item staying 1: w_f = N / (F · n_f); a family without SFT items is not counted
+    (weight 1, nothing to weigh). Why: on the shop the multi_cart family holds half the steps and three "Add to
+    cart" presses for each "Buy Now" of webshop, the one decision only the task's family tells apart
+    (docs/method.md §7 "family balance")."""
+    n: dict[str, int] = {}
+    for f, k in zip(families, items):
+        n[f] = n.get(f, 0) + k
+    n = {f: c for f, c in n.items() if c}
+    total = sum(n.values())
+    return {f: total / (len(n) * n.get(f, 0)) if n.get(f) else 1.0 for f in set(families)}
 
 
 def make_dataset(source, *, batch_size: int, seed: int, num_epochs: int | None, shuffle: bool = True,

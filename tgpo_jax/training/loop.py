@@ -70,7 +70,8 @@ def collate_config(cfg) -> CollateConfig:
                          max_completion_len=d.max_completion_len, max_branches=d.max_branches,
                          max_pairs=d.max_pairs, max_items=d.max_items, kl_slot=d.kl_slot,
                          decision_weight=d.decision_weight, head_weight=d.head_weight,
-                         head_words=d.head_words, pairs=pairs, sft_slots=cfg.loss.sft_alpha > 0)
+                         head_words=d.head_words, family_balance=d.get("family_balance", False), pairs=pairs,
+                         sft_slots=cfg.loss.sft_alpha > 0)
 
 
 def with_loss_positions(local: dict) -> dict:

@@ -138,7 +138,8 @@ def sft_term(loss, metrics: dict, policy_slots, batch: dict, cfg: LossConfig):
     """``loss + sft_alpha · token-mean NLL`` over the batch's SFT slots (docs/method.md §7, "SFT term")."""
     if not cfg.sft_alpha:
         return loss, metrics
-    nll = losses.chosen_nll(policy_slots, slot_token_counts(batch), batch["slot_sft"].reshape(-1))
+    weight = batch["slot_weight"].reshape(-1) if "slot_weight" in batch else None  # the family balance (or 1)
+    nll = losses.chosen_nll(policy_slots, slot_token_counts(batch), batch["slot_sft"].reshape(-1), weight)
     loss = loss + cfg.sft_alpha * nll
     return loss, {**metrics, "loss": loss, "nll/sft": jax.lax.stop_gradient(nll)}
 
