@@ -302,4 +302,4 @@ def _control(c) -> None:
                                               "end_lr_fraction")})
     s.train.update(**{k: t.train[k] for k in ("batch_size", "num_epochs", "max_steps")})
     s.data.update(sft_shortest=t.data.sft_shortest, copy_swap=0.0,
-                  family_balance=t.data.get("family_balance", False) and t.loss.sft_alpha > 0)
+                  family_balance=t.data.family_balance)

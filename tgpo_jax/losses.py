@@ -126,9 +126,10 @@ def chosen_nll(
     chosen action's likelihood as long as the rejected one falls faster; on the embedded shop's trees that moves
     mass onto neither branch (an early STOP), and the NLL term keeps the chosen branch likely."""
     valid = jnp.asarray(valid, bool)
-    w = jnp.ones_like(jnp.asarray(policy_chosen, jnp.float32)) if weight is None else jnp.asarray(weight, jnp.float32)
-    tokens = jnp.sum(_clean(w * chosen_tokens, valid))
-    return -jnp.sum(_clean(w * policy_chosen, valid)) / jnp.maximum(tokens, 1e-9 if weight is not None else 1.0)
+    w = 1.0 if weight is None else jnp.asarray(weight, jnp.float32)
+    tokens = jnp.sum(w * _clean(chosen_tokens, valid))
+    # weighted token counts may be below 1; with none the numerator is 0 as well
+    return -jnp.sum(w * _clean(policy_chosen, valid)) / jnp.where(tokens > 0, tokens, 1.0)
 
 
 def kto_loss(

@@ -53,9 +53,8 @@ class NodeExamples:
             log.warning("copy_swap=%s but %s records no copy spans: no augmentation", copy_swap, data_dir)
             self.copy_swap = 0.0
         self.indices: list[int] = []
-        self._items: list[int] = []  # SFT items per usable node (family_balance)
         weights, n_d, n_u = [], 0, 0
-        families: list[str] = []  # per usable node
+        families, sft_counts = [], []  # per usable node: its task family, its SFT items (family_balance)
         for i in range(len(self.reader)):  # one pass: which nodes are usable, and dataset-level statistics
             node = self.reader[i]
             used, pairs, items = node_selection(node, cfg)
@@ -64,7 +63,7 @@ class NodeExamples:
             self.indices.append(i)
             families.append(str(node.meta.get("family", "")))
             if cfg.family_balance:  # the node's SFT items (its only slots in SFT)
-                self._items.append(len(set(ex.sft_items(node, cfg.pairs))))
+                sft_counts.append(len(set(ex.sft_items(node, cfg.pairs))))
             weights += [w for _, _, w in pairs]
             d, u = ex.class_counts(items)
             n_d, n_u = n_d + d, n_u + u
@@ -74,7 +73,7 @@ class NodeExamples:
         self.weight_scale = ex.weight_scale(weights) if weight_norm == "dataset_mean" else 1.0
         self.class_weights = kto_class_weights(n_d, n_u)
         self.stats = DatasetStats(len(self.reader), len(self.indices), len(weights), n_d, n_u, mean_w)
-        self.family_weight = family_weights(families, self._items) if cfg.family_balance else None
+        self.family_weight = family_weights(families, sft_counts) if cfg.family_balance else None
         self.node_family = families
         self.ref_table = ref_table
         if ref_table is not None and ref_table.shape != (len(self), cfg.num_slots):
@@ -119,9 +118,9 @@ def family_weights(families: list[str], items: list[int]) -> dict[str, float]:
     n: dict[str, int] = {}
     for f, k in zip(families, items):
         n[f] = n.get(f, 0) + k
-    n = {f: c for f, c in n.items() if c}
-    total = sum(n.values())
-    return {f: total / (len(n) * n.get(f, 0)) if n.get(f) else 1.0 for f in set(families)}
+    counted = {f: c for f, c in n.items() if c}
+    total = sum(counted.values())
+    return {f: total / (len(counted) * counted[f]) if f in counted else 1.0 for f in n}
 
 
 def make_dataset(source, *, batch_size: int, seed: int, num_epochs: int | None, shuffle: bool = True,
