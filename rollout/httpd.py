@@ -7,7 +7,12 @@ What a plain ``ThreadingHTTPServer`` lacks, and this adds:
 - a socket timeout: a client that sends nothing (an idle keep-alive, a body shorter than its ``Content-Length``) is
   dropped after ``timeout`` seconds instead of holding its thread forever;
 - request bodies read only with a valid ``Content-Length`` no larger than ``max_body`` (``413`` above it, ``400``
-  for a negative, non-numeric or short one; ``411`` for chunked bodies, which neither server needs).
+  for a negative, non-numeric or short one; ``411`` for chunked bodies, which neither server needs);
+- a listen backlog of ``LISTEN_BACKLOG`` instead of socketserver's 5. With 5, a burst of connections (a browser
+  context opens several at once) fills the accept queue whenever the accepting thread waits for the CPU, and the
+  kernel then drops the handshake's last packets, so a request stalls for the SYN-ACK retransmissions (1 + 2 + 4 + 8
+  + 16 s): measured with 50 connections beside two busy loops, 69 of 1,200 requests took over 0.9 s and one 27.6 s
+  (the load tests' rare 30 s timeouts); with 128, none over 0.21 s (BUILD_NOTES.md, stop 67).
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MAX_CONNECTIONS = 64
+LISTEN_BACKLOG = 128  # the kernel caps it at net.core.somaxconn
 SOCKET_TIMEOUT = 30.0
 MAX_BODY = 4 << 20  # 4 MiB: a chat request of a 32k-token prompt is well below
 
@@ -33,6 +39,7 @@ class BoundedHTTPServer(ThreadingHTTPServer):
     """A thread per connection, at most ``max_connections`` at once."""
 
     daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG  # listen()'s backlog (socketserver's default is 5)
 
     def __init__(self, address, handler, max_connections: int = MAX_CONNECTIONS):
         if max_connections < 1:
