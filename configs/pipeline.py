@@ -178,7 +178,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c.collect.policy = "oracle:0.15,0.1,0.05,0.02,1.0"
         # the copy levers measured in BUILD_NOTES.md (issue 16): ids right after names, ids as single pieces, the
         # gated recency term and the two-token match of the planted circuit, SFT on the shortest successful branches
-        # large too since stop 68: 512 made an SFT step 1.77x slower (0.97 -> 0.55 s here), and with page_cut
+        # large too since stop 68: 512 made an SFT step 1.48x slower (0.90 -> 0.61 s here), and with page_cut
         # text_first below 384 keeps the command's element (BUILD_NOTES.md, issue 16)
         c.prompt_tokens = 384
         c.page_ids = "after"
