@@ -26,6 +26,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         circuit_recency=0.0,  # copy_circuit: gated recency amplitude (0 = off; tgpo_jax/models/copy_circuit.py)
         circuit_recency_after=r"\[\d+\]|CLICK|TYPE|SELECT|CLEAR|HOVER|SCROLL",  # pieces that turn it on
         circuit_bigram=0.6,  # copy_circuit: weight of the second-previous-token match (0 = one-token match)
+        circuit_trigram=0.0,  # copy_circuit: weight of the third-previous-token match (0 = off; BUILD_NOTES.md, stop 69)
     ))
     c.data = ml_collections.ConfigDict(dict(
         train_dir="",  # ArrayRecord node dataset (manifest.json inside)

@@ -285,16 +285,18 @@ def test_batch_that_does_not_divide_the_mesh_is_an_error(work, tmp_path):
         loop.train(c)
 
 
-@pytest.mark.parametrize("recency", [0.0, 20.0])
-def test_freeze_leaves_the_planted_circuit_alone(work, recency):
+@pytest.mark.parametrize("recency,trigram", [(0.0, 0.0), (20.0, 0.0), (20.0, 0.5)])
+def test_freeze_leaves_the_planted_circuit_alone(work, recency, trigram):
     """model.freeze=copy_circuit: Adam steps (with weight decay) move every trainable entry but no frozen one; with
-    model.circuit_recency the trigger pieces' flags are planted and frozen too."""
+    model.circuit_recency the trigger pieces' flags are planted and frozen too, with model.circuit_trigram the
+    third-previous-token head."""
     from tgpo_jax.models.copy_circuit import frozen_mask, recency_token_ids
     from tgpo_jax.models.loading import _flatten
 
     c = tiny_config(work, "sft", "/tmp/unused", **{"model.scratch": "copy", "model.init": "copy_circuit",
                                                    "model.freeze": "copy_circuit", "optim.weight_decay": 0.1,
                                                    "model.circuit_recency": recency,
+                                                   "model.circuit_trigram": trigram,
                                                    "model.circuit_recency_after": r"[a-z]"})
     tok = load_tokenizer(work["tok"])
     src = NodeExamples(work["train"], tok, loop.collate_config(c))
@@ -318,6 +320,7 @@ def test_freeze_leaves_the_planted_circuit_alone(work, recency):
     flags = before["embed"][triggers, 33]  # de + 1 with the default CircuitConfig.de = 32
     assert np.all(flags == 0.5) if recency else np.all(flags == 0.0)
     assert frozen["embed"][:, 33].all() == bool(recency)
+    assert frozen["layers/q_proj"][0, :, 3].all() == bool(trigram)  # the copy preset: heads 2, 3 read kv head 1
     for path, mask in frozen.items():
         moved = after[path] != before[path]
         assert not moved[mask].any(), f"{path}: {int(moved[mask].sum())} frozen entries changed"

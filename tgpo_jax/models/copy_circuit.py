@@ -12,13 +12,16 @@ weights of a standard Llama-shaped model instead, so training only has to learn 
   highest-frequency rotary pairs, with the key's phase advanced by one position, so the score peaks at relative
   offset 1 whatever the content; its value copies the embedding of token i-1 into a second subspace (``prev``);
 - layer 0, query head 2 / kv head 1 (second-previous-token head, the same construction at offset 2): writes the
-  embedding of token i-2 into a fourth subspace (``prev2``);
+  embedding of token i-2 into a fourth subspace (``prev2``); with ``trigram`` > 0 the next query head on kv head 1
+  turns its query back by one position (offset 3) and writes token i-3 into a fifth subspace (``prev3``);
 - layer 1, head 0 (induction head): its query is the current token's embedding and its key the ``prev`` subspace,
   both in the lowest-frequency rotary pairs, where RoPE barely rotates over the model's context (so the match is
   position-invariant); with ``bigram`` > 0 the query adds ``bigram`` x R e(i-1) and the key ``bigram`` x R e(j-2)
   (R a fixed random rotation, so the cross terms are noise), so a position whose two preceding tokens both match
   wins over one where only the last does: a copy stays on its source span through repeated tokens instead of
-  hopping to another occurrence (measured: free-running copies of shop titles broke at such tokens); its value
+  hopping to another occurrence (measured: free-running copies of shop titles broke at such tokens); with
+  ``trigram`` > 0 likewise ``trigram`` x R' e(i-2) against R' e(j-3) (a third match: a copy crosses a two-piece
+  stretch that recurs elsewhere in the prompt, such as ``] with`` after every item name); its value
   writes ``copy_gain`` x the embedding of the attended token into a third subspace (``copy``);
 - the output projection reads the ``copy`` subspace (the unembedding equals the embedding there), so at
   initialisation the model predicts exactly what the induction head copies, with no bias toward any other token;
@@ -59,6 +62,7 @@ class CircuitConfig:
     copy_gain: float = 3.0  # weight of the copied embedding against the current token's own
     out_scale: float = 2.0  # logit scale of the output projection over the embedding subspace
     bigram: float = 0.6  # weight of the second-previous-token match in the induction score (0: one-token match)
+    trigram: float = 0.0  # weight of the third-previous-token match (0: off; needs bigram > 0)
     recency: float = 0.0  # amplitude of the gated recency term (0: off); needs ``recency_tokens`` at planting
     recency_pair: int = 9  # its rotary pair: theta = rope_theta^(-2 pair / Dh), a half turn over ~290 tokens at 1e7
     flag: float = 0.5  # the flag's value in the trigger tokens' embeddings
@@ -70,10 +74,17 @@ def check_fits(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> None:
     problems = []
     if cfg.num_layers < 2:
         problems.append(f"num_layers={cfg.num_layers} < 2 (previous-token head in layer 0, induction head in 1)")
-    if 5 * c.de > cfg.hidden_size:
-        problems.append(f"hidden_size={cfg.hidden_size} < 5*de={5 * c.de} (embedding, constant, prev, copy, prev2)")
+    width = _width(c)
+    if width * c.de > cfg.hidden_size:
+        problems.append(f"hidden_size={cfg.hidden_size} < {width}*de={width * c.de} (embedding, constant, prev, "
+                        "copy, prev2" + (", prev3)" if c.trigram else ")"))
     if c.bigram and cfg.num_kv_heads < 2:
         problems.append(f"num_kv_heads={cfg.num_kv_heads}: the second-previous-token head needs a kv head of its own")
+    if c.trigram and not c.bigram:
+        problems.append("trigram > 0 needs bigram > 0 (the third-previous-token head shares its kv head)")
+    if c.trigram and cfg.num_heads // max(cfg.num_kv_heads, 1) < 2:
+        problems.append(f"num_heads={cfg.num_heads} / num_kv_heads={cfg.num_kv_heads}: the third-previous-token "
+                        "head needs a second query head on kv head 1")
     if c.de > dh or c.de % 2:
         problems.append(f"de={c.de} must be even and <= head_dim={dh}")
     if c.prev_pairs + c.de // 2 > half:
@@ -109,12 +120,15 @@ def plant(flat: dict[str, np.ndarray], cfg: ModelConfig, seed: int = 0,
     p = {k: np.array(v, dtype=np.float32) for k, v in flat.items()}
     d, dh, v_size, de = cfg.hidden_size, cfg.head_dim, cfg.vocab_size, c.de
     half = dh // 2
-    # residual layout: [emb | const | free | prev | copy | prev2 | free ...]
+    # residual layout: [emb | const | free | prev | copy | prev2 | prev3 (trigram) | free ...]
     const, prev, copy, prev2 = de, slice(2 * de, 3 * de), slice(3 * de, 4 * de), slice(4 * de, 5 * de)
+    prev3 = slice(5 * de, 6 * de)
 
     emb = rng.standard_normal((v_size, de)).astype(np.float32)
     emb /= np.linalg.norm(emb, axis=1, keepdims=True)
     rot, _ = np.linalg.qr(rng.standard_normal((de, de)))  # R: decorrelates the bigram term from the unigram one
+    # R': the trigram term's own rotation, drawn only when it is on (so planting without it is unchanged)
+    rot3 = np.linalg.qr(rng.standard_normal((de, de)))[0] if c.trigram else None
     embed = np.zeros((v_size, d), np.float32)  # [V, D]
     embed[:, :de] = emb
     embed[:, const] = 1.0
@@ -126,20 +140,27 @@ def plant(flat: dict[str, np.ndarray], cfg: ModelConfig, seed: int = 0,
 
     # layer 0 sees [e | 1 | 0]: RMSNorm multiplies by 1 / rms = sqrt(D / 2)
     n0 = np.sqrt(d / 2.0)
-    heads = [(0, 0, 1, prev)] + ([(_second_head(cfg), 1, 2, prev2)] if c.bigram else [])  # (q head, kv, offset, out)
-    for qh, kh, offset, out in heads:
+    # (q head, kv head, key offset, query lag, out): score(i, j) = sum_m A^2 cos((i - j - offset - lag) theta_m) /
+    # sqrt(Dh); the third-previous-token head reuses kv head 1's key (offset 2) and turns its query back one position
+    heads = [(0, 0, 1, 0, prev)] + ([(_second_head(cfg), 1, 2, 0, prev2)] if c.bigram else []) + (
+        [(_second_head(cfg) + 1, 1, 2, 1, prev3)] if c.trigram else [])
+    for qh, kh, offset, lag, out in heads:
         q[0, :, qh, :] = 0.0
-        k[0, :, kh, :] = 0.0
-        v[0, :, kh, :] = 0.0
-        for m in range(c.prev_pairs):  # score(i, j) = sum_m A^2 cos((i - j - offset) theta_m) / sqrt(Dh)
-            q[0, const, qh, m] = c.prev_scale / n0
-            k[0, const, kh, m] = c.prev_scale * np.cos(offset * inv_freq[m]) / n0
-            k[0, const, kh, m + half] = c.prev_scale * np.sin(offset * inv_freq[m]) / n0
+        if not lag:
+            k[0, :, kh, :] = 0.0
+            v[0, :, kh, :] = 0.0
+        for m in range(c.prev_pairs):
+            q[0, const, qh, m] = c.prev_scale * np.cos(lag * inv_freq[m]) / n0
+            q[0, const, qh, m + half] = -c.prev_scale * np.sin(lag * inv_freq[m]) / n0
+            if not lag:
+                k[0, const, kh, m] = c.prev_scale * np.cos(offset * inv_freq[m]) / n0
+                k[0, const, kh, m + half] = c.prev_scale * np.sin(offset * inv_freq[m]) / n0
         v[0, :de, kh, :de] = np.eye(de) / n0
         o[0, qh, :de, out] = np.eye(de)
 
-    # layer 1 sees [e_i | 1 | 0 | e_(i-1) | 0 | e_(i-2)]: 1 / rms = sqrt(D / 4) (D / 3 without prev2)
-    units = 4.0 if c.bigram else 3.0  # unit-norm parts of the residual from layer 1 on
+    # layer 1 sees [e_i | 1 | 0 | e_(i-1) | 0 | e_(i-2) | e_(i-3)]: 1 / rms = sqrt(D / 5) (D / 4 without prev3,
+    # D / 3 without prev2)
+    units = 3.0 + bool(c.bigram) + bool(c.trigram)  # unit-norm parts of the residual from layer 1 on
     n1 = np.sqrt(d / units)
     low = list(range(half - de // 2, half)) + list(range(dh - de // 2, dh))  # the slowest rotary pairs
     for t in (q, k, v):
@@ -151,6 +172,9 @@ def plant(flat: dict[str, np.ndarray], cfg: ModelConfig, seed: int = 0,
     if c.bigram:  # + bigram^2 (R e_(i-1)) . (R e_(j-2)): both preceding tokens match
         q[1, prev, 0, low] = c.bigram * s_match * rot.T  # [de (source dim), de (head dim)]
         k[1, prev2, 0, low] = c.bigram * s_match * rot.T
+    if c.trigram:  # + trigram^2 (R' e_(i-2)) . (R' e_(j-3)): the third preceding token matches too
+        q[1, prev2, 0, low] = c.trigram * s_match * rot3.T
+        k[1, prev3, 0, low] = c.trigram * s_match * rot3.T
     v[1, :de, 0, :de] = np.eye(de) / n1
     o[1, 0, :de, copy] = c.copy_gain * np.eye(de)
 
@@ -162,11 +186,16 @@ def plant(flat: dict[str, np.ndarray], cfg: ModelConfig, seed: int = 0,
         q[1, flag_prev, 0, c.recency_pair] = c.recency / n1
         k[1, const, 0, c.recency_pair] = c.recency / n1
 
-    n_out = np.sqrt(d / (units + c.copy_gain ** 2))  # final [e_i | 1 | 0 | e_(i-1) | g e_copy | e_(i-2)]
+    n_out = np.sqrt(d / (units + c.copy_gain ** 2))  # final [e_i | 1 | 0 | e_(i-1) | g e_copy | e_(i-2) | ..]
     head = np.zeros((d, v_size), np.float32)  # [D, V]
     head[copy] = emb.T * c.out_scale / n_out
     p["lm_head"] = head
     return p
+
+
+def _width(c: CircuitConfig) -> int:
+    """Residual dimensions the circuit uses, in units of ``de``."""
+    return 6 if c.trigram else 5
 
 
 def _second_head(cfg: ModelConfig) -> int:
@@ -207,7 +236,7 @@ def frozen_mask(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> dict[st
     """
     check_fits(cfg, c)
     de = c.de
-    circuit = slice(0, 5 * de)  # emb | const | free | prev | copy | prev2: dims the circuit reads or writes
+    circuit = slice(0, _width(c) * de)  # emb | const | free | prev | copy | prev2 (| prev3): what it reads or writes
     copy = slice(3 * de, 4 * de)
     m = {"embed": np.zeros((cfg.vocab_size, cfg.hidden_size), bool),
          "final_norm": np.zeros((cfg.hidden_size,), bool),
@@ -237,6 +266,9 @@ def frozen_mask(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> dict[st
         m["layers/k_proj"][0, :, 1] = True
         m["layers/v_proj"][0, :, 1] = True
         m["layers/o_proj"][0, g] = True
+    if c.trigram:  # the third-previous-token head: its query and output (its key and value are kv head 1's)
+        m["layers/q_proj"][0, :, g + 1] = True
+        m["layers/o_proj"][0, g + 1] = True
     m["layers/o_proj"][:, :, :, copy] = True
     m["layers/down_proj"][:, :, copy] = True
     return m

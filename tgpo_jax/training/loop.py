@@ -142,9 +142,11 @@ def build_model(cfg, mesh, tokenizer):
 
 
 def circuit_config(m):
-    """The planted circuit's settings from ``cfg.model`` (model.circuit_recency, model.circuit_bigram)."""
+    """The planted circuit's settings from ``cfg.model`` (model.circuit_recency, model.circuit_bigram,
+    model.circuit_trigram)."""
     return CircuitConfig(recency=float(m.get("circuit_recency", 0.0)),
-                         bigram=float(m.get("circuit_bigram", CircuitConfig.bigram)))
+                         bigram=float(m.get("circuit_bigram", CircuitConfig.bigram)),
+                         trigram=float(m.get("circuit_trigram", CircuitConfig.trigram)))
 
 
 def update_mask(cfg, model):
