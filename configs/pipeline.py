@@ -46,7 +46,10 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     c.title = SHOP_TITLE  # with env.name=tasks: "… on <task file>"
     # name: shop | miniwob | tasks (your own site: env.tasks = a JSONL task file, docs/tasks.md; env.origin = where
     # the site is served, for the file's relative start URLs)
-    c.env = ml_collections.ConfigDict(dict(name="shop", locale="en", seed=0, tasks="", origin=""))
+    # item_names (shop, en): multi_cart names its items "item 2 [..]" (number) or "second item [..]" (ordinal: with
+    # model.circuit_trigram the copy that decides the next item; the default and large presets, BUILD_NOTES.md stop 69)
+    c.env = ml_collections.ConfigDict(dict(name="shop", locale="en", seed=0, tasks="", origin="",
+                                           item_names="number"))
     c.tasks = ml_collections.ConfigDict(dict(
         families=(),  # task families of both splits ('' / () = all: webshop, procedure, multi_cart)
         num_train=30,  # first N training tasks (families interleaved)
@@ -194,9 +197,14 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         # 7 of 17), TGPO after it 62 / 62 / 28 -> 54 / 52 / 56 (+3.3 [-15, +26]) (docs/method.md §7; BUILD_NOTES.md,
         # issue 16). The preference methods' SFT term can take it too (data.family_balance): no change measured
         c.sft.data.family_balance = True
+        # multi_cart's items as "second item [..]" and the planted circuit's three-piece match: after adding an item
+        # the oracle's thought copies the task on to the next item or the list's end, and a checkout field's thought
+        # names the field first: SFT 52 / 54 / 34 -> 56 / 64 / 44 % on seeds 0-2 (+8.0 [-3.3, +18.7]), multi_cart 0
+        # -> 6 of 48 (BUILD_NOTES.md, stop 69; `large` not measured with it)
+        c.env.item_names = "ordinal"
         for m in MODEL_KINDS:
             t = c[m]
-            t.model.update(circuit_recency=20, circuit_bigram=0.7)
+            t.model.update(circuit_recency=20, circuit_bigram=0.7, circuit_trigram=0.5)
             t.data.update(max_len=c.prompt_tokens + 64, max_prompt_len=c.prompt_tokens, max_completion_len=64)
             t.train.update(batch_size=8)
             t.optim.update(warmup_fraction=0.05, schedule="cosine")

@@ -105,7 +105,8 @@ class Pipeline:
             from rollout.envs import make_env
 
             if self.cfg.env.name == "shop":
-                kw = {"locale": self.cfg.env.locale, "seed": self.cfg.env.seed}
+                kw = {"locale": self.cfg.env.locale, "seed": self.cfg.env.seed,
+                      "item_names": self.cfg.env.get("item_names", "number")}
             elif self.cfg.env.name == "tasks":
                 kw = {"path": self.cfg.env.tasks, "origin": self.cfg.env.origin or None}
             else:  # MiniWoB: a seed per task, enough for num_train / num_test tasks of one task family each
@@ -161,7 +162,10 @@ class Pipeline:
 
     def stages(self) -> list[Stage]:
         c = self.cfg
-        env_spec = {"env": _plain(c.env), "tasks": _plain(c.tasks)}
+        env = _plain(c.env)
+        if env.get("item_names") == "number":  # the default: runs from before the option keep their stages
+            env.pop("item_names")
+        env_spec = {"env": env, "tasks": _plain(c.tasks)}
         collect_spec = {k: v for k, v in _plain(c.collect).items() if k not in ("contexts", "max_batch")}
         prompt_spec = self.prompt_spec()
         # the tokenizer's spec holds the ids' place only, not the layout (train_tokenizer reads untruncated prompts

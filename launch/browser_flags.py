@@ -24,6 +24,8 @@ def define(*, split: str, runs: int, runs_help: str, temperature: float, tempera
     flags.DEFINE_list("families", [], "only these task families; 'all': every family (--env=miniwob: every task "
                       "the miniwob package registers, not only the oracle's; named MiniWoB++ tasks need no oracle)")
     flags.DEFINE_string("locale", "en", "shop catalogue locale: en | zh")
+    flags.DEFINE_enum("item_names", "number", ["number", "ordinal"], "shop: how multi_cart tasks name their items "
+                      "('item 2 [..]' or 'second item [..]': as the run that trained the model, env.item_names)")
     flags.DEFINE_integer("runs", runs, runs_help)
     # how each episode runs
     flags.DEFINE_integer("contexts", c.contexts, "parallel browser contexts")
@@ -49,7 +51,7 @@ def env_and_tasks():
     if (F.env == "tasks") != bool(F.tasks):
         raise app.UsageError("--tasks=FILE goes with --env=tasks (and --env=tasks needs it)")
     families = _families()
-    kwargs = ({"locale": F.locale} if F.env == "shop" else
+    kwargs = ({"locale": F.locale, "item_names": F.item_names} if F.env == "shop" else
               {"path": F.tasks, "origin": F.tasks_origin} if F.env == "tasks" else _miniwob_tasks(families))
     try:
         env = make_env(F.env, **kwargs)

@@ -103,6 +103,9 @@ def test_every_pipeline_preset_is_valid(preset):
     # the shop presets that train the copy model write ids after names (BUILD_NOTES.md, issue 16); others as rendered
     assert c.page_ids == ("after" if preset in ("default", "large") else "before")
     assert c.page_cut == ("text_first" if preset in ("default", "large") else "end")
+    # multi_cart's items named "second item [..]" with the circuit's three-piece match (BUILD_NOTES.md, stop 69)
+    assert c.env.item_names == ("ordinal" if preset in ("default", "large") else "number")
+    assert c.sft.model.get("circuit_trigram", 0.0) == (0.5 if preset in ("default", "large") else 0.0)
     c.page_ids = "middle"
     with pytest.raises(ValueError, match="page_ids"):
         validate(c)
@@ -111,6 +114,9 @@ def test_every_pipeline_preset_is_valid(preset):
         validate(c)
     c.keep_recent, c.page_cut = 6, "middle"
     with pytest.raises(ValueError, match="page_cut"):
+        validate(c)
+    c.page_cut, c.env.item_names = "end", "second"
+    with pytest.raises(ValueError, match="env.item_names='second'"):
         validate(c)
 
 
@@ -357,3 +363,31 @@ def test_family_balance_is_in_a_stage_spec_only_when_on():
     q, on = _plan(methods=("sft", "tgpo"), sft=c.sft)
     assert on["sft"].spec["train"]["data"]["family_balance"] is True
     assert collate_config(q.train_config("sft", "sft", "base", 1)).family_balance
+
+
+def test_item_names_change_multi_cart_tasks_only_and_the_default_keeps_the_stage_specs():
+    """env.item_names=ordinal names multi_cart's items "second item [..]" (the same tasks otherwise); at its default
+    the collection's spec has no such key, so runs from before the option resume instead of collecting again."""
+    from configs.pipeline import get_config
+    from experiment.pipeline import Pipeline
+    from rollout.envs.shop.env import ShopEnv
+
+    number, ordinal = (ShopEnv(n_train=30, n_test=2, item_names=n).tasks("train") for n in ("number", "ordinal"))
+    assert [t.goal for t in number] == [t.goal for t in ordinal]
+    for a, b in zip(number, ordinal):
+        if a.family != "multi_cart":
+            assert a.instruction == b.instruction
+            continue
+        for j, (nth, it) in enumerate(zip(("first", "second", "third"), a.goal["items"])):
+            assert f"item {j + 1} [{it['title']}]" in a.instruction
+            assert f"{nth} item [{it['title']}]" in b.instruction
+    with pytest.raises(ValueError, match="item_names='2nd'"):
+        ShopEnv(item_names="2nd")
+
+    def collect_spec(**env):
+        c = get_config("tiny")
+        c.env.update(env)
+        return next(s for s in Pipeline(c).stages() if s.name == "collect-r1").spec["env"]
+
+    assert "item_names" not in collect_spec()
+    assert collect_spec(item_names="ordinal")["item_names"] == "ordinal"

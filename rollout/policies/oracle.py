@@ -156,7 +156,7 @@ def _explain(cmd: Command, obs: Observation | None, instruction: str = "") -> st
     the page: the id then follows the name's last word and its closing quote, the two tokens the copy circuit
     matches, and the command repeats the thought), typed text is
     written as the task and the command write it (``[text]``), led by the word(s) the task puts before it
-    (``Type item 2 [text]``, see ``task_context``), a chosen option as the task names it (``color [red]``), after the
+    (``Type item 2 [text]``, ``Type second item [text]``, see ``task_context``), a chosen option as the task names it (``color [red]``), after the
     combobox it sets (``Set combobox "color"[6] to color [red].``: the element is decided first, by the page, and
     its name then leads the value as in the task; with the value first the model named the commonest option,
     "color", and copied that option's value into another combobox, BUILD_NOTES.md) and a sort
@@ -166,8 +166,16 @@ def _explain(cmd: Command, obs: Observation | None, instruction: str = "") -> st
     decide an id are the one or two tokens before it."""
     el = obs.by_id(cmd.id) if (obs is not None and cmd.id) else None
     what = f"{el.role} {_quote(el.name)}[{el.id}]" if el is not None else (f"element {cmd.id}" if cmd.id else "")
+    done = done_context(instruction, obs, cmd)
+    if done:
+        return f"{done} into {what}." if cmd.name == "TYPE" else f"{done} Click {what}."
     choose = f"{el.name} [{cmd.arg}]" if el is not None and el.name else f"[{cmd.arg}]"
     lead = task_context(instruction, str(cmd.arg)) if cmd.name == "TYPE" else ""
+    if lead and el is not None and el.name and el.name.lower().split()[-1] == lead.lower():
+        # a form field whose label ends with the task's word for the value (checkout's "Full name" / "Address"):
+        # the field first, decided by the page, then its word leads the value, as a combobox's name does (typed
+        # with the word first, one seed wrote `Type name [..] into textbox "Address"` on 7 of 16; BUILD_NOTES.md)
+        return f"Fill {what} with {lead} [{cmd.arg}]."
     goal = sort_context(instruction) if cmd.name == "CLICK" and el is not None and el.name.startswith("Sort:") else ""
     nth = item_context(instruction) if cmd.name == "CLICK" and el is not None and _is_result(el) else ""
     rank = nth.split()[1] if nth else ""
@@ -181,18 +189,65 @@ def _explain(cmd: Command, obs: Observation | None, instruction: str = "") -> st
 
 
 def task_context(instruction: str, text: str) -> str:
-    """The word the task writes just before ``[text]`` (two when it is an item number: ``item 2``), or "".
+    """The word the task writes just before ``[text]`` (two when it names an item: ``second item``), or "".
 
     Why: the planted copy circuit (``tgpo_jax.models.copy_circuit``) starts a copy by matching the two tokens before
     the text. ``Type [`` matches every ``[`` of the task alike, so the copy of a multi-item task's
     second title started at a random bracket; ``Type item 2 [`` matches only the second item's (measured with the
     planted weights alone on held-out steps, BUILD_NOTES.md: 4 -> 76 of 80 multi_cart titles, 4 -> 20 of 20 webshop
-    queries with ``model.circuit_bigram`` 0.7)."""
+    queries with ``model.circuit_bigram`` 0.7); with ``item_names="ordinal"`` the task writes ``second item [``,
+    matched alike."""
     i = instruction.find(f"[{text}]")
     words = instruction[:i].split() if i > 0 else []
     if not words:
         return ""
-    return " ".join(words[-2:]) if words[-1].isdigit() and len(words) > 1 else words[-1]
+    two = words[-1].isdigit() or words[-1] == "item"
+    return " ".join(words[-2:]) if two and len(words) > 1 else words[-1]
+
+
+_HEADING = re.compile(r'^heading "(\w+) ([^"\n]*)"$', re.M)
+_ITEM = re.compile(r"\bitem \[([^\]\n]+)\]")
+
+
+def done_context(instruction: str, obs: Observation | None, cmd: Command) -> str:
+    """On a page whose heading reports one of the task's items by name (``heading "Added <item> to your cart"``:
+    a word, then the name the task writes as ``<nth> item [<item>]``), that word and name, then the task's own text
+    after the name up to the item after it (``"Added Sierra Lite Plug Charger] with count [3 pack]; third item
+    [Lumen Nova Boots]``) or to the end of the list (``… count [4 pack].``), when the command is the one that text
+    leads to: TYPE of that next item, or a CLICK where the list has ended. Otherwise "".
+
+    Why: after adding an item the model typed the item it had just added again, to the step limit (multi_cart 0 of
+    33 held-out for every SFT seed, BUILD_NOTES.md stop 68): which item comes next is a decision some 300 tokens
+    away. Written this way the thought starts as a copy of the heading (``"Added`` are the page's own two pieces,
+    where the planted copy circuit starts), the name's last word is followed by the task's continuation, and
+    whether another item follows is the task's next piece (``];`` or ``].``), a copy too. The copy crosses the
+    option phrases and ``; second item [`` only with the circuit's three-piece match (``model.circuit_trigram``):
+    with two pieces ``] with`` after every name sent it to the first item's options. Only tasks that name their items
+    ``second item [..]`` (the shop's ``item_names="ordinal"``) get this thought; measured, not the default
+    (BUILD_NOTES.md, stop 69)."""
+    if obs is None or cmd.name not in ("TYPE", "CLICK"):
+        return ""
+    items = [(m.group(1), m.end()) for m in _ITEM.finditer(instruction)]
+    for h in _HEADING.finditer(obs.text):
+        word, said = h.group(1), h.group(2)
+        found = [(name, end) for name, end in items if said == name or said.startswith(name + " ")]
+        if not found:
+            continue
+        name, end = max(found, key=lambda f: len(f[0]))
+        rest, depth = instruction[end:], 0  # the task after the name's closing bracket
+        for i, ch in enumerate(rest):
+            depth += (ch == "[") - (ch == "]")
+            if depth == 0 and ch in ";.":
+                break
+        else:
+            return ""
+        if ch == ".":
+            return f'"{word} {name}]{rest[:i + 1]}' if cmd.name == "CLICK" else ""
+        nxt = re.match(r";\s*\w+ item \[([^\]]*)\]", rest[i:])
+        if nxt and cmd.name == "TYPE" and cmd.arg == nxt.group(1):
+            return f'"{word} {name}]{rest[:i]}{nxt.group(0)}'
+        return ""
+    return ""
 
 
 def sort_context(instruction: str) -> str:

@@ -22,11 +22,11 @@ class ShopEnv(Environment):
     name = "shop"
 
     def __init__(self, seed: int = 0, num_products: int = 1200, locale: str = "en", n_train: int = 2000,
-                 n_test: int = 200, max_results: int = 50):
+                 n_test: int = 200, max_results: int = 50, item_names: str = "number"):
         self.seed, self.locale = seed, locale
         self.catalog = Catalog(seed, num_products, locale)
         self.searcher = ShopSearch(self.catalog, max_results=max_results)
-        self._maker = TaskMaker(self.catalog, self.searcher, seed, n_train, n_test)
+        self._maker = TaskMaker(self.catalog, self.searcher, seed, n_train, n_test, item_names)
         self._tasks: dict[str, list[Task]] = {}
         self._server: ShopServer | None = None
         self._planner = Planner(self)

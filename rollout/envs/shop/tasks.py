@@ -46,6 +46,8 @@ TOWNS_EN = ("Springfield", "Riverton", "Lakeside", "Hillcrest", "Brookfield", "F
             "Ashford", "Milton", "Kingston", "Newport")
 PRICE_BOUNDS = (10, 20, 30, 40, 50, 60, 70, 80, 100, 120, 150, 200, 250, 300, 400, 500)
 ORDINALS_EN = ("first", "second", "third")
+# how an English multi_cart task names its items: "item 2 [B]" (number) or "second item [B]" (ordinal)
+ITEM_NAMES = ("number", "ordinal")
 ORDINALS_ZH = ("第一件", "第二件", "第三件")
 SORT_WORDS_EN = {"price_asc": "sort by price from low to high", "price_desc": "sort by price from high to low",
                  "rating": "sort by rating"}
@@ -94,8 +96,11 @@ def _title_attrs(product) -> list[str]:
 class TaskMaker:
     """Task lists per split: ``counts[split]`` tasks of each family (fewer where the pool runs out), seeded."""
 
-    def __init__(self, catalog, search, seed: int, n_train: int = 2000, n_test: int = 200):
-        self.catalog, self.search, self.seed = catalog, search, seed
+    def __init__(self, catalog, search, seed: int, n_train: int = 2000, n_test: int = 200,
+                 item_names: str = "number"):
+        if item_names not in ITEM_NAMES:
+            raise ValueError(f"item_names={item_names!r}: expected one of {', '.join(ITEM_NAMES)}")
+        self.catalog, self.search, self.seed, self.item_names = catalog, search, seed, item_names
         self.zh = catalog.locale == "zh"
         self.counts = {"train": n_train, "test": n_test}
         self.pools = {s: [p for p in catalog.products if product_split(seed, p.id) == s] for s in ("train", "test")}
@@ -241,7 +246,12 @@ class TaskMaker:
                 text = (f"请在一个订单中购买以下商品：{'；'.join(parts)}。将它们加入购物车后结算，"
                         f"姓名填写“{name}”，地址填写“{addr}”，然后提交订单。")
             else:
-                parts = [f"item {j + 1} {typed(it['title'])}"
+                # item_names="ordinal": "second item [B]"; the ordinal is one piece, so the planted copy circuit's
+                # three-piece match crosses "]; second item [" to the right name ("item 2" splits as ▁item ▁ 2:
+                # ambiguous after every name), and the oracle's thought after an added item copies the task on
+                # (rollout/policies/oracle.py:done_context; measured, not the default: BUILD_NOTES.md, stop 69)
+                parts = [(f"{ORDINALS_EN[j]} item " if self.item_names == "ordinal" else f"item {j + 1} ")
+                         + typed(it["title"])
                          + (f" with {_opt_phrase(self.catalog, it['options'], False)}" if it["options"] else "")
                          for j, it in enumerate(items)]
                 text = (f"Buy these items in one order: {'; '.join(parts)}. Add them to the cart, then check out "
