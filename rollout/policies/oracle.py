@@ -156,10 +156,12 @@ def _explain(cmd: Command, obs: Observation | None, instruction: str = "") -> st
     the page: the id then follows the name's last word and its closing quote, the two tokens the copy circuit
     matches, and the command repeats the thought), typed text is
     written as the task and the command write it (``[text]``), led by the word(s) the task puts before it
-    (``Type item 2 [text]``, ``Type second item [text]``, see ``task_context``), a chosen option as the task names it (``color [red]``), after the
-    combobox it sets (``Set combobox "color"[6] to color [red].``: the element is decided first, by the page, and
-    its name then leads the value as in the task; with the value first the model named the commonest option,
-    "color", and copied that option's value into another combobox, BUILD_NOTES.md) and a sort
+    (``Type item 2 [text]``, ``Type second item [text]``, see ``task_context``; into a form field whose label ends
+    with that word, the field first: ``Fill textbox "Address"[6] with address [text].``), a chosen option as the task
+    names it (``color [red]``), after the combobox it sets (``Set combobox "color"[6] to color [red].``: the element
+    is decided first, by the page, and its name then leads the value as in the task; with the value first the model
+    named the commonest option, "color", and copied that option's value into another combobox, BUILD_NOTES.md) and a
+    sort
     link's id right after the task's own words for the sort (``Click to sort by price from high to low [7].``, see
     ``sort_context``) and a result's id right after its rank word (``To add the third item, click the third result
     [11].``, see ``item_context``), so a thought repeats the page and the task token for token, and the words that
@@ -223,8 +225,8 @@ def done_context(instruction: str, obs: Observation | None, cmd: Command) -> str
     whether another item follows is the task's next piece (``];`` or ``].``), a copy too. The copy crosses the
     option phrases and ``; second item [`` only with the circuit's three-piece match (``model.circuit_trigram``):
     with two pieces ``] with`` after every name sent it to the first item's options. Only tasks that name their items
-    ``second item [..]`` (the shop's ``item_names="ordinal"``) get this thought; measured, not the default
-    (BUILD_NOTES.md, stop 69)."""
+    ``second item [..]`` (the shop's ``item_names="ordinal"``, the default and large presets' setting) get this
+    thought (BUILD_NOTES.md, stop 69)."""
     if obs is None or cmd.name not in ("TYPE", "CLICK"):
         return ""
     items = [(m.group(1), m.end()) for m in _ITEM.finditer(instruction)]
