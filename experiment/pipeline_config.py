@@ -6,6 +6,7 @@ import json
 import os
 
 from experiment.names import MODEL_KINDS
+from rollout.envs.shop.tasks import ITEM_NAMES
 from tgpo_jax.data.collate import PREFERENCE
 
 SHOP_TITLE = "tgpo-jax: TGPO on the embedded shop"  # configs/pipeline.py's default title
@@ -95,9 +96,9 @@ def validate(cfg) -> None:
     if (cfg.env.name == "tasks") != bool(cfg.env.tasks):
         raise ValueError("env.name='tasks' needs env.tasks = a JSONL task file (docs/tasks.md), and env.tasks is only "
                          f"read with it (env.name={cfg.env.name!r}, env.tasks={cfg.env.tasks!r})")
-    if cfg.env.get("item_names", "number") not in ("number", "ordinal"):
-        raise ValueError(f"env.item_names={cfg.env.item_names!r}: expected number or ordinal (how multi_cart names its "
-                         "items)")
+    if cfg.env.get("item_names", "number") not in ITEM_NAMES:
+        raise ValueError(f"env.item_names={cfg.env.item_names!r}: expected {' or '.join(ITEM_NAMES)} (how multi_cart "
+                         "names its items)")
     if cfg.tasks.num_train < 1 or cfg.tasks.num_test < 1:
         raise ValueError("tasks.num_train and tasks.num_test must be >= 1")
     if cfg.pretrain_window < 0:

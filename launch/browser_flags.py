@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from absl import app, flags
 
+from rollout.envs.shop.tasks import ITEM_NAMES
+
 F = flags.FLAGS
 
 
@@ -24,7 +26,7 @@ def define(*, split: str, runs: int, runs_help: str, temperature: float, tempera
     flags.DEFINE_list("families", [], "only these task families; 'all': every family (--env=miniwob: every task "
                       "the miniwob package registers, not only the oracle's; named MiniWoB++ tasks need no oracle)")
     flags.DEFINE_string("locale", "en", "shop catalogue locale: en | zh")
-    flags.DEFINE_enum("item_names", "number", ["number", "ordinal"], "shop: how multi_cart tasks name their items "
+    flags.DEFINE_enum("item_names", "number", list(ITEM_NAMES), "shop: how multi_cart tasks name their items "
                       "('item 2 [..]' or 'second item [..]': as the run that trained the model, env.item_names)")
     flags.DEFINE_integer("runs", runs, runs_help)
     # how each episode runs

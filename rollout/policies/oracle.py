@@ -178,9 +178,15 @@ def _explain(cmd: Command, obs: Observation | None, instruction: str = "") -> st
         # the field first, decided by the page, then its word leads the value, as a combobox's name does (typed
         # with the word first, one seed wrote `Type name [..] into textbox "Address"` on 7 of 16; BUILD_NOTES.md)
         return f"Fill {what} with {lead} [{cmd.arg}]."
+    # the sort and rank thoughts only where the link is the task's sort or the result at the task's rank: a wrong
+    # click (the noisy oracle's mistakes) gets the plain thought, so no thought says what its command does not do
+    # (with "click the third result [15]" before a wrong product, the model went back from the right one: BUILD_NOTES.md)
     goal = sort_context(instruction) if cmd.name == "CLICK" and el is not None and el.name.startswith("Sort:") else ""
+    goal = goal if goal and _sort_words(goal) == _sort_words(el.name[len("Sort:"):]) else ""
     nth = item_context(instruction) if cmd.name == "CLICK" and el is not None and _is_result(el) else ""
     rank = nth.split()[1] if nth else ""
+    if rank and _result_rank(obs, el) != rank:
+        nth = rank = ""
     click = (f"Click to sort by {goal} [{el.id}]." if goal else
              f"To add {nth}, click the {rank} result [{el.id}]." if nth else f"Click {what}.")
     return {"CLICK": click,
@@ -273,6 +279,21 @@ def item_context(instruction: str) -> str:
     word five tokens back, 30 % of training rank clicks right, chance; two tokens back, 89 %)."""
     m = re.search(r"\badd (the \w+ item)\b", instruction)
     return m.group(1) if m else ""
+
+
+RANKS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
+
+
+def _result_rank(obs: Observation, el) -> str:
+    """The rank word of result ``el`` on this page (``third``: the third product link), or ""."""
+    results = [e.id for e in obs.elements if _is_result(e)]
+    k = results.index(el.id) if el.id in results else len(RANKS)
+    return RANKS[k] if k < len(RANKS) else ""
+
+
+def _sort_words(text: str) -> list[str]:
+    """A sort's words without the filler (``price from low to high`` and the link's ``Price low to high`` agree)."""
+    return [w for w in text.lower().split() if w != "from"]
 
 
 def _is_result(el) -> bool:
