@@ -200,7 +200,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         # multi_cart's items as "second item [..]" and the planted circuit's three-piece match: after adding an item
         # the oracle's thought copies the task on to the next item or the list's end, and a checkout field's thought
         # names the field first: SFT 52 / 54 / 34 -> 56 / 64 / 44 % on seeds 0-2 (+8.0 [-3.3, +18.7]), multi_cart 0
-        # -> 6 of 48 (BUILD_NOTES.md, stop 69; `large` not measured with it)
+        # -> 6 of 48 (BUILD_NOTES.md, stop 69); on `large` SFT 59 / 64 / 43 %, multi_cart 0 -> 16 of 99 (stop 70)
         c.env.item_names = "ordinal"
         for m in MODEL_KINDS:
             t = c[m]
