@@ -31,6 +31,7 @@ import re
 
 from rollout.commands import format_output
 from rollout.core import Command, Environment, Observation, PolicyOutput, PolicyRequest
+from rollout.envs.shop.tasks import ORDINALS_EN
 from rollout.harness.observe import quote as _quote
 
 
@@ -182,10 +183,11 @@ def _explain(cmd: Command, obs: Observation | None, instruction: str = "") -> st
     # click (the noisy oracle's mistakes) gets the plain thought, so no thought says what its command does not do
     # (with "click the third result [15]" before a wrong product, the model went back from the right one: BUILD_NOTES.md)
     goal = sort_context(instruction) if cmd.name == "CLICK" and el is not None and el.name.startswith("Sort:") else ""
-    goal = goal if goal and _sort_words(goal) == _sort_words(el.name[len("Sort:"):]) else ""
+    if goal and _sort_words(goal) != _sort_words(el.name[len("Sort:"):]):
+        goal = ""
     nth = item_context(instruction) if cmd.name == "CLICK" and el is not None and _is_result(el) else ""
     rank = nth.split()[1] if nth else ""
-    if rank and _result_rank(obs, el) != rank:
+    if rank and not _is_at_rank(obs, el, rank):
         nth = rank = ""
     click = (f"Click to sort by {goal} [{el.id}]." if goal else
              f"To add {nth}, click the {rank} result [{el.id}]." if nth else f"Click {what}.")
@@ -281,14 +283,11 @@ def item_context(instruction: str) -> str:
     return m.group(1) if m else ""
 
 
-RANKS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
-
-
-def _result_rank(obs: Observation, el) -> str:
-    """The rank word of result ``el`` on this page (``third``: the third product link), or ""."""
+def _is_at_rank(obs: Observation, el, rank: str) -> bool:
+    """Whether ``el`` is the page's ``rank``-th product link (``third``: the shop's task words for a rank)."""
     results = [e.id for e in obs.elements if _is_result(e)]
-    k = results.index(el.id) if el.id in results else len(RANKS)
-    return RANKS[k] if k < len(RANKS) else ""
+    k = ORDINALS_EN.index(rank) if rank in ORDINALS_EN else len(results)
+    return k < len(results) and results[k] == el.id
 
 
 def _sort_words(text: str) -> list[str]:
