@@ -2,15 +2,14 @@
 
   default  the embedded default: local shop (all three task families), the from-scratch 'copy' model (3.8M
            parameters with a planted copy circuit, its own SentencePiece vocabulary), SFT and TGPO, CPU, 30
-           minutes on 2 cores (29.7 measured end to end, 1.2 s per SFT step); held-out success in
-           BUILD_NOTES.md ("Learning on held-out tasks"). (The bundled SmolLM2-135M does not fit that budget on a CPU; see
-           BUILD_NOTES.md, "Which model learns on a CPU".)
+           minutes on 2 cores (15.3 measured end to end at stop 71 on a CPU with bf16 units, 0.68 s per SFT
+           step); held-out success in BUILD_NOTES.md ("Learning on held-out tasks"). (The bundled SmolLM2-135M does
+           not fit that budget on a CPU; see BUILD_NOTES.md, "Which model learns on a CPU".)
   tiny     the same stages in a few minutes (CI's end-to-end test)
   large    the learning-result configuration (400 training tasks, trees on 100, every method and the control
-           SFT (continued), three training seeds, 100 held-out tasks): held out, SFT 60 / 28 / 59 %, DPO 57 / 63 /
-           61 %, TGPO 54 / 64 / 64 % on seeds 0 / 1 / 2, KTO 59 / 46 / 62 %, KTO-Tree 63 / 49 / 63 %, the control
-           62 % on seed 1 (run alone); ~5.0 h on 2 cores without the control, which adds ~40 min (BUILD_NOTES.md,
-           "Stop 60" and "Stop 61")
+           SFT (continued), three training seeds, 100 held-out tasks): held out, SFT 68 / 70 / 57 % on seeds
+           0 / 1 / 2 (stop 70); the whole preset ~2.8 h on 2 cores (stop 68: 2.48 h of stages measured without the
+           control, ~20 min projected for it; BUILD_NOTES.md, "Stop 68" and "Stop 70")
   smollm2  the bundled SmolLM2-135M-Instruct as the base (for a GPU host)
   miniwob  learning in minutes: SFT of the 'copy' model on three MiniWoB++ tasks (focus-text, click-button,
            click-link), evaluated on held-out seeds (the slow learning test, tests/test_learning.py)

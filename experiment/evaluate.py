@@ -54,9 +54,9 @@ def _parse_oracle(spec: str):
     if not rates.strip():
         return OracleNoise()
     parts = [p.strip() for p in rates.split(",")]
-    if len(parts) not in (4, 5, 6, 7):
+    if len(parts) not in (4, 5, 6, 7, 8):
         raise ValueError(f"--model={spec!r}: expected oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>"
-                         f"[,<recover>[,<repeat>[,<wrong_button>]]] (four to seven rates in [0, 1]), got "
+                         f"[,<recover>[,<repeat>[,<wrong_button>[,<wrong_sort>]]]] (four to eight rates in [0, 1]), got "
                          f"{len(parts)} value(s)")
     try:
         values = [float(p) for p in parts]
@@ -76,7 +76,8 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
                 keep_recent: int | None = None, page_cut: str | None = None, constrain: bool = False) -> Policy:
     """The policy named by ``model``:
 
-    - ``oracle`` / ``oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>[,<recover>[,<repeat>[,<wrong_button>]]]``:
+    - ``oracle`` / ``oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>[,<recover>[,<repeat>[,<wrong_button>
+      [,<wrong_sort>]]]]``:
       the (noisy) oracle of ``env``;
     - a training run directory (``config.json`` + ``checkpoints/``): checkpoint ``step`` (default: the latest),
       LoRA adapters folded in;
@@ -143,7 +144,7 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
         f"cannot load a policy from {model!r} ({what}): expected a training run directory (config.json + "
         f"checkpoints/), a Hugging Face directory (config.json + safetensors), a .gguf file, one of "
         f"{list(BUNDLED_ALIASES)}, or oracle / oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>"
-        f"[,<recover>[,<repeat>[,<wrong_button>]]]")
+        f"[,<recover>[,<repeat>[,<wrong_button>[,<wrong_sort>]]]]")
 
 
 def policy_for_seed(policy, seed: int):

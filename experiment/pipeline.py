@@ -331,13 +331,17 @@ class Pipeline:
                            page_cut=self.cfg.page_cut, constrain=constrain)
 
     def save_prompt(self, model_dir: str) -> None:
-        """``policy.json`` next to a model: launch.evaluate / collect then prompt it as it was trained."""
+        """``policy.json`` next to a model: launch.evaluate / collect then prompt it as it was trained, on tasks
+        worded as its training tasks were (the shop's ``item_names``)."""
         from rollout.policies.prompt import POLICY_FILE
 
-        write_text_atomic(os.path.join(model_dir, POLICY_FILE), json.dumps({
-            "prompt_style": self.cfg.prompt_style, "budget_tokens": self.cfg.prompt_tokens,
-            "thought_chars": self.cfg.history_thoughts, "page_ids": self.cfg.page_ids,
-            "history_last": self.cfg.history_last, "keep_recent": self.cfg.keep_recent, "page_cut": self.cfg.page_cut}))
+        saved = {"prompt_style": self.cfg.prompt_style, "budget_tokens": self.cfg.prompt_tokens,
+                 "thought_chars": self.cfg.history_thoughts, "page_ids": self.cfg.page_ids,
+                 "history_last": self.cfg.history_last, "keep_recent": self.cfg.keep_recent,
+                 "page_cut": self.cfg.page_cut}
+        if self.cfg.env.name == "shop":
+            saved["item_names"] = self.cfg.env.get("item_names", "number")
+        write_text_atomic(os.path.join(model_dir, POLICY_FILE), json.dumps(saved))
 
     @staticmethod
     def with_policy(policy, coro):

@@ -2,7 +2,9 @@
 samples), defined once with each launcher's own defaults, and the task selection both do with them."""
 from __future__ import annotations
 
-from absl import app, flags
+import os
+
+from absl import app, flags, logging
 
 from rollout.envs.shop.tasks import ITEM_NAMES
 
@@ -26,8 +28,9 @@ def define(*, split: str, runs: int, runs_help: str, temperature: float, tempera
     flags.DEFINE_list("families", [], "only these task families; 'all': every family (--env=miniwob: every task "
                       "the miniwob package registers, not only the oracle's; named MiniWoB++ tasks need no oracle)")
     flags.DEFINE_string("locale", "en", "shop catalogue locale: en | zh")
-    flags.DEFINE_enum("item_names", "number", list(ITEM_NAMES), "shop: how multi_cart tasks name their items "
-                      "('item 2 [..]' or 'second item [..]': as the run that trained the model, env.item_names)")
+    flags.DEFINE_enum("item_names", None, list(ITEM_NAMES), "shop: how multi_cart tasks name their items "
+                      "('item 2 [..]' or 'second item [..]'); default: as the pipeline run that trained --model "
+                      "(its policy.json), else number")
     flags.DEFINE_integer("runs", runs, runs_help)
     # how each episode runs
     flags.DEFINE_integer("contexts", c.contexts, "parallel browser contexts")
@@ -45,15 +48,16 @@ def define(*, split: str, runs: int, runs_help: str, temperature: float, tempera
     flags.DEFINE_string("out", out, out_help)
 
 
-def env_and_tasks():
-    """The environment and the tasks the flags select (a usage error when they select none)."""
+def env_and_tasks(model: str | None = None):
+    """The environment and the tasks the flags select (a usage error when they select none); ``model``: the model
+    directory whose task wording (the shop's ``item_names``) is the default."""
     from rollout.collect import select_tasks
     from rollout.envs import make_env
 
     if (F.env == "tasks") != bool(F.tasks):
         raise app.UsageError("--tasks=FILE goes with --env=tasks (and --env=tasks needs it)")
     families = _families()
-    kwargs = ({"locale": F.locale, "item_names": F.item_names} if F.env == "shop" else
+    kwargs = ({"locale": F.locale, "item_names": item_names(F.item_names, model)} if F.env == "shop" else
               {"path": F.tasks, "origin": F.tasks_origin} if F.env == "tasks" else _miniwob_tasks(families))
     try:
         env = make_env(F.env, **kwargs)
@@ -70,6 +74,18 @@ def env_and_tasks():
         env.stop()
         raise app.UsageError("no tasks selected")
     return env, tasks
+
+
+def item_names(flag: str | None, model: str | None) -> str:
+    """The shop's multi_cart wording: ``flag`` if given, else the one ``model`` was trained on (``policy.json``
+    from the pipeline), else "number". A model trained on "second item [..]" and asked "item 2 [..]" fails its
+    multi_cart tasks for that alone, so a flag that differs from the model's is said in the log."""
+    from rollout.policies.prompt import saved_prompt
+
+    trained = saved_prompt(model).get("item_names") if model and os.path.isdir(model) else None
+    if flag and trained and flag != trained:
+        logging.warning("--item_names=%s, but %s was trained on item_names=%s tasks", flag, model, trained)
+    return flag or trained or "number"
 
 
 def _families():

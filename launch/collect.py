@@ -43,6 +43,8 @@ flags.DEFINE_float("repeat", 0.0, "oracle: rate of repeating the last command wh
                    "one run then holds the repeat and the next step at one node")
 flags.DEFINE_float("wrong_button", 0.0, "oracle: rate of pressing the product page's other button (\"Add to cart\" "
                    "for \"Buy Now\" and back); undone at the recover rate where the task's check does not see it")
+flags.DEFINE_float("wrong_sort", 0.0, "oracle: rate of clicking a sort link where the plan picks a product on a "
+                   "results page of a task without a sort (webshop, multi_cart), then back at once")
 flags.DEFINE_string("model", "bundled", "model policy: checkpoint / HF directory / GGUF / 'bundled'")
 flags.DEFINE_string("http_url", "http://127.0.0.1:8000", "http policy: OpenAI-compatible server base URL")
 flags.DEFINE_string("http_model", "bundled", "http policy: model name on that server (launch.serve names it after --model)")
@@ -73,7 +75,7 @@ def make_policy(env):
                             budget_tokens=F.budget_tokens * 2, observation=F.http_observation), {
             "http_url": F.http_url, "http_model": F.http_model, "http_observation": F.http_observation}
     spec = (f"oracle:{F.wrong_choice},{F.loop},{F.malformed},{F.premature_stop},{F.recover},{F.repeat},"
-            f"{F.wrong_button}" if F.policy == "oracle"
+            f"{F.wrong_button},{F.wrong_sort}" if F.policy == "oracle"
             else F.model)
     params = SamplingParams(temperature=F.temperature, max_tokens=F.max_tokens, seed=F.seed)
     policy = load_policy(spec, params=params, budget_tokens=F.budget_tokens * 2, max_batch=F.max_batch, env=env,
@@ -81,8 +83,9 @@ def make_policy(env):
     if F.policy == "oracle":
         policy.name = "oracle"  # the rates are in the metadata; a collection made before keeps resuming
         noise = dataclasses.asdict(policy.noise)
-        if not noise["wrong_button"]:  # collections made before the rate existed keep resuming
-            del noise["wrong_button"]
+        for rate in ("wrong_button", "wrong_sort"):  # collections made before a rate existed keep resuming
+            if not noise[rate]:
+                del noise[rate]
         return policy, {"noise": noise}
     return policy, {"model": F.model}
 
@@ -106,7 +109,7 @@ def main(argv):
         raise app.UsageError("--mode=mcts needs a sampling policy (--policy=model or http): the oracle keeps "
                              "per-episode memory and cannot propose at a replayed state")
     marks = use_marks()  # before the environment starts: a usage error costs nothing
-    env, tasks = browser_flags.env_and_tasks()
+    env, tasks = browser_flags.env_and_tasks(F.model if F.policy == "model" else None)
     if F.policy == "oracle":
         browser_flags.require_oracle(env, tasks)
     policy, policy_meta = make_policy(env)

@@ -60,7 +60,7 @@ def main(argv):
                      temperature=F.temperature, screenshots=F.screenshots, budget_tokens=F.budget_tokens,
                      step_timeout_s=F.step_timeout_s, episode_timeout_s=F.episode_timeout_s,
                      redundancy=F.redundancy)
-    env, tasks = browser_flags.env_and_tasks()
+    env, tasks = browser_flags.env_and_tasks(F.model)
     if F.model.startswith("oracle"):
         browser_flags.require_oracle(env, tasks)
     params = SamplingParams(temperature=F.temperature, top_p=F.top_p, max_tokens=F.max_tokens, seed=0)

@@ -267,6 +267,13 @@ class Environment(abc.ABC):
         on the page it leads to). Default: none."""
         return None
 
+    def wrong_sort(self, task: Task, obs: Observation, memory: dict, rng) -> Command | None:
+        """Where the plan picks an item from a results list and the task asks for no order, a click on one of the
+        list's sort links (the mix-up a trained model makes: it sorts where only another family's task sorts). The
+        caller goes back at once and then follows the plan, so ``memory`` stays as it is. None where this state
+        offers none. Default: none."""
+        return None
+
     def typed_strings(self, task: Task) -> dict[str, str]:
         """The strings of ``task``'s instruction that its solution types (or names, as the shop's option names),
         each with its kind ("query", "name", "option", ...): what copy-swap augmentation may replace by another string

@@ -142,8 +142,9 @@ def test_load_policy_dispatch_and_errors(shop, tmp_path):
         load_policy("oracle", params=p)
     assert load_policy("oracle:0.1,0.2,0,0.05,0.5,0.3", params=p, env=shop).noise.repeat == 0.3
     assert load_policy("oracle:0.1,0.2,0,0.05,0.5,0.3,0.4", params=p, env=shop).noise.wrong_button == 0.4
-    for bad in ("oracle:0.1,0.2", "oracle:0.1,0.2,0,0.05,0.5,0.3,0.1,0.2"):
-        with pytest.raises(ValueError, match="four to seven rates"):
+    assert load_policy("oracle:0.1,0.2,0,0.05,0.5,0.3,0.4,0.6", params=p, env=shop).noise.wrong_sort == 0.6
+    for bad in ("oracle:0.1,0.2", "oracle:0.1,0.2,0,0.05,0.5,0.3,0.1,0.2,0.3"):
+        with pytest.raises(ValueError, match="four to eight rates"):
             load_policy(bad, params=p, env=shop)
     missing = str(tmp_path / "no-such-run")
     with pytest.raises(FileNotFoundError, match="no-such-run.*nothing exists there.*training run directory"):

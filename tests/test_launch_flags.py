@@ -137,3 +137,27 @@ def test_oracle_on_a_task_without_a_plan_stops_before_any_episode(tmp_path, entr
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
     assert message in r.stderr and "model" in r.stderr.split(message, 1)[1], r.stderr[-2000:]  # and what to use
     assert not out.exists()  # refused before the output directory was made
+
+
+def test_item_names_follow_the_model_unless_the_flag_says_otherwise(tmp_path, caplog):
+    """The shop's multi_cart wording for launch.evaluate / collect: the flag, else the model's policy.json (written by
+    the pipeline), else "number"; a flag that differs from the model's is logged (its multi_cart tasks would fail for
+    the wording alone)."""
+    import json
+    import logging
+
+    from launch.browser_flags import item_names
+
+    model = tmp_path / "sft"
+    model.mkdir()
+    assert item_names(None, str(model)) == "number"  # no policy.json
+    (model / "policy.json").write_text(json.dumps({"prompt_style": "compact", "item_names": "ordinal"}))
+    assert item_names(None, str(model)) == "ordinal"
+    assert item_names(None, None) == "number" and item_names(None, "bundled") == "number"
+    with caplog.at_level(logging.WARNING):
+        assert item_names("number", str(model)) == "number"
+    assert "trained on item_names=ordinal" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert item_names("ordinal", str(model)) == "ordinal"
+    assert not caplog.text

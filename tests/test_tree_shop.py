@@ -151,6 +151,29 @@ def test_an_undone_wrong_button_gives_one_run_a_pair_at_the_product_page(tmp_pat
 
 
 @pytest.mark.slow  # browser end-to-end: the slow tier
+@pytest.mark.parametrize("family", ["webshop", "multi_cart"])
+def test_an_undone_wrong_sort_gives_one_run_a_pair_at_the_results_page(tmp_path, family):
+    """``wrong_sort``: where the plan clicks a product on a results page of a task without a sort, a sort link, then
+    GO_BACK: the run is back at the results page's node, which holds the sort and the product as branches, the
+    product worth more and nearer the goal."""
+    runs = _one_run_each(tmp_path, family, OracleNoise(wrong_sort=1.0))
+    assert len(runs) == 4
+    undone = _mistakes(runs, "wrong_sort_undone")
+    for task_id, g, ep, t in undone:
+        assert "/search" in ep.steps[t]["url"] and "sort=" in ep.steps[t + 1]["url"], ep.steps[t]["url"]
+        assert ep.steps[t + 1]["output"].rstrip().endswith("GO_BACK")
+        node = g.state_node[StateRef(0, t)]
+        assert g.state_node[StateRef(0, t + 2)] == node  # back where the sort was clicked
+        sort, others = _branch_at(g, node, t)
+        product = [b for b in others if "/item/" in ep.steps[t + 3]["url"] and b.goal_distance < sort.goal_distance]
+        assert product and all(b.q > sort.q for b in product), (task_id, t, sort, others)
+    # rate 1: the plan's every product choice met the sort once (not again on the page it went back to): one per
+    # webshop task, one per item of a multi_cart task
+    per_page = {(task_id, ep.steps[t]["url"]) for task_id, _, ep, t in undone}
+    assert len(per_page) == len(undone) and len(undone) >= len(runs)
+
+
+@pytest.mark.slow  # browser end-to-end: the slow tier
 def test_a_committed_wrong_button_stops_on_its_page_and_fails(tmp_path):
     """``wrong_button`` without ``recover``: the run presses the other button and stops where it leads (webshop's
     "Added" page, procedure's order page; multi_cart's order ends the episode), and the task's check calls it a

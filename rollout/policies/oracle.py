@@ -18,7 +18,10 @@ collection seed and the episode key — not on scheduling or the number of paral
 - ``wrong_button``: where the plan presses the button that settles the task (the shop's "Buy Now" / "Add to cart"),
   the other one (``Environment.wrong_button``). Undone like a wrong click (``recover``) where the task's check does
   not see the press: one run then holds both buttons at the product page's node. Otherwise committed: the run stops
-  on the page the press leads to, a failure.
+  on the page the press leads to, a failure;
+- ``wrong_sort``: where the plan clicks an item in a results list and the task asks for no order (the shop's webshop
+  and multi_cart), a sort link instead (``Environment.wrong_sort``), always undone: the results page then holds the
+  item and the sort as two branches (a trained model sorts there and loops, BUILD_NOTES.md, issue 16).
 So runs of one task succeed and fail on shared states, which is what the tree needs.
 """
 from __future__ import annotations
@@ -44,6 +47,7 @@ class OracleNoise:
     recover: float = 0.0
     repeat: float = 0.0
     wrong_button: float = 0.0
+    wrong_sort: float = 0.0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -76,9 +80,11 @@ class OraclePolicy:
         st = self._state(request.episode_key, request.step)
         rng, obs, n = st["rng"], request.observation, self.noise
         # always the same number of draws: the stream never depends on the branch (a fifth only with recover > 0,
-        # repeat > 0 or wrong_button > 0, a sixth only with one of the last two, a seventh only with wrong_button > 0,
-        # so runs collected without them keep their trajectories)
-        draws = [rng.random() for _ in range(7 if n.wrong_button else 6 if n.repeat else 5 if n.recover else 4)]
+        # repeat > 0, wrong_button > 0 or wrong_sort > 0, a sixth only with one of the last three, a seventh only
+        # with one of the last two, an eighth only with wrong_sort > 0, so runs collected without them keep their
+        # trajectories)
+        draws = [rng.random() for _ in range(8 if n.wrong_sort else 7 if n.wrong_button else 6 if n.repeat
+                                             else 5 if n.recover else 4)]
         last, st["last"] = st.get("last"), None
         if st["pending"]:
             cmd = st["pending"].pop(0)
@@ -104,6 +110,12 @@ class OraclePolicy:
                 return self._out(cmd, obs, None, mistake="wrong_choice_undone", task=request.task)
             if cmd is not None and not undo:
                 return self._out(self._remember(st, obs, cmd), obs, None, mistake="wrong_choice", task=request.task)
+        if n.wrong_sort and draws[7] < n.wrong_sort and st.get("sorted_at") != obs.url:
+            cmd = self.env.wrong_sort(request.task, obs, st["memory"], rng)
+            if cmd is not None:  # once per results page: back on it, the plan goes on
+                st["pending"].append(Command("GO_BACK"))
+                st["sorted_at"] = obs.url
+                return self._out(cmd, obs, None, mistake="wrong_sort_undone", task=request.task)
         if n.wrong_button and draws[6] < n.wrong_button:
             undo = n.recover > 0 and draws[4] < n.recover
             cmd = self.env.wrong_button(request.task, obs, st["memory"], undo)

@@ -107,6 +107,9 @@ class ShopEnv(Environment):
     def wrong_button(self, task: Task, obs: Observation, memory: dict, undo: bool) -> Command | None:
         return self._planner.wrong_button(task, obs, memory, undo)
 
+    def wrong_sort(self, task: Task, obs: Observation, memory: dict, rng) -> Command | None:
+        return self._planner.wrong_sort(task, obs, memory, rng)
+
     def typed_strings(self, task: Task) -> dict[str, str]:
         return typed_strings(task, self.catalog)
 

@@ -243,6 +243,23 @@ class Planner:
             memory["pressed"] = other
         return Command("CLICK", wrong.id)
 
+    def wrong_sort(self, task: Task, obs: Observation, memory: dict, rng) -> Command | None:
+        """A sort link where the plan clicks a product on a results page of a task without a sort (webshop,
+        multi_cart): undone at once, so the results page holds the product and the sort as two branches (the held-out
+        webshop failures of a trained model sort and go back, BUILD_NOTES.md, issue 16). Procedure tasks sort by plan,
+        and their wrong sort is ``mistake``'s."""
+        if task.family not in ("webshop", "multi_cart") or _url(obs)[0] != "/search":
+            return None
+        self.observe(task, obs, memory)
+        plan = self.oracle(task, obs, copy.deepcopy(memory))
+        target = obs.by_id(plan.id) if plan.name == "CLICK" and plan.id else None
+        if target is None or _item_of(target.href) is None:
+            return None
+        current = _url(obs)[1].get("sort", "relevance")
+        links = [_one(obs, "link", self.L[key]) for s, key in pages.SORT_KEYS.items() if s != current]
+        links = [e for e in links if e is not None]
+        return Command("CLICK", rng.choice(links).id) if links else None
+
     def mistake(self, task: Task, obs: Observation, memory: dict, rng) -> Command | None:
         self.observe(task, obs, memory)
         path, qs = _url(obs)
