@@ -332,7 +332,8 @@ class Pipeline:
 
     def save_prompt(self, model_dir: str) -> None:
         """``policy.json`` next to a model: launch.evaluate / collect then prompt it as it was trained, on tasks
-        worded as its training tasks were (the shop's ``item_names``)."""
+        worded as its training tasks were (the shop's ``item_names``), and launch.evaluate decodes and caps its
+        episodes as this pipeline's evaluation did (``evaluation``)."""
         from rollout.policies.prompt import POLICY_FILE
 
         saved = {"prompt_style": self.cfg.prompt_style, "budget_tokens": self.cfg.prompt_tokens,
@@ -341,6 +342,9 @@ class Pipeline:
                  "page_cut": self.cfg.page_cut}
         if self.cfg.env.name == "shop":
             saved["item_names"] = self.cfg.env.get("item_names", "number")
+        e = self.cfg.eval  # how the report's held-out numbers were decoded: launch.evaluate's defaults for this model
+        saved["evaluation"] = {"constrain": bool(e.constrain), "max_tokens": int(e.max_tokens),
+                               "max_steps": int(e.max_steps), "step_slack": int(e.step_slack)}
         write_text_atomic(os.path.join(model_dir, POLICY_FILE), json.dumps(saved))
 
     @staticmethod

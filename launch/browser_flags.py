@@ -88,6 +88,16 @@ def item_names(flag: str | None, model: str | None) -> str:
     return flag or trained or "number"
 
 
+EVALUATION_FLAGS = ("constrain", "max_tokens", "max_steps", "step_slack")
+
+
+def evaluation_settings(saved: dict, given: dict, defaults: dict) -> dict:
+    """The decoding and step cap of launch.evaluate: a flag given on the command line, else the setting the pipeline
+    evaluated the model with (``saved``: policy.json's ``evaluation``), else the flag's default. Without it a pipeline
+    model evaluated there decoded unconstrained with another step cap, and its success differed from the report's."""
+    return {k: given[k] if k in given else saved.get(k, defaults[k]) for k in EVALUATION_FLAGS}
+
+
 def _families():
     """--families as given, or "all" (every family: no filter, and every MiniWoB++ task)."""
     names = list(F.families)

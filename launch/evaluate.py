@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from launch import browser_flags
 from launch.entry import prepare
@@ -31,7 +31,8 @@ flags.DEFINE_integer("step", None, "checkpoint step of a run directory (default:
 flags.DEFINE_list("seeds", ["0", "1", "2"], "one collection per seed")
 flags.DEFINE_float("top_p", 1.0, "model policy nucleus sampling (1 = off)")
 flags.DEFINE_bool("constrain", False, "model policy: valid-argument decoding (every bracketed group one the page or "
-                  "the task offers: rollout/policies/constrain.py)")
+                  "the task offers: rollout/policies/constrain.py); a pipeline model's default, like --max_tokens, "
+                  "--max_steps and --step_slack, is the one its evaluation used (policy.json)")
 flags.DEFINE_integer("prompt_tokens", 0, "model policy prompt budget in the model's tokens (0 = the one saved "
                                          "with the model in policy.json, else 2 x --budget_tokens)")
 flags.DEFINE_enum("prompt_style", None, ["full", "compact"], "system text (default: saved with the model, else full)")
@@ -54,27 +55,36 @@ def main(argv):
         seeds = tuple(int(s) for s in F.seeds)
     except ValueError:
         raise app.UsageError(f"--seeds must be integers, got {F.seeds}") from None
+    from rollout.policies.prompt import saved_prompt
+
+    try:
+        saved = saved_prompt(F.model).get("evaluation", {}) if os.path.isdir(F.model) else {}
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
+    names = browser_flags.EVALUATION_FLAGS
+    run = browser_flags.evaluation_settings(saved, {k: F[k].value for k in names if F[k].present},
+                                            {k: F[k].default for k in names})
+    if saved:
+        logging.info("evaluating as the pipeline that trained %s did (flags given override): %s", F.model, run)
     cfg = EvalConfig(out_dir=F.out, env=F.env, split=F.split, num_tasks=F.num_tasks, families=tuple(F.families),
-                     seeds=seeds, runs=F.runs, contexts=F.contexts, max_steps=F.max_steps,
-                     step_slack=F.step_slack,
+                     seeds=seeds, runs=F.runs, contexts=F.contexts, max_steps=run["max_steps"],
+                     step_slack=run["step_slack"],
                      temperature=F.temperature, screenshots=F.screenshots, budget_tokens=F.budget_tokens,
                      step_timeout_s=F.step_timeout_s, episode_timeout_s=F.episode_timeout_s,
                      redundancy=F.redundancy)
     env, tasks = browser_flags.env_and_tasks(F.model)
     if F.model.startswith("oracle"):
         browser_flags.require_oracle(env, tasks)
-    params = SamplingParams(temperature=F.temperature, top_p=F.top_p, max_tokens=F.max_tokens, seed=0)
+    params = SamplingParams(temperature=F.temperature, top_p=F.top_p, max_tokens=run["max_tokens"], seed=0)
     try:
-        from rollout.policies.prompt import saved_prompt
-
         prompt_tokens = F.prompt_tokens or (saved_prompt(F.model).get("budget_tokens") if os.path.isdir(F.model)
                                             else None) or F.budget_tokens * 2
         policy = load_policy(F.model, params=params, budget_tokens=prompt_tokens, max_batch=F.max_batch,
-                             step=F.step, env=env, prompt_style=F.prompt_style, constrain=F.constrain)
+                             step=F.step, env=env, prompt_style=F.prompt_style, constrain=run["constrain"])
     except (FileNotFoundError, ValueError) as e:
         raise app.UsageError(str(e)) from None
     meta = {"model": F.model, "step": F.step, "locale": browser_flags.locale(),
-            "max_tokens": F.max_tokens, "top_p": F.top_p, "constrain": F.constrain}
+            "max_tokens": run["max_tokens"], "top_p": F.top_p, "constrain": run["constrain"]}
 
     if F.search == "mcts" and F.model.startswith("oracle"):
         raise app.UsageError("--search=mcts needs a sampling model policy: the oracle cannot propose at a "

@@ -161,3 +161,19 @@ def test_item_names_follow_the_model_unless_the_flag_says_otherwise(tmp_path, ca
     with caplog.at_level(logging.WARNING):
         assert item_names("ordinal", str(model)) == "ordinal"
     assert not caplog.text
+
+
+def test_evaluation_decodes_as_the_pipeline_did_unless_a_flag_is_given():
+    """launch.evaluate on a pipeline model: each of constrain / max_tokens / max_steps / step_slack comes from the
+    command line if given there, else from the model's policy.json ("evaluation"), else the flag's default."""
+    from launch.browser_flags import EVALUATION_FLAGS, evaluation_settings
+
+    defaults = {"constrain": False, "max_tokens": 128, "max_steps": 30, "step_slack": 0}
+    saved = {"constrain": True, "max_tokens": 64, "max_steps": 40, "step_slack": 6}
+    assert set(EVALUATION_FLAGS) == set(defaults)
+    assert evaluation_settings({}, {}, defaults) == defaults  # a model from elsewhere
+    assert evaluation_settings(saved, {}, defaults) == saved
+    given = {"constrain": False, "max_steps": 30}  # given as the defaults' values: still given
+    assert evaluation_settings(saved, given, defaults) == {"constrain": False, "max_tokens": 64, "max_steps": 30,
+                                                           "step_slack": 6}
+    assert evaluation_settings({"max_tokens": 32}, {}, defaults) == {**defaults, "max_tokens": 32}

@@ -114,6 +114,7 @@ def test_collect_cli_prompts_a_pipeline_model_as_it_was_trained(run, tmp_path):
         saved = json.load(f)
     assert saved["page_ids"] == "before" and saved["history_last"] is False and saved["page_cut"] == "end"
     assert saved["item_names"] == "number"  # the tiny preset's wording: launch.evaluate / collect default to it
+    assert saved["evaluation"] == {"constrain": True, "max_tokens": 24, "max_steps": 6, "step_slack": 6}
     with open(os.path.join(model, POLICY_FILE), "w") as f:
         json.dump({**saved, "page_ids": "after", "history_last": True, "page_cut": "text_first"}, f)
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
@@ -129,6 +130,25 @@ def test_collect_cli_prompts_a_pipeline_model_as_it_was_trained(run, tmp_path):
     assert '[2] textbox "Search"' in ep.steps[0]["observation"]  # recorded as rendered, prompted as saved
     assert 'textbox "Search"[2]' in messages[1]["content"] and "[2] textbox" not in messages[1]["content"]
     assert messages[1]["content"].index("Current page:") < messages[1]["content"].index("Previous actions:")
+
+
+def test_evaluate_cli_decodes_a_pipeline_model_as_the_pipeline_did(run, tmp_path):
+    """launch.evaluate on a pipeline model takes the decoding and step cap its evaluation used (policy.json's
+    "evaluation": the tiny preset's constrained decoding, 24 tokens, 6 steps with slack 6) where no flag is given,
+    and a flag given wins (--max_tokens=16)."""
+    out, _ = run
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    got = str(tmp_path / "eval")
+    proc = subprocess.run([sys.executable, "-m", "launch.evaluate", f"--model={os.path.join(out, 'models', 'sft')}",
+                           "--families=procedure", "--num_tasks=1", "--seeds=0", "--contexts=1", "--max_tokens=16",
+                           f"--out={got}", "--noscreenshots"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(os.path.join(got, "eval.json")) as f:
+        ev = json.load(f)
+    assert ev["episodes"] == 1
+    assert (ev["config"]["max_steps"], ev["config"]["step_slack"]) == (6, 6)
+    assert (ev["meta"]["constrain"], ev["meta"]["max_tokens"]) == (True, 16)
 
 
 def test_eval_and_report_have_every_row(run):
