@@ -82,7 +82,10 @@ def item_names(flag: str | None, model: str | None) -> str:
     multi_cart tasks for that alone, so a flag that differs from the model's is said in the log."""
     from rollout.policies.prompt import saved_prompt
 
-    trained = saved_prompt(model).get("item_names") if model and os.path.isdir(model) else None
+    try:
+        trained = saved_prompt(model).get("item_names") if model and os.path.isdir(model) else None
+    except ValueError as e:  # a policy.json that names no known prompt: say so before the browser starts
+        raise app.UsageError(str(e)) from None
     if flag and trained and flag != trained:
         logging.warning("--item_names=%s, but %s was trained on item_names=%s tasks", flag, model, trained)
     return flag or trained or "number"

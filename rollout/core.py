@@ -270,7 +270,7 @@ class Environment(abc.ABC):
     def wrong_sort(self, task: Task, obs: Observation, memory: dict, rng) -> Command | None:
         """Where the plan picks an item from a results list and the task asks for no order, a click on one of the
         list's sort links (the mix-up a trained model makes: it sorts where only another family's task sorts). The
-        caller goes back at once and then follows the plan, so ``memory`` stays as it is. None where this state
+        caller goes back at once and then follows the plan, so the plan is not advanced by it. None where this state
         offers none. Default: none."""
         return None
 

@@ -146,6 +146,8 @@ def test_item_names_follow_the_model_unless_the_flag_says_otherwise(tmp_path, ca
     import json
     import logging
 
+    from absl import app
+
     from launch.browser_flags import item_names
 
     model = tmp_path / "sft"
@@ -161,6 +163,9 @@ def test_item_names_follow_the_model_unless_the_flag_says_otherwise(tmp_path, ca
     with caplog.at_level(logging.WARNING):
         assert item_names("ordinal", str(model)) == "ordinal"
     assert not caplog.text
+    (model / "policy.json").write_text(json.dumps({"prompt_style": "terse"}))  # not a known prompt: a usage error
+    with pytest.raises(app.UsageError, match="prompt_style 'terse'"):
+        item_names(None, str(model))
 
 
 def test_evaluation_decodes_as_the_pipeline_did_unless_a_flag_is_given():
