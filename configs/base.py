@@ -56,6 +56,10 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         # DPO / TGPO: a pair's log-ratios over this many tokens from where its two actions first differ (the
         # decision), not the whole actions (0 = whole; docs/method.md §7 "Decision window")
         decision_window=0,
+        # DPO / TGPO: False = a pair's log-ratios over its decision tokens only, the copies (tgpo_jax/data/decisions.py)
+        # left out of the margin on both actions (docs/method.md §7 "Copies out of the margin"; True = every token;
+        # measured, not kept: BUILD_NOTES.md, issue 16)
+        margin_copies=True,
         # DPO / TGPO / KTO / KTO-Tree: + sft_alpha * token-mean NLL of every successful step of the batch's nodes
         # (the SFT items, on nodes with or without pairs), to hold the states the pairs do not cover (0 = off;
         # docs/method.md §7)

@@ -301,6 +301,8 @@ class Pipeline:
         for key in ("rpo_alpha", "decision_window", "sft_alpha"):  # only when set: runs made before the option keep their specs
             if not t.get("loss", {}).get(key, 1):
                 t["loss"].pop(key)
+        if t.get("loss", {}).get("margin_copies", False):  # the default: specs made before the option stay the same
+            t["loss"].pop("margin_copies")
         for key in ("distance_agree", "family_balance"):  # the same for the pairs' distance rule, the family weights
             if not t.get("data", {}).get(key, True):
                 t["data"].pop(key)

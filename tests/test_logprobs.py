@@ -243,6 +243,51 @@ def test_decision_window_scores_the_tokens_from_where_the_actions_differ(setup, 
     assert abs(float(loss) - float(whole)) > 1e-3  # the window changes the loss
 
 
+@pytest.mark.parametrize("layout", ["packed", "plain"])
+def test_a_margin_without_copies_scores_the_decision_tokens_alone(setup, spm_tokenizer, layout):
+    """margin_copies=False: each action's log-ratio sums over its decision tokens (decisions.decision_mask against
+    the prompt) and nothing else, checked against separate forwards of two models; the chosen anchor still reads
+    the whole action."""
+    from tgpo_jax.data.decisions import decision_mask
+
+    model, nodes = setup
+    ref_model = init_model(model.cfg, seed=7)
+    cc = CollateConfig(method="dpo", layout=layout, max_len=256, max_prompt_len=160, max_completion_len=32,
+                       max_branches=3, max_pairs=3, margin_decisions=True)
+    exs = [build_example(n, spm_tokenizer, cc) for n in nodes]
+    batch = jax.tree.map(jnp.asarray, stack(exs))
+    pol, tok_lp, _ = slot_logprobs(model, batch, chunk=64)
+    ref, ref_tok, _ = slot_logprobs(ref_model, batch, chunk=64)
+    beta, want, copies = 0.3, [], 0
+    forward = nnx.jit(lambda m, x: jax.nn.log_softmax(m(x)[0].astype(jnp.float32), -1))
+    for i, node in enumerate(nodes):
+        prompt, comps, _ = tokenize_node(node, spm_tokenizer, cc)
+        ex = exs[i]
+        for p in np.flatnonzero(ex["pair_valid"]):
+            a, b = comps[ex["pair_chosen"][p]], comps[ex["pair_rejected"][p]]
+
+            def decided(m, seq):  # log p of seq's decision tokens given the prompt, from one whole forward
+                logp = forward(m, jnp.asarray([(prompt + seq + [0] * 256)[:256]]))[0]
+                keep = decision_mask(prompt, seq)
+                return float(sum(logp[len(prompt) - 1 + k, seq[k]] for k in np.flatnonzero(keep)))
+
+            copies += int((~decision_mask(prompt, a)).sum() + (~decision_mask(prompt, b)).sum())
+            delta = (decided(model, a) - decided(ref_model, a)) - (decided(model, b) - decided(ref_model, b))
+            want.append(-np.log(1 / (1 + np.exp(-beta * delta))))
+    assert copies, "no copy token in any pair: the mask would not be tested"
+    cfg = LossConfig(method="dpo", beta=beta, margin_copies=False)
+    loss, _ = objective(pol, ref, tok_lp, None, batch, cfg, ref_tok)
+    np.testing.assert_allclose(float(loss), np.mean(want), rtol=2e-4, atol=1e-5)
+    whole, _ = objective(pol, ref, tok_lp, None, batch, LossConfig(method="dpo", beta=beta), ref_tok)
+    assert abs(float(loss) - float(whole)) > 1e-3  # the copies were in the whole-action margin
+    with pytest.raises(ValueError, match="margin_copies=False"):
+        LossConfig(method="kto", margin_copies=False)
+    with pytest.raises(ValueError, match="reference=live"):
+        LossConfig(method="tgpo", reference="precomputed", margin_copies=False)
+    with pytest.raises(ValueError, match="margin_decisions is a DPO / TGPO setting"):
+        CollateConfig(method="sft", margin_decisions=True)
+
+
 def test_decision_window_needs_a_live_reference():
     with pytest.raises(ValueError, match="reference=live"):
         LossConfig(method="tgpo", reference="precomputed", decision_window=1)

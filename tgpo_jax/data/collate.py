@@ -50,6 +50,9 @@ class CollateConfig:
     # loss, whatever its share of the steps (pipeline.family_weights; docs/method.md §7 "family balance")
     family_balance: bool = False
     sft_slots: bool = False  # DPO / TGPO / KTO(-Tree): also the node's SFT items as slots (slot_sft), for the SFT term
+    # DPO / TGPO: token_weight 1 on decision tokens, 0 on copies (decisions.py), for a margin without the copies
+    # (objective.pair_token_logprobs; set from loss.margin_copies)
+    margin_decisions: bool = False
     pairs: ex.PairConfig = ex.PairConfig()
 
     def __post_init__(self):
@@ -67,6 +70,8 @@ class CollateConfig:
         if not self.head_weight > 0 or self.head_words < 1:
             raise ValueError(f"head_weight={self.head_weight}, head_words={self.head_words}: expected a weight > 0 "
                              "(1 = every token alike) and at least one word")
+        if self.margin_decisions and self.method not in ("dpo", "tgpo"):
+            raise ValueError(f"margin_decisions is a DPO / TGPO setting (method {self.method!r})")
         if self.max_prompt_len + self.max_completion_len > self.max_len:
             raise ValueError(f"max_prompt_len ({self.max_prompt_len}) + max_completion_len "
                              f"({self.max_completion_len}) exceeds max_len ({self.max_len})")
@@ -129,7 +134,8 @@ def empty_example(cfg: CollateConfig) -> dict[str, np.ndarray]:
         "pred": np.zeros((r, l), np.int32),  # index of the token whose hidden state predicts this one
         "slot": np.full((r, l), -1, np.int32),  # slot of a loss-carrying token, -1 elsewhere
         "slot_pos": np.zeros((r, l), np.int32),  # index of a loss-carrying token within its action
-        "token_weight": np.zeros((r, l), np.float32),  # SFT loss weight of a loss-carrying token, 0 elsewhere
+        # SFT loss weight of a loss-carrying token (DPO / TGPO with margin_decisions: 1 decision, 0 copy), 0 elsewhere
+        "token_weight": np.zeros((r, l), np.float32),
         "slot_valid": np.zeros((s,), bool),
         "slot_behaviour": np.zeros((s,), np.float32),
         "slot_has_behaviour": np.zeros((s,), bool),
@@ -167,8 +173,12 @@ def _place(ex_: dict, row: int, start: int, ids: Sequence[int], segment: int, po
 
 
 def token_weights(prompt: Sequence[int], seqs, cfg: CollateConfig, heads=None) -> dict[int, np.ndarray | float]:
-    """{slot: per-token loss weight} (SFT only): ``decision_weight`` on decision tokens, 1 on copies, times
-    ``head_weight`` on the thought's first words; ``heads``: {slot: ``head_span``} (None: no thought)."""
+    """{slot: per-token loss weight}. SFT: ``decision_weight`` on decision tokens, 1 on copies, times ``head_weight``
+    on the thought's first words; ``heads``: {slot: ``head_span``} (None: no thought). DPO / TGPO with
+    ``margin_decisions``: 1 on decision tokens, 0 on copies (the pair margin's tokens)."""
+    if cfg.margin_decisions:
+        table = continuations(prompt)
+        return {slot: decision_mask(prompt, ids, table).astype(np.float32) for slot, ids in seqs}
     if cfg.method != "sft" or (cfg.decision_weight == 1.0 and cfg.head_weight == 1.0):
         return {slot: 1.0 for slot, _ in seqs}
     table = continuations(prompt) if cfg.decision_weight != 1.0 else None

@@ -71,7 +71,7 @@ def collate_config(cfg) -> CollateConfig:
                          max_pairs=d.max_pairs, max_items=d.max_items, kl_slot=d.kl_slot,
                          decision_weight=d.decision_weight, head_weight=d.head_weight,
                          head_words=d.head_words, family_balance=d.get("family_balance", False), pairs=pairs,
-                         sft_slots=cfg.loss.sft_alpha > 0)
+                         sft_slots=cfg.loss.sft_alpha > 0, margin_decisions=not cfg.loss.get("margin_copies", True))
 
 
 def with_loss_positions(local: dict) -> dict:
@@ -104,7 +104,8 @@ def loss_config(cfg, desirable_weight: float = 1.0, undesirable_weight: float = 
     return LossConfig(method=cfg.method, beta=lc.beta, dpo_loss_type=lc.dpo_loss_type,
                       label_smoothing=lc.label_smoothing, desirable_weight=desirable_weight,
                       undesirable_weight=undesirable_weight, reference=lc.reference, focal_gamma=lc.focal_gamma,
-                      rpo_alpha=lc.rpo_alpha, decision_window=lc.decision_window, sft_alpha=lc.sft_alpha)
+                      rpo_alpha=lc.rpo_alpha, decision_window=lc.decision_window, sft_alpha=lc.sft_alpha,
+                      margin_copies=lc.get("margin_copies", True))
 
 
 def optim_config(cfg, total_steps: int) -> OptimConfig:

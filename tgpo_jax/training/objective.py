@@ -24,6 +24,8 @@ class LossConfig:
     rpo_alpha: float = 0.0  # DPO / TGPO: weight of the chosen actions' token-mean NLL (losses.chosen_nll; 0 = off)
     # DPO / TGPO: log-ratios over this many tokens from a pair's first differing token (0 = the whole actions)
     decision_window: int = 0
+    # DPO / TGPO: False = the log-ratios over decision tokens only (collate's token_weight > 0, margin_decisions)
+    margin_copies: bool = True
     # DPO / TGPO / KTO / KTO-Tree: weight of the token-mean NLL over the batch's SFT slots (collate's slot_sft; 0 = off)
     sft_alpha: float = 0.0
 
@@ -42,6 +44,9 @@ class LossConfig:
         if not self.sft_alpha >= 0 or (self.sft_alpha and self.method not in ("dpo", "tgpo", "kto", "kto_tree")):
             raise ValueError(f"sft_alpha={self.sft_alpha}: must be >= 0, and is a DPO / TGPO / KTO setting (method "
                              f"{self.method})")
+        if not self.margin_copies and (self.method not in ("dpo", "tgpo") or self.reference != "live"):
+            raise ValueError(f"margin_copies=False is a DPO / TGPO setting and needs the reference's token log-probs "
+                             f"(reference=live; method {self.method}, reference {self.reference})")
         if self.decision_window and self.reference != "live":
             raise ValueError(f"decision_window={self.decision_window} needs the reference's token log-probs: "
                              f"reference=live (a {self.reference} reference stores whole-action sums only)")
@@ -77,9 +82,11 @@ def slot_token_counts(batch: dict):
     return jax.ops.segment_sum(jnp.ones(ids.shape, jnp.float32), ids, num_segments=b * s + 1)[:b * s]
 
 
-def pair_window_logprobs(token_lp, batch: dict, which: str, window: int):
+def pair_token_logprobs(token_lp, batch: dict, which: str, window: int = 0, decisions: bool = False):
     """Summed log-probs [B*P] of each pair's ``which`` ('pair_chosen' / 'pair_rejected') slot over the ``window``
-    tokens from the pair's first differing token (``pair_from``; docs/method.md §7 "Decision window").
+    tokens from the pair's first differing token (``pair_from``; 0 = to the end; docs/method.md §7 "Decision
+    window"), and with ``decisions`` over its decision tokens only (``token_weight`` > 0: collate's
+    ``margin_decisions``; §7 "Copies out of the margin").
 
     The two actions' shared prefix has the same log-probs in both (same prompt, same tokens before it), so it
     cancels in the margin anyway; the window also drops what follows the decision, which in the rejected action
@@ -90,8 +97,11 @@ def pair_window_logprobs(token_lp, batch: dict, which: str, window: int):
     slot = batch["slot"].reshape(b, -1)  # [B, R*L] slot of each token, -1 off-slot
     pos = batch["slot_pos"].reshape(b, -1)  # [B, R*L] index of each token within its action
     idx, start = batch[which], batch["pair_from"]  # [B, P]
-    inside = ((slot[:, None, :] == idx[:, :, None]) & (pos[:, None, :] >= start[:, :, None])
-              & (pos[:, None, :] < start[:, :, None] + window))  # [B, P, R*L]
+    inside = (slot[:, None, :] == idx[:, :, None]) & (pos[:, None, :] >= start[:, :, None])  # [B, P, R*L]
+    if window:
+        inside &= pos[:, None, :] < start[:, :, None] + window
+    if decisions:
+        inside &= (batch["token_weight"].reshape(b, -1) > 0)[:, None, :]
     return jnp.sum(jnp.where(inside, lp[:, None, :], 0.0), axis=-1).reshape(-1)
 
 
@@ -108,11 +118,12 @@ def objective(policy_slots, ref_slots, token_lp, token_on, batch: dict, cfg: Los
         c, r = _global(batch["pair_chosen"], s), _global(batch["pair_rejected"], s)
         valid = batch["pair_valid"].reshape(-1)
         args = (policy_slots[c], policy_slots[r], ref_slots[c], ref_slots[r])
-        if cfg.decision_window:
+        if cfg.decision_window or not cfg.margin_copies:
             if ref_token_lp is None:
-                raise ValueError("decision_window needs the reference's token log-probs (ref_token_lp)")
-            w = cfg.decision_window
-            args = tuple(pair_window_logprobs(t, batch, k, w) for t, k in
+                raise ValueError("decision_window / margin_copies=False need the reference's token log-probs "
+                                 "(ref_token_lp)")
+            w, dec = cfg.decision_window, not cfg.margin_copies
+            args = tuple(pair_token_logprobs(t, batch, k, w, dec) for t, k in
                          ((token_lp, "pair_chosen"), (token_lp, "pair_rejected"),
                           (ref_token_lp, "pair_chosen"), (ref_token_lp, "pair_rejected")))
         if cfg.method == "tgpo":
