@@ -104,6 +104,23 @@ def report(p) -> dict:
     return {"best": best_, **paths}
 
 
+def save_policy_file(cfg, model_dir: str) -> None:
+    """``policy.json`` next to a model of the run ``cfg``: launch.evaluate / collect then prompt it as it was trained,
+    on tasks worded as its training tasks were (the shop's ``item_names``), and launch.evaluate decodes and caps its
+    episodes as this run's evaluation did (``evaluation``)."""
+    from rollout.policies.prompt import POLICY_FILE
+
+    saved = {"prompt_style": cfg.prompt_style, "budget_tokens": cfg.prompt_tokens,
+             "thought_chars": cfg.history_thoughts, "page_ids": cfg.page_ids, "history_last": cfg.history_last,
+             "keep_recent": cfg.keep_recent, "page_cut": cfg.page_cut}
+    if cfg.env.name == "shop":
+        saved["item_names"] = cfg.env.get("item_names", "number")
+    e = cfg.eval  # how the report's held-out numbers were decoded: launch.evaluate's defaults for this model
+    saved["evaluation"] = {"constrain": bool(e.constrain), "max_tokens": int(e.max_tokens),
+                           "max_steps": int(e.max_steps), "step_slack": int(e.step_slack)}
+    write_text_atomic(os.path.join(model_dir, POLICY_FILE), json.dumps(saved))
+
+
 def export(p) -> dict:
     """The export stage: the best trained model (``best``) as a Hugging Face directory."""
     from tgpo_jax.training.restore import export_run
@@ -111,7 +128,7 @@ def export(p) -> dict:
     evals = eval_results(p)
     name = best(p, evals)
     out_dir, line = export_run(p.path("runs", name), p.path("export"), dtype=p.cfg.export.dtype or None)
-    p.save_prompt(out_dir)
+    save_policy_file(p.cfg, out_dir)
     write_text_atomic(os.path.join(out_dir, "tgpo_pipeline.json"), json.dumps(
         {"model": name, "method": parse_name(name)[0], "eval": evals[name]["mean"],
          "run_dir": p.path("runs", name)}, indent=1))

@@ -332,23 +332,6 @@ class Pipeline:
                            history_last=self.cfg.history_last, keep_recent=self.cfg.keep_recent,
                            page_cut=self.cfg.page_cut, constrain=constrain)
 
-    def save_prompt(self, model_dir: str) -> None:
-        """``policy.json`` next to a model: launch.evaluate / collect then prompt it as it was trained, on tasks
-        worded as its training tasks were (the shop's ``item_names``), and launch.evaluate decodes and caps its
-        episodes as this pipeline's evaluation did (``evaluation``)."""
-        from rollout.policies.prompt import POLICY_FILE
-
-        saved = {"prompt_style": self.cfg.prompt_style, "budget_tokens": self.cfg.prompt_tokens,
-                 "thought_chars": self.cfg.history_thoughts, "page_ids": self.cfg.page_ids,
-                 "history_last": self.cfg.history_last, "keep_recent": self.cfg.keep_recent,
-                 "page_cut": self.cfg.page_cut}
-        if self.cfg.env.name == "shop":
-            saved["item_names"] = self.cfg.env.get("item_names", "number")
-        e = self.cfg.eval  # how the report's held-out numbers were decoded: launch.evaluate's defaults for this model
-        saved["evaluation"] = {"constrain": bool(e.constrain), "max_tokens": int(e.max_tokens),
-                               "max_steps": int(e.max_steps), "step_slack": int(e.step_slack)}
-        write_text_atomic(os.path.join(model_dir, POLICY_FILE), json.dumps(saved))
-
     @staticmethod
     def with_policy(policy, coro):
         async def go():
@@ -463,7 +446,7 @@ class Pipeline:
             name = self.base_name(seed)
             if self.cfg.pretrain_window <= 0:
                 export_hf(model, self.path("models", name), tokenizer)
-                self.save_prompt(self.path("models", name))
+                outputs.save_policy_file(self.cfg, self.path("models", name))
                 continue
             init = self.path("models", name.replace("base", "init"))
             export_hf(model, init, tokenizer)
@@ -492,10 +475,10 @@ class Pipeline:
         t.data.max_len = max(t.data.max_len, t.data.max_prompt_len + t.data.max_completion_len)
         t.train.output_dir = self.path("runs", name)
         t.train.progress = t.train.progress and self.progress
-        self.save_prompt(t.train.output_dir)  # creates the run directory
+        outputs.save_policy_file(self.cfg, t.train.output_dir)  # creates the run directory
         summary = train(t)
         export_run(self.path("runs", name), self.path("models", name))
-        self.save_prompt(self.path("models", name))
+        outputs.save_policy_file(self.cfg, self.path("models", name))
         return {"windows": len(records), "steps": summary.get("final_step"),
                 "loss": float((summary.get("final") or {}).get("train/loss", float("nan")))}
 
@@ -590,10 +573,11 @@ class Pipeline:
             # the control makes TGPO's number of updates (a pass over its SFT items is not one over TGPO's nodes):
             # the same schedule over the same steps, so what differs is the loss alone
             t.train.max_steps = self.planned_steps("tgpo", r)
-        self.save_prompt(t.train.output_dir)  # creates the run directory; its checkpoints are then prompted as trained (launch.* --step)
+        # creates the run directory; its checkpoints are then prompted as trained (launch.* --step)
+        outputs.save_policy_file(self.cfg, t.train.output_dir)
         summary = train(t)
         _, line = export_run(self.path("runs", name), self.model_dir(name))
-        self.save_prompt(self.model_dir(name))
+        outputs.save_policy_file(self.cfg, self.model_dir(name))
         log.info(line)
         return json.loads(json.dumps({"final": summary.get("final"), "steps": summary.get("final_step"),
                                       "per_epoch": summary.get("per_epoch")}, default=float))

@@ -58,9 +58,10 @@ def main(argv):
     from rollout.policies.prompt import saved_prompt
 
     try:
-        saved = saved_prompt(F.model).get("evaluation", {}) if os.path.isdir(F.model) else {}
+        trained = saved_prompt(F.model) if os.path.isdir(F.model) else {}  # policy.json, read once
     except ValueError as e:
         raise app.UsageError(str(e)) from None
+    saved = trained.get("evaluation", {})
     names = browser_flags.EVALUATION_FLAGS
     run = browser_flags.evaluation_settings(saved, {k: F[k].value for k in names if F[k].present},
                                             {k: F[k].default for k in names})
@@ -77,8 +78,7 @@ def main(argv):
         browser_flags.require_oracle(env, tasks)
     params = SamplingParams(temperature=F.temperature, top_p=F.top_p, max_tokens=run["max_tokens"], seed=0)
     try:
-        prompt_tokens = F.prompt_tokens or (saved_prompt(F.model).get("budget_tokens") if os.path.isdir(F.model)
-                                            else None) or F.budget_tokens * 2
+        prompt_tokens = F.prompt_tokens or trained.get("budget_tokens") or F.budget_tokens * 2
         policy = load_policy(F.model, params=params, budget_tokens=prompt_tokens, max_batch=F.max_batch,
                              step=F.step, env=env, prompt_style=F.prompt_style, constrain=run["constrain"])
     except (FileNotFoundError, ValueError) as e:

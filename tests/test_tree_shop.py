@@ -165,7 +165,8 @@ def test_an_undone_wrong_sort_gives_one_run_a_pair_at_the_results_page(tmp_path,
         node = g.state_node[StateRef(0, t)]
         assert g.state_node[StateRef(0, t + 2)] == node  # back where the sort was clicked
         sort, others = _branch_at(g, node, t)
-        product = [b for b in others if "/item/" in ep.steps[t + 3]["url"] and b.goal_distance < sort.goal_distance]
+        assert "/item/" in ep.steps[t + 3]["url"]  # back on the results page, the plan's product
+        product = [b for b in others if b.goal_distance < sort.goal_distance]
         assert product and all(b.q > sort.q for b in product), (task_id, t, sort, others)
     # rate 1: the plan's every product choice met the sort once (not again on the page it went back to): one per
     # webshop task, one per item of a multi_cart task
