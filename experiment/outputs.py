@@ -106,15 +106,16 @@ def report(p) -> dict:
 
 def save_policy_file(cfg, model_dir: str) -> None:
     """``policy.json`` next to a model of the run ``cfg``: launch.evaluate / collect then prompt it as it was trained,
-    on tasks worded as its training tasks were (the shop's ``item_names``), and launch.evaluate decodes and caps its
-    episodes as this run's evaluation did (``evaluation``)."""
+    on the shop it trained on (``shop``: the catalogue's locale and seed, and the task wording ``item_names``), and
+    launch.evaluate decodes and caps its episodes as this run's evaluation did (``evaluation``)."""
     from rollout.policies.prompt import POLICY_FILE
 
     saved = {"prompt_style": cfg.prompt_style, "budget_tokens": cfg.prompt_tokens,
              "thought_chars": cfg.history_thoughts, "page_ids": cfg.page_ids, "history_last": cfg.history_last,
              "keep_recent": cfg.keep_recent, "page_cut": cfg.page_cut}
     if cfg.env.name == "shop":
-        saved["item_names"] = cfg.env.get("item_names", "number")
+        saved["shop"] = {"locale": cfg.env.locale, "seed": int(cfg.env.seed),
+                         "item_names": cfg.env.get("item_names", "number")}
     e = cfg.eval  # how the report's held-out numbers were decoded: launch.evaluate's defaults for this model
     saved["evaluation"] = {"constrain": bool(e.constrain), "max_tokens": int(e.max_tokens),
                            "max_steps": int(e.max_steps), "step_slack": int(e.step_slack)}

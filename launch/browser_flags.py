@@ -27,10 +27,12 @@ def define(*, split: str, runs: int, runs_help: str, temperature: float, tempera
     flags.DEFINE_list("task_ids", [], "explicit task ids (overrides --num_tasks)")
     flags.DEFINE_list("families", [], "only these task families; 'all': every family (--env=miniwob: every task "
                       "the miniwob package registers, not only the oracle's; named MiniWoB++ tasks need no oracle)")
-    flags.DEFINE_string("locale", "en", "shop catalogue locale: en | zh")
+    # the shop's settings: default as the pipeline run that trained --model built its shop (policy.json)
+    flags.DEFINE_enum("locale", None, ["en", "zh"], "shop catalogue locale; default: --model's (policy.json), else en")
+    flags.DEFINE_integer("shop_seed", None, "shop catalogue and task seed (the pipeline's env.seed); default: "
+                         "--model's (policy.json), else 0")
     flags.DEFINE_enum("item_names", None, list(ITEM_NAMES), "shop: how multi_cart tasks name their items "
-                      "('item 2 [..]' or 'second item [..]'); default: as the pipeline run that trained --model "
-                      "(its policy.json), else number")
+                      "('item 2 [..]' or 'second item [..]'); default: --model's (policy.json), else number")
     flags.DEFINE_integer("runs", runs, runs_help)
     # how each episode runs
     flags.DEFINE_integer("contexts", c.contexts, "parallel browser contexts")
@@ -50,14 +52,15 @@ def define(*, split: str, runs: int, runs_help: str, temperature: float, tempera
 
 def env_and_tasks(model: str | None = None):
     """The environment and the tasks the flags select (a usage error when they select none); ``model``: the model
-    directory whose task wording (the shop's ``item_names``) is the default."""
+    directory whose shop (catalogue locale and seed, task wording) is the default."""
     from rollout.collect import select_tasks
     from rollout.envs import make_env
 
     if (F.env == "tasks") != bool(F.tasks):
         raise app.UsageError("--tasks=FILE goes with --env=tasks (and --env=tasks needs it)")
     families = _families()
-    kwargs = ({"locale": F.locale, "item_names": item_names(F.item_names, model)} if F.env == "shop" else
+    given = {"locale": F.locale, "seed": F.shop_seed, "item_names": F.item_names}
+    kwargs = (shop_settings({k: v for k, v in given.items() if v is not None}, model) if F.env == "shop" else
               {"path": F.tasks, "origin": F.tasks_origin} if F.env == "tasks" else _miniwob_tasks(families))
     try:
         env = make_env(F.env, **kwargs)
@@ -76,19 +79,27 @@ def env_and_tasks(model: str | None = None):
     return env, tasks
 
 
-def item_names(flag: str | None, model: str | None) -> str:
-    """The shop's multi_cart wording: ``flag`` if given, else the one ``model`` was trained on (``policy.json``
-    from the pipeline), else "number". A model trained on "second item [..]" and asked "item 2 [..]" fails its
-    multi_cart tasks for that alone, so a flag that differs from the model's is said in the log."""
+SHOP_DEFAULTS = {"locale": "en", "seed": 0, "item_names": "number"}  # ShopEnv's
+
+
+def shop_settings(given: dict, model: str | None) -> dict:
+    """The shop's settings (``ShopEnv`` kwargs: catalogue locale and seed, multi_cart's wording): each from ``given``
+    (the flags set), else as the pipeline run that trained ``model`` built its shop (``policy.json``'s ``shop``; files
+    from before it hold ``item_names`` alone), else the default. Why: another seed is another catalogue and other
+    tasks, another wording fails multi_cart for the wording alone, and nothing in an episode would say so; a flag
+    that differs from the model's is said in the log."""
     from rollout.policies.prompt import saved_prompt
 
     try:
-        trained = saved_prompt(model).get("item_names") if model and os.path.isdir(model) else None
+        saved = saved_prompt(model) if model and os.path.isdir(model) else {}
     except ValueError as e:  # a policy.json that names no known prompt: say so before the browser starts
         raise app.UsageError(str(e)) from None
-    if flag and trained and flag != trained:
-        logging.warning("--item_names=%s, but %s was trained on item_names=%s tasks", flag, model, trained)
-    return flag or trained or "number"
+    trained = saved.get("shop") or ({"item_names": saved["item_names"]} if "item_names" in saved else {})
+    for k, v in given.items():
+        if k in trained and v != trained[k]:
+            logging.warning("--%s=%s, but %s was trained on a shop with %s=%s",
+                            "shop_seed" if k == "seed" else k, v, model, k, trained[k])
+    return {k: given.get(k, trained.get(k, d)) for k, d in SHOP_DEFAULTS.items()}
 
 
 EVALUATION_FLAGS = ("constrain", "max_tokens", "max_steps", "step_slack")
@@ -128,9 +139,9 @@ def require_oracle(env, tasks) -> None:
         raise app.UsageError(str(e)) from None
 
 
-def locale() -> str | None:
+def locale(env) -> str | None:
     """The shop's catalogue locale for a run's metadata (None for other environments)."""
-    return F.locale if F.env == "shop" else None
+    return env.locale if F.env == "shop" else None
 
 
 def define_search(prefix: str) -> None:

@@ -119,7 +119,7 @@ def main(argv):
     cfg = CollectConfig(out_dir=F.out, runs=F.runs, tree_tasks=F.tree_tasks, seed=F.seed, contexts=F.contexts,
                         shard_index=F.shard_index, num_shards=F.num_shards, retry_errored=F.retry_errored,
                         harness=harness)
-    meta = {"split": F.split, "locale": browser_flags.locale(), **policy_meta}
+    meta = {"split": F.split, "locale": browser_flags.locale(env), **policy_meta}
 
     async def go():
         try:

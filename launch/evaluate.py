@@ -83,7 +83,7 @@ def main(argv):
                              step=F.step, env=env, prompt_style=F.prompt_style, constrain=run["constrain"])
     except (FileNotFoundError, ValueError) as e:
         raise app.UsageError(str(e)) from None
-    meta = {"model": F.model, "step": F.step, "locale": browser_flags.locale(),
+    meta = {"model": F.model, "step": F.step, "locale": browser_flags.locale(env),
             "max_tokens": run["max_tokens"], "top_p": F.top_p, "constrain": run["constrain"]}
 
     if F.search == "mcts" and F.model.startswith("oracle"):

@@ -139,33 +139,55 @@ def test_oracle_on_a_task_without_a_plan_stops_before_any_episode(tmp_path, entr
     assert not out.exists()  # refused before the output directory was made
 
 
-def test_item_names_follow_the_model_unless_the_flag_says_otherwise(tmp_path, caplog):
-    """The shop's multi_cart wording for launch.evaluate / collect: the flag, else the model's policy.json (written by
-    the pipeline), else "number"; a flag that differs from the model's is logged (its multi_cart tasks would fail for
-    the wording alone)."""
+def test_the_shop_follows_the_model_unless_a_flag_says_otherwise(tmp_path, caplog):
+    """The shop launch.evaluate / collect build (catalogue locale and seed, multi_cart's wording): each from its flag,
+    else the model's policy.json (written by the pipeline; older files hold item_names alone), else the default; a
+    flag that differs from the model's is logged (another seed is another catalogue, and nothing else would say so)."""
     import json
     import logging
 
     from absl import app
 
-    from launch.browser_flags import item_names
+    from launch.browser_flags import shop_settings
 
+    default = {"locale": "en", "seed": 0, "item_names": "number"}
     model = tmp_path / "sft"
     model.mkdir()
-    assert item_names(None, str(model)) == "number"  # no policy.json
-    (model / "policy.json").write_text(json.dumps({"prompt_style": "compact", "item_names": "ordinal"}))
-    assert item_names(None, str(model)) == "ordinal"
-    assert item_names(None, None) == "number" and item_names(None, "bundled") == "number"
+    assert shop_settings({}, str(model)) == default  # no policy.json
+    assert shop_settings({}, None) == default and shop_settings({}, "bundled") == default
+    (model / "policy.json").write_text(json.dumps({"prompt_style": "compact", "item_names": "ordinal"}))  # older
+    assert shop_settings({}, str(model)) == {**default, "item_names": "ordinal"}
+    trained = {"locale": "zh", "seed": 3, "item_names": "ordinal"}
+    (model / "policy.json").write_text(json.dumps({"prompt_style": "compact", "shop": trained}))
+    assert shop_settings({}, str(model)) == trained
     with caplog.at_level(logging.WARNING):
-        assert item_names("number", str(model)) == "number"
-    assert "trained on item_names=ordinal" in caplog.text
-    caplog.clear()
-    with caplog.at_level(logging.WARNING):
-        assert item_names("ordinal", str(model)) == "ordinal"
-    assert not caplog.text
+        assert shop_settings({"seed": 0, "item_names": "ordinal"}, str(model)) == {**trained, "seed": 0}
+    assert "--shop_seed=0, but" in caplog.text and "seed=3" in caplog.text and "item_names" not in caplog.text
     (model / "policy.json").write_text(json.dumps({"prompt_style": "terse"}))  # not a known prompt: a usage error
     with pytest.raises(app.UsageError, match="prompt_style 'terse'"):
-        item_names(None, str(model))
+        shop_settings({}, str(model))
+
+
+def test_evaluate_builds_the_shop_its_model_trained_on(tmp_path):
+    """End to end through the flags: a model whose policy.json names another catalogue seed and locale gets that
+    shop (its tasks are that catalogue's), and --shop_seed still overrides."""
+    import json
+
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "policy.json").write_text(json.dumps({"prompt_style": "compact",
+                                                   "shop": {"locale": "zh", "seed": 5, "item_names": "number"}}))
+    code = _SELECT.replace("browser_flags.env_and_tasks()", "browser_flags.env_and_tasks(%r)" % str(model)).replace(
+        '"tasks": len(tasks)}', '"tasks": len(tasks), "seed": env.seed, "locale": env.locale, '
+        '"first": tasks[0].instruction}')
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    args = [["--num_tasks=1"], ["--num_tasks=1", "--shop_seed=0", "--locale=en"]]
+    r = subprocess.run([sys.executable, "-c", code, json.dumps(args)], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    saved, flagged = (json.loads(line) for line in r.stdout.strip().splitlines()[-2:])
+    assert (saved["seed"], saved["locale"]) == (5, "zh") and (flagged["seed"], flagged["locale"]) == (0, "en")
+    assert saved["first"] != flagged["first"]  # another catalogue: another task
 
 
 def test_evaluation_decodes_as_the_pipeline_did_unless_a_flag_is_given():
