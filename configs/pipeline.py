@@ -126,8 +126,9 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         # and not set twice on a page: SFT +10 [+2, +20] points over two seeds, same models (BUILD_NOTES.md, issue 16)
         constrain=True,
         redundancy="either",
-        # success vs training steps: the first seed's model of each curve method, evaluated at curve_points
-        # snapshots (the last is the final model) on the first curve_tasks held-out tasks
+        # success vs training steps: the first seed's model of each curve method ('*' alone: each trained method
+        # Table 1 evaluates), evaluated at curve_points snapshots (the last is the final model) on the first
+        # curve_tasks held-out tasks
         curve_methods=(), curve_points=4, curve_tasks=30,
         # Agent Q's search at inference (the `search` settings): these methods' first-seed models also search each of
         # the first search_tasks held-out tasks (solved = a simulation succeeded), reported beside their plain
@@ -218,6 +219,9 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         if preset == "default":  # the 30-minute budget: SFT and TGPO only, evaluated on 50 held-out tasks
             c.methods = ("sft", "tgpo")
             c.eval.models = ("sft", "tgpo")
+            # the report's success-vs-training-steps plot: three snapshots of each evaluated method on the first 30
+            # held-out tasks ('*': the methods of --config.methods that Table 1 evaluates)
+            c.eval.curve_methods = ("*",)
         c.pretrain.data.update(max_len=300, max_prompt_len=32, max_completion_len=257)
         c.pretrain.train.update(batch_size=8, num_epochs=1, max_steps=200)
         c.pretrain.optim.update(learning_rate=2e-3, warmup_fraction=0.05, schedule="cosine")

@@ -6,7 +6,7 @@ import json
 import os
 
 from experiment import agent_q, judge_dpo
-from experiment.names import DISPLAY, display_name, method_label, parse_name
+from experiment.names import DISPLAY, display_name, method_label, model_name, parse_name
 from tgpo_jax.data.collate import METHODS
 from tgpo_jax.files import write_text_atomic
 
@@ -60,11 +60,15 @@ def report(p) -> dict:
     first = p.tag(p.seeds[0])
     curves = {display_name(n): read_metrics(p.path("runs", n)) for n, _, _, s in p.trained()
               if p.tag(s) == first}
-    learning = {}
+    learning, points = {}, {}
     for name in p.curve_models():
         with open(p.path("stages", f"curve-{name}.json")) as f:
-            curve = json.load(f)["result"]
-        learning[method_label(name)] = results.curve_points(curve, evals[name])
+            points[name] = results.curve_points(json.load(f)["result"], evals[name])
+    for name, pts in points.items():
+        sft = model_name("sft", 1, first)
+        if parse_name(name)[0] != "sft" and points.get(sft):
+            pts = results.continued_curve(points[sft][-1], pts)  # a preference method goes on from SFT's end
+        learning[method_label(name)] = pts
     dataset = dict(read_manifest(p.dataset(1)).extra or {})
     trees = {}
     if p.cfg.trees:

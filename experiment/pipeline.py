@@ -31,7 +31,7 @@ import sys
 
 from experiment import agent_q, judge_dpo, outputs
 from experiment.names import MODEL_KINDS, display_name, model_name, parse_name
-from experiment.pipeline_config import normalize, plain as _plain, validate
+from experiment.pipeline_config import curve_methods, normalize, plain as _plain, validate
 from experiment.stages import Stage, StageRunner
 from tgpo_jax.files import write_text_atomic
 
@@ -154,7 +154,7 @@ class Pipeline:
 
     def curve_models(self) -> list[str]:
         """The models whose success-vs-steps curve is measured: the first seed's model of each curve method."""
-        return [model_name(m, 1, self.tag(self.seeds[0])) for m in self.cfg.eval.curve_methods]
+        return [model_name(m, 1, self.tag(self.seeds[0])) for m in curve_methods(self.cfg)]
 
     def search_models(self) -> list[str]:
         """The models also evaluated with search at inference: the first seed's model of each eval.search_models."""
@@ -235,7 +235,9 @@ class Pipeline:
             out.append(Stage(f"eval-{name}", lambda n=name: self.evaluate(n), eval_spec, deps,
                              (self.path("eval", name),), f"{display_name(name)} on {c.tasks.num_test} held-out tasks"))
         evals = tuple(f"eval-{n}" for n in self.evaluated())
-        curve_spec = {**eval_spec, "curve": {k: v for k, v in _plain(c.eval).items() if k.startswith("curve_")}}
+        # (without curve_methods: adding a method's curve runs that curve only)
+        curve_spec = {**eval_spec, "curve": {k: v for k, v in _plain(c.eval).items()
+                                             if k.startswith("curve_") and k != "curve_methods"}}
         curves = tuple(f"curve-{n}" for n in self.curve_models())
         for name in self.curve_models():
             out.append(Stage(f"curve-{name}", lambda n=name: self.curve(n), curve_spec, (name,),
@@ -613,9 +615,12 @@ class Pipeline:
         steps = ck.all_steps()
         ck.close()
         final = max(steps)
+        period = -(-final // self.cfg.eval.curve_points)  # the loop's snapshot period (tgpo_jax/training/loop.py)
         tasks = self.tasks("test")[: self.cfg.eval.curve_tasks]
         points = {}
-        for step in steps[:-1]:  # the final model's point comes from its full evaluation (same tasks)
+        # the curve's snapshots only, not the last periodic checkpoints kept beside them; the final model's point
+        # comes from its full evaluation (same tasks)
+        for step in (s for s in steps if s % period == 0 and s < final):
             out = self.path("curves", name, f"step{step}")
             res = self._evaluate(self.path("runs", name), out, tasks, f"{name}@{step}", step=step)
             points[step] = res["mean"]["success_rate"]

@@ -39,6 +39,15 @@ def normalize(cfg) -> None:
         cfg.title = f"tgpo-jax: TGPO on {os.path.basename(cfg.env.tasks)}"
 
 
+def curve_methods(cfg) -> tuple[str, ...]:
+    """The methods whose success-vs-steps curve is measured: ``eval.curve_methods``, where ``("*",)`` is each trained
+    method that Table 1 evaluates (the default preset's: its curves follow ``--config.methods``)."""
+    if tuple(cfg.eval.curve_methods) != ("*",):
+        return tuple(cfg.eval.curve_methods)
+    wanted = cfg.eval.models or cfg.methods
+    return tuple(m for m in cfg.methods if m in wanted)
+
+
 def validate(cfg) -> None:
     """Clear errors for configurations that cannot run, before any work."""
     bad = [m for m in cfg.methods if m not in MODEL_KINDS]
@@ -77,8 +86,9 @@ def validate(cfg) -> None:
         raise ValueError("rounds.count > 1 with several train_seeds: each seed would need its own round-2 "
                          "collection; run the rounds with one seed")
     bad = [m for m in cfg.eval.curve_methods if m not in cfg.methods]
-    if bad:
-        raise ValueError(f"eval.curve_methods {bad}: expected trained methods {list(cfg.methods)}")
+    if bad and tuple(cfg.eval.curve_methods) != ("*",):
+        raise ValueError(f"eval.curve_methods {bad}: expected trained methods {list(cfg.methods)}, or '*' alone "
+                         f"(each evaluated method)")
     if cfg.eval.curve_methods and cfg.eval.curve_points < 2:
         raise ValueError(f"eval.curve_points={cfg.eval.curve_points}: a curve needs at least 2 points")
     if cfg.rounds.count > 1:

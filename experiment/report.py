@@ -366,7 +366,8 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
         plots.append(os.path.join(out_dir, "learning.png"))
         blocks.append(Heading("Success vs training steps"))
         blocks.append(Para("Held-out success of training snapshots (first training seed) on a fixed subset of the "
-                           "held-out tasks; the last point is the final model on the same tasks."))
+                           "held-out tasks; the last point is the final model on the same tasks. A method trained "
+                           "from SFT goes on from SFT's last point (its steps counted after SFT's)."))
         blocks.append(Image("learning.png", "success vs training steps"))
     if reference:
         blocks.append(Heading("Reference: the TGPO paper"))

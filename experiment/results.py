@@ -146,6 +146,14 @@ def claims(groups: Groups) -> list[Claim]:
     return out
 
 
+def continued_curve(start: tuple[int, float], points: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """A curve of a model trained from another's end (a preference method from SFT), on the steps of both: the
+    start model's final point, then this model's points shifted by its steps. Why: each on its own axis from 0,
+    TGPO's 156 steps sat beside SFT's first snapshot, as if it had trained less than SFT."""
+    s0, v0 = start
+    return [(s0, v0)] + [(s0 + s, v) for s, v in points]
+
+
 def curve_points(curve: dict, final_ev: dict) -> list[tuple[int, float]]:
     """(step, success) of a success-vs-steps curve: the snapshots' evaluations plus the final model's full
     evaluation restricted to the same tasks."""

@@ -93,6 +93,29 @@ def test_adding_a_model_to_evaluate_keeps_the_other_evaluations():
     assert fingerprints(Pipeline(c, progress=False).stages())["eval-sft"] != few["eval-sft"]
 
 
+def test_the_default_curves_follow_the_evaluated_methods():
+    """The default preset plots success vs steps for each method it trains and evaluates (eval.curve_methods '*'):
+    only those first-seed models keep snapshots, adding a method adds its curve alone, and a named curve method
+    that is not trained is still an error."""
+    from experiment.stages import fingerprints
+
+    p, st = _plan("default")
+    assert [n for n in st if n.startswith("curve-")] == ["curve-sft", "curve-tgpo"]
+    assert st["curve-tgpo"].deps == ("tgpo",) and "curve-tgpo" in st["report"].deps
+    assert p.train_config("sft", "sft", "base", 1).train.curve_points == 4
+    p2, more = _plan("default", methods=("sft", "dpo", "tgpo"), eval=dict(models=("sft", "dpo", "tgpo")))
+    assert [n for n in more if n.startswith("curve-")] == ["curve-sft", "curve-dpo", "curve-tgpo"]
+    assert fingerprints(p2.stages())["curve-sft"] == fingerprints(p.stages())["curve-sft"]
+    assert p2.train_config("dpo", "dpo", "sft", 1).train.curve_points == 4
+    p3, some = _plan("default", methods=("sft", "dpo"), eval=dict(models=("sft",)))
+    assert [n for n in some if n.startswith("curve-")] == ["curve-sft"]
+    assert "dpo" in some and p3.train_config("dpo", "dpo", "sft", 1).train.curve_points == 0  # no snapshots kept
+    _, none = _plan("default", eval=dict(curve_methods=()))
+    assert not [n for n in none if n.startswith("curve-")]
+    with pytest.raises(ValueError, match=r"eval.curve_methods \['tgpo'\]: expected trained methods"):
+        _plan("default", methods=("sft",), eval=dict(models=("sft",), curve_methods=("tgpo",)))
+
+
 @pytest.mark.parametrize("preset", ["default", "tiny", "large", "smollm2", "miniwob"])
 def test_every_pipeline_preset_is_valid(preset):
     from configs.pipeline import get_config

@@ -117,3 +117,17 @@ def test_the_control_is_compared_with_sft_and_every_preference_method_but_left_o
     assert claim.verdict == stats.REPRODUCED and "continued" not in claim.ours  # fewer than SFT, every task, seed
     without = {c.text: c for c in results.claims({"SFT": sft, "TGPO": tgpo})}["TGPO has the fewest redundant steps"]
     assert without.verdict == claim.verdict and without.ours == claim.ours
+
+
+def test_learning_curve_points_and_a_method_continued_from_sft():
+    """A curve's points: each snapshot's success, then the final model's full evaluation restricted to the curve's
+    tasks (here 2 of 3 tasks solved of the first 3, though 1 of the 4 it evaluated is not in the curve); a preference
+    method's curve goes on from SFT's last point, its steps shifted by SFT's."""
+    from experiment import results
+
+    curve = {"steps": [10, 20], "final_step": 30, "tasks": ["t0", "t1", "t2"], "success": {"20": 0.5, "10": 0.25}}
+    pts = results.curve_points(curve, _ev([1, 0, 1, 0]))
+    assert pts == [(10, 0.25), (20, 0.5), (30, pytest.approx(2 / 3))]
+    tgpo = results.curve_points({**curve, "final_step": 6, "steps": [2, 4], "success": {"2": 0.0, "4": 1.0}},
+                                _ev([1, 1, 1]))
+    assert results.continued_curve(pts[-1], tgpo) == [(30, pytest.approx(2 / 3)), (32, 0.0), (34, 1.0), (36, 1.0)]
