@@ -3,7 +3,8 @@
   default  the embedded default: local shop (all three task families), the from-scratch 'copy' model (3.8M
            parameters with a planted copy circuit, its own SentencePiece vocabulary), SFT and TGPO, CPU, 30
            minutes on 2 cores (15.3 measured end to end at stop 71 on a CPU with bf16 units, 0.68 s per SFT
-           step); held-out success in BUILD_NOTES.md ("Learning on held-out tasks"). (The bundled SmolLM2-135M does
+           step; the success-vs-steps curves since add ~4-5 min, stop 74); held-out success in BUILD_NOTES.md
+           ("Learning on held-out tasks"). (The bundled SmolLM2-135M does
            not fit that budget on a CPU; see BUILD_NOTES.md, "Which model learns on a CPU".)
   tiny     the same stages in a few minutes (CI's end-to-end test)
   large    the learning-result configuration (400 training tasks, trees on 100, every method and the control
