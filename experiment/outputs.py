@@ -64,8 +64,8 @@ def report(p) -> dict:
     for name in p.curve_models():
         with open(p.path("stages", f"curve-{name}.json")) as f:
             points[name] = results.curve_points(json.load(f)["result"], evals[name])
+    sft = model_name("sft", 1, first)
     for name, pts in points.items():
-        sft = model_name("sft", 1, first)
         if parse_name(name)[0] != "sft" and points.get(sft):
             pts = results.continued_curve(points[sft][-1], pts)  # a preference method goes on from SFT's end
         learning[method_label(name)] = pts

@@ -610,12 +610,13 @@ class Pipeline:
     def curve(self, name: str) -> dict:
         """Success of the snapshots of ``name``'s run on the first ``eval.curve_tasks`` held-out tasks."""
         from tgpo_jax.training.checkpoint import Checkpointer
+        from tgpo_jax.training.loop import snapshot_period
 
         ck = Checkpointer(self.path("runs", name, "checkpoints"))
         steps = ck.all_steps()
         ck.close()
         final = max(steps)
-        period = -(-final // self.cfg.eval.curve_points)  # the loop's snapshot period (tgpo_jax/training/loop.py)
+        period = snapshot_period(final, self.cfg.eval.curve_points)
         tasks = self.tasks("test")[: self.cfg.eval.curve_tasks]
         points = {}
         # the curve's snapshots only, not the last periodic checkpoints kept beside them; the final model's point

@@ -85,8 +85,9 @@ def validate(cfg) -> None:
     if cfg.rounds.count > 1 and len(cfg.train_seeds) > 1:
         raise ValueError("rounds.count > 1 with several train_seeds: each seed would need its own round-2 "
                          "collection; run the rounds with one seed")
-    bad = [m for m in cfg.eval.curve_methods if m not in cfg.methods]
-    if bad and tuple(cfg.eval.curve_methods) != ("*",):
+    named = () if tuple(cfg.eval.curve_methods) == ("*",) else cfg.eval.curve_methods
+    bad = [m for m in named if m not in cfg.methods]
+    if bad:
         raise ValueError(f"eval.curve_methods {bad}: expected trained methods {list(cfg.methods)}, or '*' alone "
                          f"(each evaluated method)")
     if cfg.eval.curve_methods and cfg.eval.curve_points < 2:

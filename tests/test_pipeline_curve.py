@@ -39,7 +39,7 @@ def test_the_curve_evaluates_the_kept_snapshots_and_the_report_plots_them(run):
     kept = ck.all_steps()
     ck.close()
     total = curve["final_step"]
-    period = -(-total // POINTS)  # the loop's snapshot period (tgpo_jax/training/loop.py)
+    period = -(-total // POINTS)  # every ceil(total / points) steps (tgpo_jax/training/loop.py), worked out here
     assert curve["steps"] == [*range(period, total, period)] and set(curve["steps"]) < set(kept)
     assert curve["tasks"] == [final_eval["task_ids"][0]]  # the first curve_tasks held-out tasks
     for step in curve["steps"]:

@@ -190,6 +190,11 @@ class TrainResult:
     trainer: Trainer  # its jitted steps, for callers that keep evaluating the state
 
 
+def snapshot_period(total: int, points: int) -> int:
+    """Steps between the snapshots a success-vs-steps curve of ``points`` points keeps over ``total`` steps."""
+    return -(-total // points)
+
+
 def train(cfg, on_step: Callable[[int], None] | None = None) -> dict:
     """Run (or resume) one training job; returns its summary (JSON-safe: the final and eval metrics).
     ``on_step(step)`` runs after each step, its checkpoint save included (callers' logging, or a test that kills
@@ -244,7 +249,7 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
         ref_lib.check_behaviour_logprobs(train_src)
 
     # curve_points > 0: also snapshot (and keep) every total/curve_points steps, for a success-vs-steps curve
-    period = -(-total // cfg.train.curve_points) if cfg.train.curve_points else 0
+    period = snapshot_period(total, cfg.train.curve_points) if cfg.train.curve_points else 0
     ckpt = Checkpointer(os.path.join(out_dir, "checkpoints"), keep=cfg.train.keep,
                         async_save=cfg.train.async_checkpoint, keep_period=period or None)
     writer = MetricsWriter(out_dir)
