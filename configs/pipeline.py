@@ -2,15 +2,16 @@
 
   default  the embedded default: local shop (all three task families), the from-scratch 'copy' model (3.8M
            parameters with a planted copy circuit, its own SentencePiece vocabulary), SFT and TGPO, CPU, 30
-           minutes on 2 cores (15.3 measured end to end at stop 71 on a CPU with bf16 units, 0.68 s per SFT
-           step; the success-vs-steps curves since add ~4-5 min, stop 74); held-out success in BUILD_NOTES.md
+           minutes on 2 cores (23.1 measured end to end at stop 75 on a CPU with bf16 units, the success-vs-steps
+           curves included; 15.3 at stop 71 without them); held-out success in BUILD_NOTES.md
            ("Learning on held-out tasks"). (The bundled SmolLM2-135M does
            not fit that budget on a CPU; see BUILD_NOTES.md, "Which model learns on a CPU".)
   tiny     the same stages in a few minutes (CI's end-to-end test)
-  large    the learning-result configuration (400 training tasks, trees on 100, every method and the control
-           SFT (continued), three training seeds, 100 held-out tasks): held out, SFT 68 / 70 / 57 % on seeds
-           0 / 1 / 2 (stop 70); the whole preset ~2.8 h on 2 cores (stop 68: 2.48 h of stages measured without the
-           control, ~20 min projected for it; BUILD_NOTES.md, "Stop 68" and "Stop 70")
+  large    the learning-result configuration (400 training tasks, trees on 100, the paper's five methods, three
+           training seeds, 100 held-out tasks): held out, SFT 68 / 70 / 57 %, KTO 57 / 59 / 61, KTO-Tree
+           59 / 66 / 66, DPO 61 / 66 / 60, TGPO 62 / 64 / 62 on seeds 0 / 1 / 2 (stops 74-75); the whole preset
+           ~2.85 h of stages on 2 cores (stop 75's stage times; the control SFT (continued), added with
+           --config.methods, ~0.45 h more; BUILD_NOTES.md, "Stop 75")
   smollm2  the bundled SmolLM2-135M-Instruct as the base (for a GPU host)
   miniwob  learning in minutes: SFT of the 'copy' model on three MiniWoB++ tasks (focus-text, click-button,
            click-link), evaluated on held-out seeds (the slow learning test, tests/test_learning.py)
@@ -248,8 +249,10 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
             # (docs/method.md §5; BUILD_NOTES.md, issue 16). DPO gets it too, so both learn from the same pairs
             c[m].data.distance_agree = True
     if preset == "large":
-        # the control sft_more beside every preference method: their lift over SFT on seed 1 was its extra pass
-        c.methods = ("sft", "sft_more", "kto", "kto_tree", "dpo", "tgpo")
+        # the paper's five methods; the control sft_more (their lift over SFT on stop 61's seed 1 was its extra pass)
+        # is added with --config.methods=...,sft_more: its three passes and evaluations took the preset from ~2.85 h
+        # to ~3.3 h of stages, over the 3 h budget (stop 75 stage times; BUILD_NOTES.md, issue 16)
+        c.methods = ("sft", "kto", "kto_tree", "dpo", "tgpo")
         c.tasks.update(num_train=400, num_test=100)
         c.collect.update(runs=2, tree_tasks=100)  # K = 2 runs on 100 tasks for trees, one on the rest
         c.train_seeds = (0, 1, 2)  # seed = initialisation + data order; greedy evaluation

@@ -104,6 +104,7 @@ def report(p) -> dict:
                          rows=results.table(groups_),
                          family_rows={f: results.table(groups_, f) for f in fams} if len(fams) > 1 else None,
                          comparisons=results.comparisons(groups_), claims=results.claims(groups_),
+                         family_comparisons=results.family_comparisons(groups_),
                          learning_curves=learning, search_rows=agent_q.search_rows(p, evals))
     return {"best": best_, **paths}
 

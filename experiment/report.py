@@ -204,6 +204,19 @@ def _comparison_table(comparisons: list) -> Table:
                  "interval is a two-level bootstrap over tasks and training seeds (experiment/stats.py).")
 
 
+def _family_comparison_table(by_pair: dict) -> Table:
+    fams = sorted({f for by_family in by_pair.values() for f in by_family})
+    rows = []
+    for (a, b), by_family in by_pair.items():
+        cells = [(DASH if c is None else f"{100 * c.diff:+.1f} [{100 * c.low:+.1f}, {100 * c.high:+.1f}]", False)
+                 for c in (by_family.get(f) for f in fams)]
+        rows.append([(f"{a} − {b}", False)] + cells)
+    return Table(["Comparison"] + [f"{f} (pts)" for f in fams], rows,
+                 "Success difference in points within each task family [95% interval], paired and bootstrapped as "
+                 "above over that family's held-out tasks. One interval per cell, none corrected for the number of "
+                 "cells: read a single excluded zero as a lead to check, not a finding.")
+
+
 def _search_table(rows: list[dict]) -> Table:
     p = lambda v: DASH if v is None else f"{100 * v:.1f}"  # noqa: E731
     return Table(["Model", "Tasks", "Simulations", "Without search (%)", "First simulation (%)",
@@ -296,14 +309,15 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
                  curves: dict[str, list[dict]] | None = None, trees: dict[str, str] | None = None, notes: str = "",
                  reference: bool = True, rows: dict | None = None, family_rows: dict | None = None,
                  comparisons: list | None = None, claims: list | None = None,
+                 family_comparisons: dict | None = None,
                  learning_curves: dict[str, list[tuple[int, float]]] | None = None,
                  search_rows: list[dict] | None = None) -> dict:
     """Write ``report.md``, ``report.html`` and the plots into ``out_dir``; returns their paths.
 
     ``models``: label -> evaluation dict (Table 1 from each evaluation's own mean / interval). ``rows`` (label ->
     metric -> ``experiment.results.Row``, pooled over training seeds) replaces that when given, with ``models`` then
-    mapping each label to its list of evaluations. ``family_rows`` (family -> rows), ``comparisons``, ``claims``
-    (``experiment.results``), ``learning_curves`` (label -> [(step, success)]) and ``search_rows`` (search at
+    mapping each label to its list of evaluations. ``family_rows`` (family -> rows), ``comparisons``, ``claims``,
+    ``family_comparisons`` ((A, B) -> family -> comparison; ``experiment.results``), ``learning_curves`` (label -> [(step, success)]) and ``search_rows`` (search at
     inference, ``experiment.outputs.search_rows``) add their sections."""
     os.makedirs(out_dir, exist_ok=True)
     models = dict(models or {})
@@ -358,6 +372,9 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
     if comparisons:
         blocks.append(Heading("Paired comparisons"))
         blocks.append(_comparison_table(comparisons))
+    if family_comparisons:
+        blocks.append(Heading("Paired comparisons per task family"))
+        blocks.append(_family_comparison_table(family_comparisons))
     if search_rows:
         blocks.append(Heading("Search at inference (Agent Q)"))
         blocks.append(_search_table(search_rows))
@@ -375,11 +392,15 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
 
     blocks.append(Heading("Table 2: label conflicts"))
     ours = (dataset or {}).get("label_conflict_rate")
+    by_family = (dataset or {}).get("label_conflict_by_family") or {}
     blocks.append(Table(["Dataset", "Label-conflict rate"],
-                        [[("ours", False), (pct(ours), False)],
-                         [("TGPO paper (C-WebShop)", False), (pct(PAPER_LABEL_CONFLICT), False)]],
+                        [[("ours", False), (pct(ours), False)]]
+                        + [[(f"ours: {family or 'no family'}", False), (pct(rate), False)]
+                           for family, rate in by_family.items() if len(by_family) > 1]
+                        + [[("TGPO paper (C-WebShop)", False), (pct(PAPER_LABEL_CONFLICT), False)]],
                         "Share of step occurrences whose merged branch is taken by at least one successful "
-                        "and at least one failed trajectory."))
+                        "and at least one failed trajectory (per task family below the pooled rate): the steps "
+                        "whose episode-level KTO label the tree contradicts."))
     blocks.append(Para(f"Label-conflict rate: {pct(ours)} (ours) vs {pct(PAPER_LABEL_CONFLICT)} (TGPO paper)."))
 
     blocks.append(Heading("Dataset statistics"))

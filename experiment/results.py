@@ -82,7 +82,7 @@ def compare(groups: Groups, a: str, b: str, metric: str = "success_rate", **kw) 
                                   names=(a, b), metric=metric)
 
 
-def comparisons(groups: Groups) -> list[stats.Comparison]:
+def success_pairs(groups: Groups) -> list[tuple[str, str]]:
     """The pairs the issue asks for, where both were trained: TGPO vs DPO, KTO-Tree vs KTO, every method vs SFT and
     vs the control SFT (continued) (SFT trained on for a preference stage's pass: what a preference method adds
     beyond more SFT), and the other baselines (Agent Q's trajectory-level and search DPO, the judge recipe's DPO)
@@ -91,14 +91,34 @@ def comparisons(groups: Groups) -> list[stats.Comparison]:
     pairs += [(CONTROL, "SFT")] + [(m, CONTROL) for m in ("KTO", "KTO-Tree", "DPO", "TGPO")]
     for baseline in ("Trajectory DPO", "DPO (search)", "DPO (judge)"):
         pairs += [(baseline, "SFT"), ("TGPO", baseline), ("DPO", baseline)]
-    out = []
-    for a, b in pairs:
-        if a in groups and b in groups:
-            out.append(compare(groups, a, b, "success_rate"))
+    return [(a, b) for a, b in pairs if a in groups and b in groups]
+
+
+def comparisons(groups: Groups) -> list[stats.Comparison]:
+    """``success_pairs`` in success, then TGPO against each other method in redundant steps (the paper's third
+    claim)."""
+    out = [compare(groups, a, b, "success_rate") for a, b in success_pairs(groups)]
     for m in ("SFT", CONTROL, "KTO", "KTO-Tree", "DPO"):
         if "TGPO" in groups and m in groups:
             out.append(compare(groups, "TGPO", m, "redundant_steps"))
     return out
+
+
+def family_comparisons(groups: Groups) -> dict[tuple[str, str], dict[str, stats.Comparison]]:
+    """``success_pairs`` within each task family ((A, B) -> family -> A − B): a method can gain on one family what it
+    loses on another (on the large preset KTO's episode labels broke multi_cart's first step, where the tree's
+    labels kept it; BUILD_NOTES.md, issue 16). Empty with fewer than two families (the pooled table says it all)."""
+    fams = families(groups)
+    if len(fams) < 2:
+        return {}
+
+    def within(a: str, b: str, family: str) -> stats.Comparison | None:
+        try:
+            return compare(groups, a, b, family=family)
+        except ValueError:  # no task of that family evaluated by both (evaluations on other task sets)
+            return None
+
+    return {(a, b): {f: within(a, b, f) for f in fams} for a, b in success_pairs(groups)}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -47,6 +47,7 @@ def make_eval(name, row):
 DATASET = {"tasks": 50, "episodes": 400, "successful_episodes": 180, "success_rate": 0.45, "steps": 5200,
            "states": 5200, "nodes": 3100, "merge_ratio": 0.596, "pairs": 812, "records": 3100,
            "redundant_steps_per_episode": 2.35, "label_conflict_rate": 0.1234, "broken_episodes": [],
+           "label_conflict_by_family": {"multi_cart": 0.2, "procedure": 0.0125},
            "episodes_dir": "/data/episodes/train"}
 
 
@@ -116,6 +117,9 @@ def test_full_report(tmp_path):
     assert "| base | 36.7 | 14.28 | 4.95 |" in lines
     assert "Label-conflict rate: 12.34% (ours) vs 26.95% (TGPO paper)." in lines
     assert "| ours | 12.34% |" in lines and "| TGPO paper (C-WebShop) | 26.95% |" in lines
+    i = lines.index("| ours | 12.34% |")  # the families below the pooled rate, the paper's row after them
+    assert lines[i + 1:i + 4] == ["| ours: multi_cart | 20.00% |", "| ours: procedure | 1.25% |",
+                                  "| TGPO paper (C-WebShop) | 26.95% |"]
     assert "| preference pairs | 812 |" in lines and "| label-conflict rate | 12.34% |" in lines
     assert "| redundant steps / episode | 2.35 |" in lines and "| broken episodes | 0 |" in lines
     for png in ("success.png", "steps.png", "curves_loss.png", "curves_eval_loss.png"):
@@ -230,3 +234,27 @@ def test_a_cut_metrics_line_is_skipped_and_named(tmp_path, caplog):
         rows = read_metrics(str(tmp_path))
     assert [r["step"] for r in rows] == [1, 2]
     assert f"{tmp_path / 'metrics.jsonl'} line 3 is not JSON" in caplog.text
+
+
+def test_paired_comparisons_pooled_and_per_family(tmp_path):
+    """The report's comparison sections from ``experiment.results`` on hand-made evaluations: KTO-Tree wins
+    webshop on every task (+100, a degenerate interval) and loses half of multi_cart (−50), +25 pooled."""
+    from experiment import results
+
+    def ev(success):
+        fams = ["multi_cart"] * 10 + ["webshop"] * 10
+        rows = [{"task_id": f"t{i}", "family": f, "success": s, "steps": 5, "redundant": 0}
+                for i, (s, f) in enumerate(zip(success, fams))]
+        return {"per_seed": [{"seed": 0, "episodes_table": rows}]}
+
+    groups = {"KTO": {s: ev([1] * 10 + [0] * 10) for s in range(3)},
+              "KTO-Tree": {s: ev([1, 0] * 5 + [1] * 10) for s in range(3)}}
+    res = write_report(str(tmp_path / "r"), title="t", models={k: list(v.values()) for k, v in groups.items()},
+                       rows=results.table(groups), comparisons=results.comparisons(groups),
+                       family_comparisons=results.family_comparisons(groups), reference=False)
+    lines = open(res["markdown"], encoding="utf-8").read().splitlines()
+    i = lines.index("| Comparison | multi_cart (pts) | webshop (pts) |")
+    mc = results.family_comparisons(groups)[("KTO-Tree", "KTO")]["multi_cart"]
+    assert mc.high < 0
+    assert lines[i + 2] == f"| KTO-Tree − KTO | -50.0 [{100 * mc.low:+.1f}, {100 * mc.high:+.1f}] | +100.0 [+100.0, +100.0] |"
+    assert any(line.startswith("| KTO-Tree − KTO | success rate | +25.00 pts |") for line in lines)

@@ -75,10 +75,12 @@ def test_verdicts(low, high, gap, higher, expected):
     assert stats.verdict(low, high, gap, higher) == expected
 
 
-def _ev(success, redundant=0):
-    """An eval.json with one episode per task: ``success`` is a list of 0/1 per task."""
-    rows = [{"task_id": f"t{i}", "family": "procedure", "success": s, "steps": 5, "redundant": redundant}
-            for i, s in enumerate(success)]
+def _ev(success, redundant=0, families=None):
+    """An eval.json with one episode per task: ``success`` is a list of 0/1 per task (``families``: one per task,
+    else every task 'procedure')."""
+    families = families or ["procedure"] * len(success)
+    rows = [{"task_id": f"t{i}", "family": f, "success": s, "steps": 5, "redundant": redundant}
+            for i, (s, f) in enumerate(zip(success, families))]
     return {"per_seed": [{"seed": 0, "episodes_table": rows}]}
 
 
@@ -131,3 +133,23 @@ def test_learning_curve_points_and_a_method_continued_from_sft():
     tgpo = results.curve_points({**curve, "final_step": 6, "steps": [2, 4], "success": {"2": 0.0, "4": 1.0}},
                                 _ev([1, 1, 1]))
     assert results.continued_curve(pts[-1], tgpo) == [(30, pytest.approx(2 / 3)), (32, 0.0), (34, 1.0), (36, 1.0)]
+
+
+def test_comparisons_within_each_task_family():
+    """A method that loses one family and wins another: pooled +25 points, within the families −50 (tasks half lost,
+    so the interval has width) and +100 (every task, every seed: a degenerate interval). One family: no table."""
+    from experiment import results
+
+    fams = ["multi_cart"] * 10 + ["webshop"] * 10
+    kto = {s: _ev([1] * 10 + [0] * 10, families=fams) for s in range(3)}
+    tree = {s: _ev([1, 0] * 5 + [1] * 10, families=fams) for s in range(3)}
+    groups = {"KTO": kto, "KTO-Tree": tree}
+    pooled = {(c.a, c.b): c for c in results.comparisons(groups)}[("KTO-Tree", "KTO")]
+    assert pooled.diff == pytest.approx(0.25)
+    by_family = results.family_comparisons(groups)
+    assert list(by_family) == [("KTO-Tree", "KTO")]
+    mc, ws = by_family[("KTO-Tree", "KTO")]["multi_cart"], by_family[("KTO-Tree", "KTO")]["webshop"]
+    assert mc.diff == pytest.approx(-0.5) and mc.tasks == 10 and mc.low < -0.5 < mc.high < 0
+    assert ws.diff == ws.low == ws.high == pytest.approx(1.0) and ws.tasks == 10
+    one = {m: {s: _ev([1, 0] * 5) for s in range(3)} for m in ("KTO", "KTO-Tree")}
+    assert results.family_comparisons(one) == {}

@@ -301,3 +301,18 @@ def test_judge_verdicts_are_parsed_strictly(answer, verdict):
     from trees.verify import parse_verdict
 
     assert parse_verdict(answer) is verdict
+
+
+def test_label_conflicts_per_task_family(tmp_path):
+    """The dataset's label-conflict rate per task family beside the pooled one: the cola pair (procedure) has 4 of
+    its 11 step occurrences on branches that a success and a failure both take; a second task (webshop) with one
+    successful run has none of its 6, so the pooled rate is 4 / 17."""
+    root = str(tmp_path / "eps")
+    _write(root, cola_episodes())
+    other = cola_episodes()[0]
+    other.summary.update(task_id="cola-b", family="webshop")
+    _write(root, [other])
+    summary = build_dataset(root, str(tmp_path / "ds"), BuildConfig(num_shards=1), progress=False)
+    assert summary["tasks"] == 2
+    assert summary["label_conflict_rate"] == pytest.approx(4 / 17)
+    assert summary["label_conflict_by_family"] == {"procedure": pytest.approx(4 / 11), "webshop": 0.0}

@@ -356,6 +356,7 @@ def build_dataset(episodes_dir: str | Sequence[str], out_dir: str, cfg: BuildCon
     records: list[NodeRecord] = []
     stats = defaultdict(int)
     conflicted = occurrences = 0
+    family_conflicts: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # family -> [conflicted, occurrences]
     redundant: list[int] = []
     refused_splits = set()
     traj_counts = defaultdict(int)  # values=trajectory: pairs kept and left out, by reason
@@ -372,6 +373,9 @@ def build_dataset(episodes_dir: str | Sequence[str], out_dir: str, cfg: BuildCon
             stats[k] += graph.stats[k]
         c, o = label_conflict_rate(graph)
         conflicted, occurrences = conflicted + c, occurrences + o
+        family = episodes[0].summary.get("family") or ""
+        family_conflicts[family][0] += c
+        family_conflicts[family][1] += o
         redundant += redundant_steps(graph, episodes)
         stats["tasks"] += 1
         stats["episodes"] += len(episodes)
@@ -404,6 +408,9 @@ def build_dataset(episodes_dir: str | Sequence[str], out_dir: str, cfg: BuildCon
     summary = {
         **dict(stats), "records": len(records), "broken_episodes": broken, **label_counts(records),
         "label_conflict_rate": conflicted / occurrences if occurrences else 0.0,
+        # per task family (the episodes' "family"; "" where they name none): where KTO's episode-level labels and the
+        # tree's disagree most
+        "label_conflict_by_family": {f: c / o for f, (c, o) in sorted(family_conflicts.items()) if o},
         "redundant_steps_per_episode": sum(redundant) / len(redundant) if redundant else 0.0,
         "success_rate": stats["successful_episodes"] / max(stats["episodes"], 1),
         "merge_ratio": stats["nodes"] / max(stats["states"], 1),
