@@ -11,7 +11,7 @@
            training seeds, 100 held-out tasks): held out, SFT 68 / 70 / 57 %, KTO 57 / 59 / 61, KTO-Tree
            59 / 66 / 66, DPO 61 / 66 / 60, TGPO 62 / 64 / 62 on seeds 0 / 1 / 2 (stops 74-75); the whole preset
            ~2.85 h of stages on 2 cores (stop 75's stage times; the control SFT (continued), added with
-           --config.methods, ~0.45 h more; BUILD_NOTES.md, "Stop 75")
+           --config.methods, ~0.4 h more, reached 73 / 71 / 69 %; BUILD_NOTES.md, "Stop 75")
   smollm2  the bundled SmolLM2-135M-Instruct as the base (for a GPU host)
   miniwob  learning in minutes: SFT of the 'copy' model on three MiniWoB++ tasks (focus-text, click-button,
            click-link), evaluated on held-out seeds (the slow learning test, tests/test_learning.py)
@@ -250,8 +250,8 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
             c[m].data.distance_agree = True
     if preset == "large":
         # the paper's five methods; the control sft_more (their lift over SFT on stop 61's seed 1 was its extra pass)
-        # is added with --config.methods=...,sft_more: its three passes and evaluations took the preset from ~2.85 h
-        # to ~3.3 h of stages, over the 3 h budget (stop 75 stage times; BUILD_NOTES.md, issue 16)
+        # is added with --config.methods=...,sft_more: its three passes and evaluations take the preset from ~2.85 h
+        # to ~3.25 h of stages, over the 3 h budget (stop 75 stage times; BUILD_NOTES.md, issue 16)
         c.methods = ("sft", "kto", "kto_tree", "dpo", "tgpo")
         c.tasks.update(num_train=400, num_test=100)
         c.collect.update(runs=2, tree_tasks=100)  # K = 2 runs on 100 tasks for trees, one on the rest

@@ -44,6 +44,15 @@ def groups(p, evals: dict[str, dict] | None = None) -> dict[str, dict[int, dict]
     return out
 
 
+def methods_note(methods) -> str:
+    """The report's line on the trained methods, naming the paper's methods left out (a control or a baseline
+    beside them leaves none out)."""
+    missing = [DISPLAY[m] for m in METHODS if m not in methods]
+    return (f"Trained methods: {', '.join(DISPLAY[m] for m in methods)}"
+            + (f" (this preset trains fewer than the full table; not trained: {', '.join(missing)})" if missing
+               else "") + ".")
+
+
 def report(p) -> dict:
     """The report stage: Table 1 and 2, the comparisons and claims, learning curves, tree pages and episode viewers."""
     from experiment import results
@@ -91,10 +100,7 @@ def report(p) -> dict:
              if best_ else "No trained model was evaluated: nothing to export.",
              f"Training seeds: {list(p.seeds)} (seed = initialisation and data order); evaluation: "
              f"{decoding}, evaluation seeds {list(e.seeds)}, {e.runs} run(s) per task.",
-             f"Trained methods: {', '.join(DISPLAY[m] for m in p.cfg.methods)}"
-             + ("" if set(p.cfg.methods) == set(METHODS) else
-                f" (this preset trains fewer than the full table; not trained: "
-                f"{', '.join(DISPLAY[m] for m in METHODS if m not in p.cfg.methods)})") + ".",
+             methods_note(p.cfg.methods),
              f"Configuration: {p.path('pipeline_config.json')}; stage timings: {p.path('stages')}.",
              f"Rounds: {p.rounds}; behaviour policy of round 1: {p.cfg.collect.policy}."]
     notes += agent_q.budget_notes(p) + judge_dpo.budget_notes(p)

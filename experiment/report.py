@@ -317,8 +317,9 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
     ``models``: label -> evaluation dict (Table 1 from each evaluation's own mean / interval). ``rows`` (label ->
     metric -> ``experiment.results.Row``, pooled over training seeds) replaces that when given, with ``models`` then
     mapping each label to its list of evaluations. ``family_rows`` (family -> rows), ``comparisons``, ``claims``,
-    ``family_comparisons`` ((A, B) -> family -> comparison; ``experiment.results``), ``learning_curves`` (label -> [(step, success)]) and ``search_rows`` (search at
-    inference, ``experiment.outputs.search_rows``) add their sections."""
+    ``family_comparisons`` ((A, B) -> family -> comparison; ``experiment.results``), ``learning_curves`` (label ->
+    [(step, success)]) and ``search_rows`` (search at inference, ``experiment.outputs.search_rows``) add their
+    sections."""
     os.makedirs(out_dir, exist_ok=True)
     models = dict(models or {})
     if rows is not None:
@@ -399,8 +400,8 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
                            for family, rate in by_family.items() if len(by_family) > 1]
                         + [[("TGPO paper (C-WebShop)", False), (pct(PAPER_LABEL_CONFLICT), False)]],
                         "Share of step occurrences whose merged branch is taken by at least one successful "
-                        "and at least one failed trajectory (per task family below the pooled rate): the steps "
-                        "whose episode-level KTO label the tree contradicts."))
+                        "and at least one failed trajectory (per task family below the pooled rate): steps that "
+                        "KTO's episode outcomes label both ways, where the tree gives them one label."))
     blocks.append(Para(f"Label-conflict rate: {pct(ours)} (ours) vs {pct(PAPER_LABEL_CONFLICT)} (TGPO paper)."))
 
     blocks.append(Heading("Dataset statistics"))

@@ -258,3 +258,12 @@ def test_paired_comparisons_pooled_and_per_family(tmp_path):
     assert mc.high < 0
     assert lines[i + 2] == f"| KTO-Tree − KTO | -50.0 [{100 * mc.low:+.1f}, {100 * mc.high:+.1f}] | +100.0 [+100.0, +100.0] |"
     assert any(line.startswith("| KTO-Tree − KTO | success rate | +25.00 pts |") for line in lines)
+
+
+def test_the_methods_note_names_only_the_papers_methods_left_out():
+    from experiment.outputs import methods_note
+
+    assert methods_note(("sft", "tgpo")) == ("Trained methods: SFT, TGPO (this preset trains fewer than the full "
+                                             "table; not trained: KTO, KTO-Tree, DPO).")
+    every = ("sft", "sft_more", "kto", "kto_tree", "dpo", "tgpo")  # the control beside all five: nothing left out
+    assert methods_note(every) == "Trained methods: SFT, SFT (continued), KTO, KTO-Tree, DPO, TGPO."
