@@ -394,10 +394,12 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
     blocks.append(Heading("Table 2: label conflicts"))
     ours = (dataset or {}).get("label_conflict_rate")
     by_family = (dataset or {}).get("label_conflict_by_family") or {}
+    if len(by_family) < 2:  # one family: its rate is the pooled one
+        by_family = {}
     blocks.append(Table(["Dataset", "Label-conflict rate"],
                         [[("ours", False), (pct(ours), False)]]
                         + [[(f"ours: {family or 'no family'}", False), (pct(rate), False)]
-                           for family, rate in by_family.items() if len(by_family) > 1]
+                           for family, rate in by_family.items()]
                         + [[("TGPO paper (C-WebShop)", False), (pct(PAPER_LABEL_CONFLICT), False)]],
                         "Share of step occurrences whose merged branch is taken by at least one successful "
                         "and at least one failed trajectory (per task family below the pooled rate): steps that "
