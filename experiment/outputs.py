@@ -69,6 +69,12 @@ def report(p) -> dict:
     first = p.tag(p.seeds[0])
     curves = {display_name(n): read_metrics(p.path("runs", n)) for n, _, _, s in p.trained()
               if p.tag(s) == first}
+    runs_by_method: dict[str, list] = {}  # every seed's metrics, for the gradient-norm table
+    clips = {}
+    for n, m, _, _ in p.trained():
+        runs_by_method.setdefault(method_label(n), []).append(read_metrics(p.path("runs", n)))
+        clips[method_label(n)] = float(p.cfg[m].optim.clip_norm)
+    grads = {k: g for k, v in runs_by_method.items() if (g := results.grad_norms(v, clips[k])) is not None}
     learning, points = {}, {}
     for name in p.curve_models():
         with open(p.path("stages", f"curve-{name}.json")) as f:
@@ -111,7 +117,7 @@ def report(p) -> dict:
                          family_rows={f: results.table(groups_, f) for f in fams} if len(fams) > 1 else None,
                          comparisons=results.comparisons(groups_), claims=results.claims(groups_),
                          family_comparisons=results.family_comparisons(groups_),
-                         learning_curves=learning, search_rows=agent_q.search_rows(p, evals))
+                         learning_curves=learning, search_rows=agent_q.search_rows(p, evals), grad_rows=grads)
     return {"best": best_, **paths}
 
 

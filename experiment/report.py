@@ -217,6 +217,16 @@ def _family_comparison_table(by_pair: dict) -> Table:
                  "cells: read a single excluded zero as a lead to check, not a finding.")
 
 
+def _grad_table(grads: dict) -> Table:
+    rows = [[(label, False), (f"{g.median:.2f}", False), (f"{100 * g.clipped:.0f}", False), (f"{g.clip:g}", False),
+             (str(g.steps), False)] for label, g in grads.items()]
+    return Table(["Method", "Median gradient norm", "Updates clipped (%)", "Clip", "Steps"], rows,
+                 "Global gradient norm before clipping, over every logged step of every training seed. A method's terms "
+                 "(pairs or labelled items, anchor, SFT term) are summed before the clip and AdamW, so the term with "
+                 "the largest gradient sets the update's direction: compare a preference method's norm with SFT "
+                 "(continued)'s, the SFT term alone (docs/method.md §7).")
+
+
 def _search_table(rows: list[dict]) -> Table:
     p = lambda v: DASH if v is None else f"{100 * v:.1f}"  # noqa: E731
     return Table(["Model", "Tasks", "Simulations", "Without search (%)", "First simulation (%)",
@@ -311,15 +321,15 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
                  comparisons: list | None = None, claims: list | None = None,
                  family_comparisons: dict | None = None,
                  learning_curves: dict[str, list[tuple[int, float]]] | None = None,
-                 search_rows: list[dict] | None = None) -> dict:
+                 search_rows: list[dict] | None = None, grad_rows: dict | None = None) -> dict:
     """Write ``report.md``, ``report.html`` and the plots into ``out_dir``; returns their paths.
 
     ``models``: label -> evaluation dict (Table 1 from each evaluation's own mean / interval). ``rows`` (label ->
     metric -> ``experiment.results.Row``, pooled over training seeds) replaces that when given, with ``models`` then
     mapping each label to its list of evaluations. ``family_rows`` (family -> rows), ``comparisons``, ``claims``,
     ``family_comparisons`` ((A, B) -> family -> comparison; ``experiment.results``), ``learning_curves`` (label ->
-    [(step, success)]) and ``search_rows`` (search at inference, ``experiment.outputs.search_rows``) add their
-    sections."""
+    [(step, success)]), ``search_rows`` (search at inference, ``experiment.outputs.search_rows``) and ``grad_rows``
+    (method label -> ``experiment.results.GradRow``) add their sections."""
     os.makedirs(out_dir, exist_ok=True)
     models = dict(models or {})
     if rows is not None:
@@ -415,6 +425,8 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
         blocks += [Image(f, label) for f, label in curve_files]
     else:
         blocks.append(Para("No training metrics."))
+    if grad_rows:
+        blocks.append(_grad_table(grad_rows))
 
     if trees:
         from trees.episode_view import episodes_page

@@ -8,7 +8,8 @@ value for one model is the mean over its episodes (evaluation seeds × runs) of 
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+import statistics
+from typing import Mapping, Sequence
 
 from experiment import stats
 from experiment.names import DISPLAY
@@ -182,3 +183,24 @@ def curve_points(curve: dict, final_ev: dict) -> list[tuple[int, float]]:
     if vals and curve.get("final_step") is not None:
         pts.append((int(curve["final_step"]), sum(vals.values()) / len(vals)))
     return sorted(pts)
+
+
+@dataclasses.dataclass(frozen=True)
+class GradRow:
+    """A method's gradient norm before clipping, over every logged step of every seed's run: the median, the share
+    of updates the clip scaled down (norm > clip), the steps read."""
+    median: float
+    clipped: float
+    steps: int
+    clip: float
+
+
+def grad_norms(runs: Sequence[Sequence[dict]], clip: float) -> GradRow | None:
+    """``runs``: each seed's metrics rows (``read_metrics``); None when no row logs ``train/grad_norm``. Why in the
+    report: one global-norm clip holds the sum of a method's terms, so a term whose gradient is ten times the SFT
+    term's sets the size of every update (docs/method.md §7; BUILD_NOTES.md, stop 76)."""
+    norms = [float(r["train/grad_norm"]) for rows in runs for r in rows if r.get("train/grad_norm") is not None]
+    if not norms:
+        return None
+    over = sum(n > clip for n in norms) if clip > 0 else 0
+    return GradRow(statistics.median(norms), over / len(norms), len(norms), float(clip))

@@ -267,3 +267,19 @@ def test_the_methods_note_names_only_the_papers_methods_left_out():
                                              "table; not trained: KTO, KTO-Tree, DPO).")
     every = ("sft", "sft_more", "kto", "kto_tree", "dpo", "tgpo")  # the control beside all five: nothing left out
     assert methods_note(every) == "Trained methods: SFT, SFT (continued), KTO, KTO-Tree, DPO, TGPO."
+
+
+def test_gradient_norms_before_the_clip_per_method(tmp_path):
+    """Median and clipped share over every logged step of every seed (hand-worked: norms 0.5, 3, 2, 10 -> median
+    2.5, 3 of 4 over a clip of 1); a row without the key is skipped, no norms give no row; the report shows them."""
+    from experiment import results
+
+    g = results.grad_norms([[{"train/grad_norm": 0.5}, {"train/grad_norm": 3.0}],
+                            [{"train/grad_norm": 2.0}, {"train/loss": 1.0}, {"train/grad_norm": 10.0}]], clip=1.0)
+    assert (g.median, g.clipped, g.steps, g.clip) == (2.5, 0.75, 4, 1.0)
+    assert results.grad_norms([[{"train/grad_norm": 4.0}]], clip=0.0).clipped == 0.0  # no clip: nothing scaled
+    assert results.grad_norms([[{"train/loss": 1.0}], []], clip=1.0) is None
+    res = write_report(str(tmp_path / "r"), title="t", models={}, grad_rows={"TGPO": g}, reference=False)
+    lines = open(res["markdown"], encoding="utf-8").read().splitlines()
+    i = lines.index("| Method | Median gradient norm | Updates clipped (%) | Clip | Steps |")
+    assert lines[i + 2] == "| TGPO | 2.50 | 75 | 1 | 4 |"
