@@ -67,12 +67,12 @@ def report(p) -> dict:
     evals = eval_results(p)  # read once: groups, the curves and the best model use them
     groups_ = groups(p, evals)
     first = p.tag(p.seeds[0])
-    curves = {display_name(n): read_metrics(p.path("runs", n)) for n, _, _, s in p.trained()
-              if p.tag(s) == first}
+    metrics = {n: read_metrics(p.path("runs", n)) for n, *_ in p.trained()}
+    curves = {display_name(n): metrics[n] for n, _, _, s in p.trained() if p.tag(s) == first}
     runs_by_method: dict[str, list] = {}  # every seed's metrics, for the gradient-norm table
     clips = {}
     for n, m, _, _ in p.trained():
-        runs_by_method.setdefault(method_label(n), []).append(read_metrics(p.path("runs", n)))
+        runs_by_method.setdefault(method_label(n), []).append(metrics[n])
         clips[method_label(n)] = float(p.cfg[m].optim.clip_norm)
     grads = {k: g for k, v in runs_by_method.items() if (g := results.grad_norms(v, clips[k])) is not None}
     learning, points = {}, {}

@@ -220,7 +220,7 @@ def _family_comparison_table(by_pair: dict) -> Table:
 def _grad_table(grads: dict) -> Table:
     rows = [[(label, False), (f"{g.median:.2f}", False), (f"{100 * g.clipped:.0f}", False), (f"{g.clip:g}", False),
              (str(g.steps), False)] for label, g in grads.items()]
-    return Table(["Method", "Median gradient norm", "Updates clipped (%)", "Clip", "Steps"], rows,
+    return Table(["Method", "Median gradient norm", "Updates clipped (%)", "Clip", "Logged steps"], rows,
                  "Global gradient norm before clipping, over every logged step of every training seed. A method's terms "
                  "(pairs or labelled items, anchor, SFT term) are summed before the clip and AdamW, so the term with "
                  "the largest gradient sets the update's direction: compare a preference method's norm with SFT "

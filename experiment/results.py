@@ -197,8 +197,8 @@ class GradRow:
 
 def grad_norms(runs: Sequence[Sequence[dict]], clip: float) -> GradRow | None:
     """``runs``: each seed's metrics rows (``read_metrics``); None when no row logs ``train/grad_norm``. Why in the
-    report: one global-norm clip holds the sum of a method's terms, so a term whose gradient is ten times the SFT
-    term's sets the size of every update (docs/method.md §7; BUILD_NOTES.md, stop 76)."""
+    report: a method's terms are summed before the clip and AdamW, so a term whose gradient is ten times the SFT
+    term's sets the update's direction (docs/method.md §7; BUILD_NOTES.md, stop 76)."""
     norms = [float(r["train/grad_norm"]) for rows in runs for r in rows if r.get("train/grad_norm") is not None]
     if not norms:
         return None

@@ -281,5 +281,5 @@ def test_gradient_norms_before_the_clip_per_method(tmp_path):
     assert results.grad_norms([[{"train/loss": 1.0}], []], clip=1.0) is None
     res = write_report(str(tmp_path / "r"), title="t", models={}, grad_rows={"TGPO": g}, reference=False)
     lines = open(res["markdown"], encoding="utf-8").read().splitlines()
-    i = lines.index("| Method | Median gradient norm | Updates clipped (%) | Clip | Steps |")
+    i = lines.index("| Method | Median gradient norm | Updates clipped (%) | Clip | Logged steps |")
     assert lines[i + 2] == "| TGPO | 2.50 | 75 | 1 | 4 |"
