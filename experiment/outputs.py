@@ -67,12 +67,12 @@ def report(p) -> dict:
     evals = eval_results(p)  # read once: groups, the curves and the best model use them
     groups_ = groups(p, evals)
     first = p.tag(p.seeds[0])
-    metrics = {n: read_metrics(p.path("runs", n)) for n, *_ in p.trained()}
-    curves = {display_name(n): metrics[n] for n, _, _, s in p.trained() if p.tag(s) == first}
-    runs_by_method: dict[str, list] = {}  # every seed's metrics, for the gradient-norm table
-    clips = {}
-    for n, m, _, _ in p.trained():
-        runs_by_method.setdefault(method_label(n), []).append(metrics[n])
+    curves, runs_by_method, clips = {}, {}, {}  # the first seed's curves; every seed's rows for the gradient norms
+    for n, m, _, s in p.trained():
+        rows = read_metrics(p.path("runs", n))
+        if p.tag(s) == first:
+            curves[display_name(n)] = rows
+        runs_by_method.setdefault(method_label(n), []).append(rows)
         clips[method_label(n)] = float(p.cfg[m].optim.clip_norm)
     grads = {k: g for k, v in runs_by_method.items() if (g := results.grad_norms(v, clips[k])) is not None}
     learning, points = {}, {}
