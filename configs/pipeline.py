@@ -229,15 +229,13 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c.pretrain.optim.update(learning_rate=2e-3, warmup_fraction=0.05, schedule="cosine")
         for m in PREFERENCE + BASELINES:
             c[m].optim.learning_rate = 2e-4
-        for m in BASELINES:  # the baselines as our step-level DPO on the trees: the same beta and no anchor, one pass
-            c[m].loss.update(beta=0.01, rpo_alpha=0.0)
-            c[m].train.num_epochs = 1
         for m in ("dpo", "tgpo"):
-            # β 0.01 and no chosen-branch anchor (before: β 0.5, which ended seed 1's collapse before the SFT term
-            # existed, and the anchor, DPO 22 -> 42 %, TGPO 24 -> 36 % then). Chosen among five TGPO variants on
+            # β 0.01 and no chosen-branch anchor (before: β 0.5, which ended seed 1's collapse in an earlier
+            # configuration, and the anchor, DPO 22 -> 42 %, TGPO 24 -> 36 % then). Chosen among five TGPO variants on
             # `large`'s held-out tasks 0-99 (stop 76), then confirmed on tasks 100-199, which no choice had seen:
             # over the 200 tasks and three seeds TGPO 62.7 -> 68.2 % (+5.5 [+0.5, +11.0]), DPO 62.3 -> 67.8 (+5.5
-            # [-0.3, +12.0]); on the default TGPO 56 -> 62 % on seed 0, beside SFT's 54 (BUILD_NOTES.md, stop 77)
+            # [-0.3, +12.0]); on the default TGPO 62 / 64 / 60 % beside SFT's 54 / 60 / 54 on seeds 0-2
+            # (BUILD_NOTES.md, stop 77)
             c[m].loss.update(beta=0.01, rpo_alpha=0.0)
             # an SFT term over every successful step (the nodes without pairs too), one pass: TGPO 48 / 46 / 46 %
             # beside SFT's 46 / 44 / 42 on seeds 1 / 3 / 2, pooled +2.7 [-3.3, +8.7]; with page_cut text_first
@@ -250,6 +248,9 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
             # 56 / 60 / 30 -> 62 / 62 / 28 % on seeds 0-2, and +6.0 [-0.3, +14.3] over six seed-datasets
             # (docs/method.md §5; BUILD_NOTES.md, issue 16). DPO gets it too, so both learn from the same pairs
             c[m].data.distance_agree = True
+        for m in BASELINES:  # the baselines as our step-level DPO on the trees: its beta and anchor, one pass
+            c[m].loss.update(beta=c.dpo.loss.beta, rpo_alpha=c.dpo.loss.rpo_alpha)
+            c[m].train.num_epochs = 1
     if preset == "large":
         # the paper's five methods; the control sft_more (their lift over SFT on stop 61's seed 1 was its extra pass)
         # is added with --config.methods=...,sft_more: its three passes and evaluations take the preset from ~2.85 h
