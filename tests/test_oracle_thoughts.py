@@ -197,3 +197,27 @@ def test_option_value_has_the_same_tokens_in_task_thought_and_command(tmp_path):
     assert task.endswith("with color [red], size [12 oz]")
     assert value_pieces(task) == value_pieces(thought) == value_pieces(command)
     assert value_pieces("i am looking for [a mug] with color: red") != value_pieces(command)  # the old phrasing
+
+
+def test_oracle_thought_of_a_sorting_task_first_copies_the_results_title():
+    """On a task that sorts, the sort click and the result click start with the results page's title, whose end
+    (``(sorted)`` or not) is then the token right before the decision to sort or to open a result; a page whose title
+    does not carry the task's query, a wrong click and a task without a sort keep the plain thoughts."""
+    from rollout.core import Command, Element
+    from rollout.policies.oracle import _explain
+
+    task = "Search for [red mug], sort by price from low to high, and add the second item to the cart."
+    links = (Element(id="6", role="link", name="Sort: Price low to high", href="http://shop/search?q=red+mug"),
+             *(Element(id=str(9 + j), role="link", name=f"Mug {j}", href=f"http://shop/item/{40 + j}?q=red+mug")
+               for j in range(3)))
+    before = Observation(url="http://shop/search?q=red+mug", title="Search: red mug", text="", elements=links)
+    after = Observation(url="http://shop/search?q=red+mug&sort=price_asc", title="Search: red mug (sorted)",
+                        text="", elements=links)
+    assert _explain(Command("CLICK", "6"), before, task) == \
+        "Search: red mug. Click to sort by price from low to high [6]."
+    assert _explain(Command("CLICK", "10"), after, task) == \
+        "Search: red mug (sorted). To add the second item, click the second result [10]."
+    assert _explain(Command("CLICK", "11"), after, task) == 'Click link "Mug 2"[11].'  # not the task's rank
+    other = Observation(url="http://shop/search?q=mug", title="Search: mug", text="", elements=links)
+    assert _explain(Command("CLICK", "6"), other, task) == "Click to sort by price from low to high [6]."
+    assert _explain(Command("CLICK", "10"), after, "i am looking for [red mug]") == 'Click link "Mug 1"[10].'

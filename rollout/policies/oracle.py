@@ -177,7 +177,8 @@ def _explain(cmd: Command, obs: Observation | None, instruction: str = "") -> st
     sort
     link's id right after the task's own words for the sort (``Click to sort by price from high to low [7].``, see
     ``sort_context``) and a result's id right after its rank word (``To add the third item, click the third result
-    [11].``, see ``item_context``), so a thought repeats the page and the task token for token, and the words that
+    [11].``, see ``item_context``; on a task that sorts both start with the results page's title, whose end says
+    whether the list is sorted), so a thought repeats the page and the task token for token, and the words that
     decide an id are the one or two tokens before it."""
     el = obs.by_id(cmd.id) if (obs is not None and cmd.id) else None
     what = f"{el.role} {_quote(el.name)}[{el.id}]" if el is not None else (f"element {cmd.id}" if cmd.id else "")
@@ -203,6 +204,13 @@ def _explain(cmd: Command, obs: Observation | None, instruction: str = "") -> st
         nth = rank = ""
     click = (f"Click to sort by {goal} [{el.id}]." if goal else
              f"To add {nth}, click the {rank} result [{el.id}]." if nth else f"Click {what}.")
+    query = re.search(r"\[([^\]]+)\]", instruction)
+    if (goal or nth) and sort_context(instruction) and query and query.group(1) in obs.title:
+        # a task that sorts: the thought first copies the results page's title, whose end says whether the list is
+        # sorted ("Search: <q> (sorted)"), so sort again or open a result is decided by the token just copied, not
+        # by a mark far back in the prompt (a seed that had not fitted it clicked the sort link again to the step cap;
+        # docs/method.md §1)
+        click = f"{obs.title}. {click}"
     return {"CLICK": click,
             "TYPE": f"Type {lead + ' ' if lead else ''}[{cmd.arg}] into {what}.",
             "SELECT": f"Set {what} to {choose}.", "CLEAR": f"Clear {what}.",
