@@ -195,7 +195,8 @@ def _explain(cmd: Command, obs: Observation | None, instruction: str = "") -> st
     # the sort and rank thoughts only where the link is the task's sort or the result at the task's rank: a wrong
     # click (the noisy oracle's mistakes) gets the plain thought, so no thought says what its command does not do
     # (with "click the third result [15]" before a wrong product, the model went back from the right one: BUILD_NOTES.md)
-    goal = sort_context(instruction) if cmd.name == "CLICK" and el is not None and el.name.startswith("Sort:") else ""
+    sorting = sort_context(instruction)
+    goal = sorting if cmd.name == "CLICK" and el is not None and el.name.startswith("Sort:") else ""
     if goal and _sort_words(goal) != _sort_words(el.name[len("Sort:"):]):
         goal = ""
     nth = item_context(instruction) if cmd.name == "CLICK" and el is not None and _is_result(el) else ""
@@ -205,7 +206,7 @@ def _explain(cmd: Command, obs: Observation | None, instruction: str = "") -> st
     click = (f"Click to sort by {goal} [{el.id}]." if goal else
              f"To add {nth}, click the {rank} result [{el.id}]." if nth else f"Click {what}.")
     query = re.search(r"\[([^\]]+)\]", instruction)
-    if (goal or nth) and sort_context(instruction) and query and query.group(1) in obs.title:
+    if sorting and (goal or nth) and query and query.group(1) in obs.title:
         # a task that sorts: the thought first copies the results page's title, whose end says whether the list is
         # sorted ("Search: <q> (sorted)"), so sort again or open a result is decided by the token just copied, not
         # by a mark far back in the prompt (a seed that had not fitted it clicked the sort link again to the step cap;
