@@ -9,7 +9,8 @@
   tiny     the same stages in a few minutes (CI's end-to-end test)
   large    the learning-result configuration (400 training tasks, trees on 100, the paper's five methods, three
            training seeds, 100 held-out tasks): held out, SFT 68 / 70 / 57 %, KTO 57 / 59 / 61, KTO-Tree
-           59 / 66 / 66, DPO 71 / 71 / 62, TGPO 69 / 68 / 65 on seeds 0 / 1 / 2 (stops 74-77); the whole preset
+           59 / 66 / 66, DPO 71 / 71 / 62, TGPO 69 / 68 / 65 on seeds 0 / 1 / 2 (stops 74-77, an Intel machine;
+           on an AMD EPYC with stop 80's thoughts SFT 65 / 51 / 48, TGPO 68 / 45 / 62, stop 81); the whole preset
            ~2.85 h of stages on 2 cores (stop 75's stage times; the control SFT (continued), added with
            --config.methods, ~0.4 h more, reached 73 / 71 / 69 %; BUILD_NOTES.md, "Stop 75", "Stop 77")
   smollm2  the bundled SmolLM2-135M-Instruct as the base (for a GPU host)
