@@ -21,6 +21,11 @@ def model_name(method: str, r: int = 1, seed: int | None = None) -> str:
     return name if seed is None else f"{name}-s{seed}"
 
 
+def first_phase(name: str) -> str:
+    """The first phase's model of a two-phase SFT (``sft_continue``): ``<name>-first``, beside the SFT model."""
+    return f"{name}-first"
+
+
 def parse_name(name: str) -> tuple[str, int, int | None]:
     """(method, round, seed) of a model name."""
     rest, seed = name, None

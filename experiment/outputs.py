@@ -44,13 +44,16 @@ def groups(p, evals: dict[str, dict] | None = None) -> dict[str, dict[int, dict]
     return out
 
 
-def methods_note(methods) -> str:
+def methods_note(methods, sft_continue: bool = False) -> str:
     """The report's line on the trained methods, naming the paper's methods left out (a control or a baseline
-    beside them leaves none out)."""
+    beside them leaves none out), and SFT's two phases where ``sft_continue`` trains them."""
     missing = [DISPLAY[m] for m in METHODS if m not in methods]
     return (f"Trained methods: {', '.join(DISPLAY[m] for m in methods)}"
             + (f" (this preset trains fewer than the full table; not trained: {', '.join(missing)})" if missing
-               else "") + ".")
+               else "") + "."
+            + (" SFT is trained in two phases: as configured, then on from that model with SFT (continued)'s recipe "
+               "(sft_continue); the preference methods start from the second phase's model." if sft_continue
+               else ""))
 
 
 def report(p) -> dict:
@@ -106,7 +109,7 @@ def report(p) -> dict:
              if best_ else "No trained model was evaluated: nothing to export.",
              f"Training seeds: {list(p.seeds)} (seed = initialisation and data order); evaluation: "
              f"{decoding}, evaluation seeds {list(e.seeds)}, {e.runs} run(s) per task.",
-             methods_note(p.cfg.methods),
+             methods_note(p.cfg.methods, p.cfg.sft_continue),
              f"Configuration: {p.path('pipeline_config.json')}; stage timings: {p.path('stages')}.",
              f"Rounds: {p.rounds}; behaviour policy of round 1: {p.cfg.collect.policy}."]
     notes += agent_q.budget_notes(p) + judge_dpo.budget_notes(p)

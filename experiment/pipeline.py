@@ -30,7 +30,7 @@ import shutil
 import sys
 
 from experiment import agent_q, judge_dpo, outputs
-from experiment.names import MODEL_KINDS, display_name, model_name, parse_name
+from experiment.names import MODEL_KINDS, display_name, first_phase, model_name, parse_name
 from experiment.pipeline_config import curve_methods, normalize, plain as _plain, validate
 from experiment.stages import Stage, StageRunner
 from tgpo_jax.files import write_text_atomic
@@ -276,10 +276,14 @@ class Pipeline:
             data = {"traj_dpo": "dataset-traj-r1", "search_dpo": "dataset-search-r1",
                     "judge_dpo": "dataset-judge-r1"}.get(method, f"dataset-r{r}")
             deps = (data,) + (("base",) if from_base and self.scratch else () if from_base else (init,))
+            spec, outs = {"train": self._spec(method), "init": init, "seed": seed}, ()
+            if method == "sft" and self.cfg.sft_continue:  # the second phase's recipe is part of what SFT is
+                spec["continue"] = self._spec("sft_more")
+                outs = (self.path("runs", first_phase(name)), self.model_dir(first_phase(name)))
             out.append(Stage(name, lambda n=name, m=method, r=r, i=init, sd=seed: self.train(n, m, r, i, sd),
-                             {"train": self._spec(method), "init": init, "seed": seed}, deps,
-                             (self.path("runs", name), self.model_dir(name)),
-                             f"{display_name(name)} from {init}"))
+                             spec, deps, (self.path("runs", name), self.model_dir(name)) + outs,
+                             f"{display_name(name)} from {init}"
+                             + (", then a second phase with SFT (continued)'s recipe" if outs else "")))
         return out
 
     def prompt_spec(self) -> dict:
@@ -567,6 +571,14 @@ class Pipeline:
         return steps_per_epoch(nodes, t.train.batch_size) * int(t.train.num_epochs)
 
     def train(self, name: str, method: str, r: int, init: str, seed: int = 0) -> dict:
+        if method == "sft" and self.cfg.sft_continue:
+            # two phases: SFT as configured into <name>-first, then on from it with the control's recipe (sft_more:
+            # TGPO's learning rate, schedule and updates on the shortest successful branches, no copy-swap)
+            first = self._train_one(first_phase(name), "sft", r, init, seed)
+            return {**self._train_one(name, "sft_more", r, first_phase(name), seed), "first_phase": first}
+        return self._train_one(name, method, r, init, seed)
+
+    def _train_one(self, name: str, method: str, r: int, init: str, seed: int = 0) -> dict:
         from tgpo_jax.training.restore import export_run
         from tgpo_jax.training.loop import train
 

@@ -85,6 +85,9 @@ def validate(cfg) -> None:
     if cfg.rounds.count > 1 and len(cfg.train_seeds) > 1:
         raise ValueError("rounds.count > 1 with several train_seeds: each seed would need its own round-2 "
                          "collection; run the rounds with one seed")
+    if cfg.sft_continue and "sft" in curve_methods(cfg):
+        raise ValueError("sft_continue with SFT's curve (eval.curve_methods): the curve's snapshots would be the "
+                         "second phase's alone; leave 'sft' out of eval.curve_methods or set sft_continue=False")
     named = () if tuple(cfg.eval.curve_methods) == ("*",) else cfg.eval.curve_methods
     bad = [m for m in named if m not in cfg.methods]
     if bad:

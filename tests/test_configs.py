@@ -336,6 +336,33 @@ def test_the_control_trains_on_from_sft_as_tgpo_does_with_the_sft_loss_alone():
     assert {f"eval-sft_more-s{k}" for k in range(3)} <= set(lp)
 
 
+def test_two_phase_sft_trains_the_control_recipe_on_from_the_first_phase(monkeypatch):
+    """sft_continue (the large preset's): the SFT stage trains SFT as configured into <name>-first, then on from that model with the
+    control's recipe into <name>, the model the preference methods start from; its spec holds the second phase's
+    recipe (a changed recipe retrains SFT) and its outputs both phases; off, SFT's stage is as before. SFT's curve
+    with it (the second phase's snapshots alone) is refused."""
+    from experiment.pipeline import Pipeline
+
+    assert _plan("large")[0].cfg.sft_continue and not _plan("default")[0].cfg.sft_continue
+    _, plain = _plan("large", sft_continue=False)
+    p, plan = _plan("large")
+    st = plan["sft-s1"]
+    assert st.spec["continue"] == p._spec("sft_more") and st.spec["train"] == plain["sft-s1"].spec["train"]
+    assert p.path("runs", "sft-s1-first") in st.outputs and p.model_dir("sft-s1-first") in st.outputs
+    assert plan["tgpo-s1"].spec["init"] == "sft-s1" and plan["tgpo-s1"].deps == ("dataset-r1", "sft-s1")
+    assert "continue" not in plain["sft-s1"].spec and len(plain["sft-s1"].outputs) == 2
+    calls = []
+    monkeypatch.setattr(Pipeline, "_train_one", lambda self, *a: calls.append(a) or {"steps": len(calls)})
+    assert p.train("sft-s1", "sft", 1, "base-s1", 1) == {"steps": 2, "first_phase": {"steps": 1}}
+    assert calls == [("sft-s1-first", "sft", 1, "base-s1", 1), ("sft-s1", "sft_more", 1, "sft-s1-first", 1)]
+    calls.clear()
+    p.train("sft_more-s1", "sft_more", 1, "sft-s1", 1)  # the control itself stays one phase, from SFT
+    assert calls == [("sft_more-s1", "sft_more", 1, "sft-s1", 1)]
+    _plan("default", sft_continue=True, eval=dict(curve_methods=("tgpo",)))
+    with pytest.raises(ValueError, match="sft_continue with SFT's curve"):
+        _plan("default", sft_continue=True)  # the default's curves: every evaluated method, SFT's too
+
+
 def test_the_control_makes_as_many_updates_as_tgpo(tmp_path):
     """TGPO's pass goes over every node with a pair or an SFT item, the control's data are SFT items: the
     control's steps are TGPO's (its nodes // batch × passes, counted here from the records) unless set."""

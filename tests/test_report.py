@@ -267,6 +267,10 @@ def test_the_methods_note_names_only_the_papers_methods_left_out():
                                              "table; not trained: KTO, KTO-Tree, DPO).")
     every = ("sft", "sft_more", "kto", "kto_tree", "dpo", "tgpo")  # the control beside all five: nothing left out
     assert methods_note(every) == "Trained methods: SFT, SFT (continued), KTO, KTO-Tree, DPO, TGPO."
+    assert methods_note(every, sft_continue=True).endswith(" SFT is trained in two phases: as configured, then on "
+                                                            "from that model with SFT (continued)'s recipe "
+                                                            "(sft_continue); the preference methods start from the "
+                                                            "second phase's model.")
 
 
 def test_gradient_norms_before_the_clip_per_method(tmp_path):
