@@ -337,10 +337,10 @@ def test_the_control_trains_on_from_sft_as_tgpo_does_with_the_sft_loss_alone():
 
 
 def test_two_phase_sft_trains_the_control_recipe_on_from_the_first_phase(monkeypatch):
-    """sft_continue (the large preset's): the SFT stage trains SFT as configured into <name>-first, then on from that model with the
-    control's recipe into <name>, the model the preference methods start from; its spec holds the second phase's
-    recipe (a changed recipe retrains SFT) and its outputs both phases; off, SFT's stage is as before. SFT's curve
-    with it (the second phase's snapshots alone) is refused."""
+    """sft_continue (the large preset's): the SFT stage trains SFT as configured into <name>-first, then on from
+    that model with the control's recipe into <name>, the model the preference methods start from; its spec holds
+    the second phase's recipe (a changed recipe retrains SFT) and its outputs both phases; off, SFT's stage is as
+    before. SFT's curve with it (the second phase's snapshots alone) is refused."""
     from experiment.pipeline import Pipeline
 
     assert _plan("large")[0].cfg.sft_continue and not _plan("default")[0].cfg.sft_continue
