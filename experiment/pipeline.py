@@ -277,7 +277,7 @@ class Pipeline:
                     "judge_dpo": "dataset-judge-r1"}.get(method, f"dataset-r{r}")
             deps = (data,) + (("base",) if from_base and self.scratch else () if from_base else (init,))
             spec, outs = {"train": self._spec(method), "init": init, "seed": seed}, ()
-            if method == "sft" and self.cfg.sft_continue:  # the second phase's recipe is part of what SFT is
+            if self.two_phase(method):  # the second phase's recipe is part of what SFT is
                 spec["continue"] = self._spec("sft_more")
                 outs = (self.path("runs", first_phase(name)), self.model_dir(first_phase(name)))
             out.append(Stage(name, lambda n=name, m=method, r=r, i=init, sd=seed: self.train(n, m, r, i, sd),
@@ -570,8 +570,12 @@ class Pipeline:
         nodes = NodeExamples(self.dataset(r), None, collate_config(t))  # which nodes are usable needs no tokenizer
         return steps_per_epoch(nodes, t.train.batch_size) * int(t.train.num_epochs)
 
+    def two_phase(self, method: str) -> bool:
+        """Whether ``method``'s stage trains two phases: SFT with ``sft_continue``."""
+        return method == "sft" and bool(self.cfg.sft_continue)
+
     def train(self, name: str, method: str, r: int, init: str, seed: int = 0) -> dict:
-        if method == "sft" and self.cfg.sft_continue:
+        if self.two_phase(method):
             # two phases: SFT as configured into <name>-first, then on from it with the control's recipe (sft_more:
             # TGPO's learning rate, schedule and updates on the shortest successful branches, no copy-swap)
             first = self._train_one(first_phase(name), "sft", r, init, seed)
