@@ -36,6 +36,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         max_branches=4, max_pairs=6, max_items=8, kl_slot=True,
         margin=0.0, weight_eps=1e-6, weight_clip=0.0,  # 0 = no clip
         distance_agree=False,  # a pair also needs the chosen branch no farther from a goal (docs/method.md §5)
+        distance_strict=False,  # with distance_agree: branches equally far from a goal make no pair (§5)
         weight_norm="none",  # none | dataset_mean
         kto_repeat_cap=0, sft_repeat=False,  # 0 = no cap
         sft_shortest=False,  # SFT imitates only the successful branches nearest a goal (drops undone detours)

@@ -309,7 +309,8 @@ class Pipeline:
                 t["loss"].pop(key)
         if t.get("loss", {}).get("margin_copies", False):  # the default: specs made before the option stay the same
             t["loss"].pop("margin_copies")
-        for key in ("distance_agree", "family_balance"):  # the same for the pairs' distance rule, the family weights
+        # the same for the pairs' distance rules and the family weights
+        for key in ("distance_agree", "distance_strict", "family_balance"):
             if not t.get("data", {}).get(key, True):
                 t["data"].pop(key)
         return t

@@ -384,7 +384,7 @@ def test_the_control_makes_as_many_updates_as_tgpo(tmp_path):
     assert p.planned_steps("tgpo", 1) == 7
 
 
-def test_distance_agree_is_in_a_stage_spec_only_when_on():
+def test_distance_rules_are_in_a_stage_spec_only_when_on():
     """``data.distance_agree``: off, a training stage's spec is the one runs made before the option recorded (no
     key), so they stay done; on for TGPO, only TGPO's stage (and what depends on it) changes, and its collation
     applies the rule."""
@@ -399,6 +399,11 @@ def test_distance_agree_is_in_a_stage_spec_only_when_on():
     assert on["sft"].spec == off["sft"].spec and on["dpo"].spec == off["dpo"].spec
     assert collate_config(q.train_config("tgpo", "tgpo", "sft", 1)).pairs.distance_agree
     assert not collate_config(q.train_config("dpo", "dpo", "sft", 1)).pairs.distance_agree
+    assert "distance_strict" not in on["tgpo"].spec["train"]["data"]  # off: the spec runs before it recorded
+    c.tgpo.data.distance_strict = True
+    r, strict = _plan(methods=("sft", "dpo", "tgpo"), tgpo=c.tgpo)
+    assert strict["tgpo"].spec["train"]["data"]["distance_strict"] is True and strict["dpo"].spec == off["dpo"].spec
+    assert collate_config(r.train_config("tgpo", "tgpo", "sft", 1)).pairs.distance_strict
 
 
 def test_family_balance_is_in_a_stage_spec_only_when_on():

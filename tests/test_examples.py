@@ -58,6 +58,25 @@ def test_distance_agree_drops_pairs_whose_chosen_branch_is_the_longer_way():
     assert preference_pairs(THREE, PairConfig(distance_agree=True)) == preference_pairs(THREE)  # none known
 
 
+def test_distance_strict_also_drops_pairs_of_branches_equally_far_from_a_goal():
+    """Q = [1, .5, 0, -.5] with goal distances [2, 2, None, None]: (0, 1) joins two ways of one length, so
+    distance_strict drops it (distance_agree alone keeps it: 2 <= 2); (0, 2), (0, 3), (1, 2), (1, 3) reject a branch
+    with no goal reachable; (2, 3) orders two failures (no goal from either is not a tie) and stays. sigma over all
+    four branches: Q mean .25, sigma^2 = (.5625 + .0625 + .0625 + .5625) / 4 = .3125."""
+    four = node((1.0, 1, 0), (0.5, 1, 0), (0.0, 0, 1, False), (-0.5, 0, 1, False))
+    four = dataclasses.replace(four, branches=[dataclasses.replace(b, goal_distance=d)
+                                               for b, d in zip(four.branches, (2, 2, None, None))])
+    inv_sigma = 1 / math.sqrt(0.3125)
+    agree = preference_pairs(four, PairConfig(distance_agree=True))
+    assert [(p.chosen, p.rejected) for p in agree] == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+    strict = preference_pairs(four, PairConfig(distance_agree=True, distance_strict=True))
+    assert strict == [Pair(0, 2, pytest.approx(1.0 * inv_sigma), 1.0), Pair(0, 3, pytest.approx(1.5 * inv_sigma), 1.5),
+                      Pair(1, 2, pytest.approx(0.5 * inv_sigma), 0.5), Pair(1, 3, pytest.approx(1.0 * inv_sigma), 1.0),
+                      Pair(2, 3, pytest.approx(0.5 * inv_sigma), 0.5)]
+    with pytest.raises(ValueError, match="distance_agree"):
+        PairConfig(distance_strict=True)
+
+
 def test_ties_and_order():
     assert preference_pairs(node((0.3, 1, 0), (0.3, 0, 1))) == []
     # Q = [.3, .3, .9]: mean .5, sigma^2 = (.04 + .04 + .16) / 3 = .08, sigma = .28284271247461906

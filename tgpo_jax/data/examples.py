@@ -25,6 +25,7 @@ class PairConfig:
     sft_repeat: bool = False  # SFT: repeat a branch once per successful trajectory taking it
     sft_shortest: bool = False  # SFT: of a node's successful branches, only those nearest a goal (no detours)
     distance_agree: bool = False  # pairs: the chosen branch must be no farther from a goal than the rejected one
+    distance_strict: bool = False  # with distance_agree: two branches equally far from a goal make no pair
 
     def __post_init__(self) -> None:
         # A negative margin would turn ties (and reversed pairs) into preferences; refuse it.
@@ -34,6 +35,8 @@ class PairConfig:
             raise ValueError(f"weight_eps must be > 0, got {self.weight_eps}")
         if self.weight_clip is not None and not self.weight_clip > 0:
             raise ValueError(f"weight_clip must be > 0 or None, got {self.weight_clip}")
+        if self.distance_strict and not self.distance_agree:
+            raise ValueError("distance_strict refines distance_agree: turn distance_agree on too")
         if self.kto_repeat_cap is not None and self.kto_repeat_cap < 1:
             raise ValueError(f"kto_repeat_cap must be >= 1 or None, got {self.kto_repeat_cap}")
 
@@ -62,7 +65,11 @@ def preference_pairs(node: NodeRecord, cfg: PairConfig = PairConfig()) -> list[P
     branch that one run takes first and undoes (a detour, an undone wrong click) has a suffix that holds the other
     branch's suffix too, and the mean of the longer suffix is the higher one whenever that shared tail is worse than
     the undone steps; the pair then prefers the detour, which the graph's distances say is the longer way
-    (docs/method.md §5; BUILD_NOTES.md, issue 16: 30 of 36 such pairs, 3 of 217 of the other way)."""
+    (docs/method.md §5; BUILD_NOTES.md, issue 16: 30 of 36 such pairs, 3 of 217 of the other way).
+
+    ``distance_strict``: and a pair of branches equally far from a goal is dropped (two ways of one length: the
+    graph calls neither the better step, and their Q differ by the undone steps' per-step rewards only). Branches
+    from which no goal is reachable are not equally far: Q still orders two failures."""
     qs = [float(b.q) for b in node.branches]
     if len(qs) < 2:
         return []
@@ -75,8 +82,10 @@ def preference_pairs(node: NodeRecord, cfg: PairConfig = PairConfig()) -> list[P
             d = qi - qj
             if i == j or not d > cfg.margin:
                 continue
-            if cfg.distance_agree and _distance(node.branches[i]) > _distance(node.branches[j]):
-                continue
+            if cfg.distance_agree:
+                di, dj = _distance(node.branches[i]), _distance(node.branches[j])
+                if di > dj or (cfg.distance_strict and di == dj != math.inf):
+                    continue
             w = d / sigma
             if cfg.weight_clip is not None:
                 w = min(w, cfg.weight_clip)
