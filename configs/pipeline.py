@@ -8,11 +8,11 @@
            not fit that budget on a CPU; see BUILD_NOTES.md, "Which model learns on a CPU".)
   tiny     the same stages in a few minutes (CI's end-to-end test)
   large    the learning-result configuration (400 training tasks, trees on 100, the paper's five methods, three
-           training seeds, 100 held-out tasks, SFT in two phases): held out on an AMD EPYC, SFT 72 / 54 / 68 %,
-           TGPO from it 69 / 59 / 62 on seeds 0 / 1 / 2 (stop 82; one-phase SFT 65 / 51 / 48 there, stop 81); with
+           training seeds, 100 held-out tasks, SFT in two phases): held out on an AMD EPYC, seeds 0 / 1 / 2,
+           SFT 72 / 54 / 68 %, KTO 48 / 44 / 60, KTO-Tree 59 / 55 / 57, DPO 69 / 69 / 63, TGPO 69 / 59 / 62, in
+           2.25 h of stages on 2 cores (stop 83, one command; one-phase SFT 65 / 51 / 48 there, stop 81); with
            one-phase SFT and stop 70's thoughts on an Intel machine SFT 68 / 70 / 57, KTO 57 / 59 / 61, KTO-Tree
-           59 / 66 / 66, DPO 71 / 71 / 62, TGPO 69 / 68 / 65 (stops 74-77); the whole preset ~2.5 h of stages on
-           2 cores (stop 82's stage times, KTO's from stop 75; BUILD_NOTES.md, "Stop 82")
+           59 / 66 / 66, DPO 71 / 71 / 62, TGPO 69 / 68 / 65 (stops 74-77; BUILD_NOTES.md, "Stop 83")
   smollm2  the bundled SmolLM2-135M-Instruct as the base (for a GPU host)
   miniwob  learning in minutes: SFT of the 'copy' model on three MiniWoB++ tasks (focus-text, click-button,
            click-link), evaluated on held-out seeds (the slow learning test, tests/test_learning.py)
