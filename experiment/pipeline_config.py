@@ -88,6 +88,11 @@ def validate(cfg) -> None:
     if cfg.sft_continue and "sft" in curve_methods(cfg):
         raise ValueError("sft_continue with SFT's curve (eval.curve_methods): the curve's snapshots would be the "
                          "second phase's alone; leave 'sft' out of eval.curve_methods or set sft_continue=False")
+    trained = set(cfg.methods) | ({"sft_more"} if cfg.sft_continue else set()) | set(cfg.rounds.methods)
+    for m in sorted(trained & set(MODEL_KINDS)):  # refused now, not after the stages before its training ran
+        if cfg[m].data.get("distance_strict", False) and not cfg[m].data.get("distance_agree", False):
+            raise ValueError(f"{m}.data.distance_strict refines {m}.data.distance_agree: set both "
+                             "(docs/method.md §5)")
     named = () if tuple(cfg.eval.curve_methods) == ("*",) else cfg.eval.curve_methods
     bad = [m for m in named if m not in cfg.methods]
     if bad:

@@ -138,7 +138,10 @@ def test_every_pipeline_preset_is_valid(preset):
     c.keep_recent, c.page_cut = 6, "middle"
     with pytest.raises(ValueError, match="page_cut"):
         validate(c)
-    c.page_cut, c.env.item_names = "end", "second"
+    c.page_cut, c.tgpo.data.distance_agree, c.tgpo.data.distance_strict = "end", False, True
+    with pytest.raises(ValueError, match="tgpo.data.distance_strict"):
+        validate(c)
+    c.tgpo.data.distance_strict, c.env.item_names = False, "second"
     with pytest.raises(ValueError, match="env.item_names='second'"):
         validate(c)
 
