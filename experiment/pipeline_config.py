@@ -8,6 +8,7 @@ import os
 from experiment.names import MODEL_KINDS
 from rollout.envs.shop.tasks import ITEM_NAMES
 from tgpo_jax.data.collate import PREFERENCE
+from tgpo_jax.data.examples import pair_config
 
 SHOP_TITLE = "tgpo-jax: TGPO on the embedded shop"  # configs/pipeline.py's default title
 
@@ -90,9 +91,10 @@ def validate(cfg) -> None:
                          "second phase's alone; leave 'sft' out of eval.curve_methods or set sft_continue=False")
     trained = set(cfg.methods) | ({"sft_more"} if cfg.sft_continue else set()) | set(cfg.rounds.methods)
     for m in sorted(trained & set(MODEL_KINDS)):  # refused now, not after the stages before its training ran
-        if cfg[m].data.get("distance_strict", False) and not cfg[m].data.get("distance_agree", False):
-            raise ValueError(f"{m}.data.distance_strict refines {m}.data.distance_agree: set both "
-                             "(docs/method.md §5)")
+        try:
+            pair_config(cfg[m].data)
+        except ValueError as e:
+            raise ValueError(f"{m}.data: {e} (docs/method.md §5)") from None
     named = () if tuple(cfg.eval.curve_methods) == ("*",) else cfg.eval.curve_methods
     bad = [m for m in named if m not in cfg.methods]
     if bad:

@@ -139,9 +139,12 @@ def test_every_pipeline_preset_is_valid(preset):
     with pytest.raises(ValueError, match="page_cut"):
         validate(c)
     c.page_cut, c.tgpo.data.distance_agree, c.tgpo.data.distance_strict = "end", False, True
-    with pytest.raises(ValueError, match="tgpo.data.distance_strict"):
+    with pytest.raises(ValueError, match=r"tgpo\.data: distance_strict refines distance_agree"):
         validate(c)
-    c.tgpo.data.distance_strict, c.env.item_names = False, "second"
+    margin, c.tgpo.data.distance_strict, c.tgpo.data.margin = c.tgpo.data.margin, False, -0.1  # every pair rule
+    with pytest.raises(ValueError, match=r"tgpo\.data: margin must be finite and >= 0"):
+        validate(c)
+    c.tgpo.data.margin, c.env.item_names = margin, "second"
     with pytest.raises(ValueError, match="env.item_names='second'"):
         validate(c)
 

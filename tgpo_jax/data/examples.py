@@ -41,6 +41,15 @@ class PairConfig:
             raise ValueError(f"kto_repeat_cap must be >= 1 or None, got {self.kto_repeat_cap}")
 
 
+def pair_config(d) -> PairConfig:
+    """A training config's ``data`` section (``configs/base.py``) as the pair rules, checked by ``PairConfig``: the
+    pipeline's validate builds it too, so a bad rule is refused before any stage runs."""
+    return PairConfig(margin=d.margin, weight_eps=d.weight_eps, weight_clip=d.weight_clip or None,
+                      kto_repeat_cap=d.kto_repeat_cap or None, sft_repeat=d.sft_repeat,
+                      sft_shortest=d.sft_shortest, distance_agree=d.get("distance_agree", False),
+                      distance_strict=d.get("distance_strict", False))
+
+
 @dataclasses.dataclass(frozen=True)
 class Pair:
     chosen: int  # branch index

@@ -63,10 +63,7 @@ def maybe_initialize_distributed(cfg) -> None:
 
 def collate_config(cfg) -> CollateConfig:
     d = cfg.data
-    pairs = ex.PairConfig(margin=d.margin, weight_eps=d.weight_eps, weight_clip=d.weight_clip or None,
-                          kto_repeat_cap=d.kto_repeat_cap or None, sft_repeat=d.sft_repeat,
-                          sft_shortest=d.sft_shortest, distance_agree=d.get("distance_agree", False),
-                          distance_strict=d.get("distance_strict", False))
+    pairs = ex.pair_config(d)
     return CollateConfig(method=cfg.method, layout=d.layout, max_len=d.max_len, max_prompt_len=d.max_prompt_len,
                          max_completion_len=d.max_completion_len, max_branches=d.max_branches,
                          max_pairs=d.max_pairs, max_items=d.max_items, kl_slot=d.kl_slot,
