@@ -39,6 +39,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         distance_strict=False,  # with distance_agree: branches equally far from a goal make no pair (§5)
         weight_norm="none",  # none | dataset_mean
         kto_repeat_cap=0, sft_repeat=False,  # 0 = no cap
+        kto_reachable=False,  # plain KTO: no items at nodes from which no successful end is reachable (§6)
         sft_shortest=False,  # SFT imitates only the successful branches nearest a goal (drops undone detours)
         copy_swap=0.0,  # probability of swapping each copied string per draw (tgpo_jax/data/augment.py; 0 = off)
         decision_weight=1.0,  # SFT: loss weight of decision tokens vs copies (tgpo_jax/data/decisions.py; 1 = off)

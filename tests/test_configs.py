@@ -390,10 +390,10 @@ def test_the_control_makes_as_many_updates_as_tgpo(tmp_path):
     assert p.planned_steps("tgpo", 1) == 7
 
 
-def test_distance_rules_are_in_a_stage_spec_only_when_on():
-    """``data.distance_agree``: off, a training stage's spec is the one runs made before the option recorded (no
-    key), so they stay done; on for TGPO, only TGPO's stage (and what depends on it) changes, and its collation
-    applies the rule."""
+def test_pair_rules_are_in_a_stage_spec_only_when_on():
+    """``data.distance_agree`` (and ``distance_strict``, KTO's ``kto_reachable``): off, a training stage's spec is
+    the one runs made before the option recorded (no key), so they stay done; on for one method, only its stage (and
+    what depends on it) changes, and its collation applies the rule."""
     from tgpo_jax.training.loop import collate_config
 
     p, off = _plan(methods=("sft", "dpo", "tgpo"))
@@ -410,6 +410,13 @@ def test_distance_rules_are_in_a_stage_spec_only_when_on():
     r, strict = _plan(methods=("sft", "dpo", "tgpo"), tgpo=c.tgpo)
     assert strict["tgpo"].spec["train"]["data"]["distance_strict"] is True and strict["dpo"].spec == off["dpo"].spec
     assert collate_config(r.train_config("tgpo", "tgpo", "sft", 1)).pairs.distance_strict
+    # plain KTO's kto_reachable the same way
+    k, kto_off = _plan(methods=("sft", "kto"))
+    assert "kto_reachable" not in kto_off["kto"].spec["train"]["data"]
+    k.cfg.kto.data.kto_reachable = True
+    k2, kto_on = _plan(methods=("sft", "kto"), kto=k.cfg.kto)
+    assert kto_on["kto"].spec["train"]["data"]["kto_reachable"] is True and kto_on["sft"].spec == kto_off["sft"].spec
+    assert collate_config(k2.train_config("kto", "kto", "sft", 1)).pairs.kto_reachable
 
 
 def test_family_balance_is_in_a_stage_spec_only_when_on():

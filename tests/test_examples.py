@@ -132,6 +132,14 @@ def test_kto_plain():
     assert capped == [(0, True), (0, False), (1, False), (2, True)]
     assert class_counts(capped) == (2, 2)
     assert class_counts([]) == (0, 0)
+    # kto_reachable: a node from which nothing succeeded gives no items; one with a branch that reaches a successful
+    # end keeps every item, the failed branches' too
+    lost = node((0.2, 0, 2, False), (0.1, 0, 1, False))
+    assert kto_items(lost) == [(0, False), (0, False), (1, False)]
+    assert kto_items(lost, PairConfig(kto_reachable=True)) == []
+    assert kto_items(THREE, PairConfig(kto_reachable=True)) == items
+    assert kto_items(node((0.2, 0, 2, True), (0.1, 0, 1, False)), PairConfig(kto_reachable=True)) == [
+        (0, False), (0, False), (1, False)]
 
 
 def test_kto_tree():

@@ -26,6 +26,7 @@ class PairConfig:
     sft_shortest: bool = False  # SFT: of a node's successful branches, only those nearest a goal (no detours)
     distance_agree: bool = False  # pairs: the chosen branch must be no farther from a goal than the rejected one
     distance_strict: bool = False  # with distance_agree: two branches equally far from a goal make no pair
+    kto_reachable: bool = False  # plain KTO: items only at nodes with a branch from which a successful end is reachable
 
     def __post_init__(self) -> None:
         # A negative margin would turn ties (and reversed pairs) into preferences; refuse it.
@@ -47,7 +48,7 @@ def pair_config(d) -> PairConfig:
     return PairConfig(margin=d.margin, weight_eps=d.weight_eps, weight_clip=d.weight_clip or None,
                       kto_repeat_cap=d.kto_repeat_cap or None, sft_repeat=d.sft_repeat,
                       sft_shortest=d.sft_shortest, distance_agree=d.get("distance_agree", False),
-                      distance_strict=d.get("distance_strict", False))
+                      distance_strict=d.get("distance_strict", False), kto_reachable=d.get("kto_reachable", False))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +150,11 @@ def step_counts(b) -> tuple[int, int]:
 
 def kto_items(node: NodeRecord, cfg: PairConfig = PairConfig()) -> list[tuple[int, bool]]:
     """Plain KTO: each step occurrence labelled with its own trajectory's outcome (conflicts kept): a trajectory
-    that takes a branch twice gives it two labels (docs/method.md §6)."""
+    that takes a branch twice gives it two labels (docs/method.md §6). With ``kto_reachable`` a node none of whose
+    branches reaches a successful end gives no items: its steps, the right ones included, were seen only in lost
+    runs."""
+    if cfg.kto_reachable and not any(b.reaches_success for b in node.branches):
+        return []
     cap = cfg.kto_repeat_cap
 
     def capped(n: int) -> int:
