@@ -309,7 +309,7 @@ class Pipeline:
                 t["loss"].pop(key)
         if t.get("loss", {}).get("margin_copies", False):  # the default: specs made before the option stay the same
             t["loss"].pop("margin_copies")
-        # the same for the pairs' distance rules and the family weights
+        # the same for the pairs' distance rules, the family weights and plain KTO's kto_reachable
         for key in ("distance_agree", "distance_strict", "family_balance", "kto_reachable"):
             if not t.get("data", {}).get(key, True):
                 t["data"].pop(key)

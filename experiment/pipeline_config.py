@@ -94,7 +94,9 @@ def validate(cfg) -> None:
         try:
             pair_config(cfg[m].data)
         except ValueError as e:
-            raise ValueError(f"{m}.data: {e} (docs/method.md §5)") from None
+            raise ValueError(f"{m}.data: {e} (docs/method.md §5-6)") from None
+        if cfg[m].data.get("kto_reachable", False) and m != "kto":
+            raise ValueError(f"{m}.data.kto_reachable: a plain-KTO setting (kto.data.kto_reachable)")
     named = () if tuple(cfg.eval.curve_methods) == ("*",) else cfg.eval.curve_methods
     bad = [m for m in named if m not in cfg.methods]
     if bad:

@@ -148,7 +148,10 @@ def test_every_pipeline_preset_is_valid(preset):
     margin, c.tgpo.data.distance_strict, c.tgpo.data.margin = c.tgpo.data.margin, False, -0.1  # every pair rule
     with pytest.raises(ValueError, match=r"tgpo\.data: margin must be finite and >= 0"):
         validate(c)
-    c.tgpo.data.margin, c.env.item_names = margin, "second"
+    c.tgpo.data.margin, c.tgpo.data.kto_reachable = margin, True
+    with pytest.raises(ValueError, match=r"tgpo\.data\.kto_reachable: a plain-KTO setting"):
+        validate(c)
+    c.tgpo.data.kto_reachable, c.env.item_names = False, "second"
     with pytest.raises(ValueError, match="env.item_names='second'"):
         validate(c)
 

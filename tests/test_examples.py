@@ -6,6 +6,7 @@ import pytest
 
 from tgpo_jax.data.examples import (Pair, PairConfig, class_counts, kto_items, kto_tree_items, label_conflict,
                                     normalise_weights, preference_pairs, sft_items)
+from tgpo_jax.data.collate import CollateConfig
 from tgpo_jax.data.schema import Branch, NodeRecord
 
 SQRT6 = 2.449489742783178  # 1 / sigma for Q = [1, .5, 0]: sigma^2 = (.25 + 0 + .25) / 3 = 1/6
@@ -140,6 +141,8 @@ def test_kto_plain():
     assert kto_items(THREE, PairConfig(kto_reachable=True)) == items
     assert kto_items(node((0.2, 0, 2, True), (0.1, 0, 1, False)), PairConfig(kto_reachable=True)) == [
         (0, False), (0, False), (1, False)]
+    with pytest.raises(ValueError, match="kto_reachable is a plain-KTO setting"):
+        CollateConfig(method="kto_tree", pairs=PairConfig(kto_reachable=True))
 
 
 def test_kto_tree():

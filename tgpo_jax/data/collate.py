@@ -72,6 +72,8 @@ class CollateConfig:
                              "(1 = every token alike) and at least one word")
         if self.margin_decisions and self.method not in ("dpo", "tgpo"):
             raise ValueError(f"margin_decisions is a DPO / TGPO setting (method {self.method!r})")
+        if self.pairs.kto_reachable and self.method != "kto":  # KTO-Tree's labels come from Q, not from the runs
+            raise ValueError(f"kto_reachable is a plain-KTO setting (method {self.method!r})")
         if self.max_prompt_len + self.max_completion_len > self.max_len:
             raise ValueError(f"max_prompt_len ({self.max_prompt_len}) + max_completion_len "
                              f"({self.max_completion_len}) exceeds max_len ({self.max_len})")
