@@ -2,15 +2,16 @@
 
   default  the embedded default: local shop (all three task families), the from-scratch 'copy' model (3.8M
            parameters with a planted copy circuit, its own SentencePiece vocabulary), SFT and TGPO, CPU, 30
-           minutes on 2 cores (23.1 measured end to end at stop 75 on a CPU with bf16 units, the success-vs-steps
-           curves included; 15.3 at stop 71 without them); held-out success in BUILD_NOTES.md
+           minutes on 2 cores (16.1 measured end to end at stop 85 on an AMD EPYC with bf16 units, 23.1 at stop 75
+           on an Intel one, the success-vs-steps curves included); held-out success in BUILD_NOTES.md
            ("Learning on held-out tasks"). (The bundled SmolLM2-135M does
            not fit that budget on a CPU; see BUILD_NOTES.md, "Which model learns on a CPU".)
   tiny     the same stages in a few minutes (CI's end-to-end test)
   large    the learning-result configuration (400 training tasks, trees on 100, the paper's five methods, three
            training seeds, 100 held-out tasks, SFT in two phases): held out on an AMD EPYC, seeds 0 / 1 / 2,
-           SFT 72 / 54 / 68 %, KTO 48 / 44 / 60, KTO-Tree 59 / 55 / 57, DPO 69 / 69 / 63, TGPO 69 / 59 / 62, in
-           2.25 h of stages on 2 cores (stop 83, one command; one-phase SFT 65 / 51 / 48 there, stop 81); with
+           SFT 72 / 54 / 68 %, KTO 48 / 44 / 60, KTO-Tree 59 / 55 / 57, DPO 68 / 67 / 65, TGPO 70 / 67 / 64, in
+           2.25 h of stages on 2 cores (stop 83, one command; DPO and TGPO re-run by it with the strict distances
+           at stop 85; one-phase SFT 65 / 51 / 48 there, stop 81); with
            one-phase SFT and stop 70's thoughts on an Intel machine SFT 68 / 70 / 57, KTO 57 / 59 / 61, KTO-Tree
            59 / 66 / 66, DPO 71 / 71 / 62, TGPO 69 / 68 / 65 (stops 74-77; BUILD_NOTES.md, "Stop 83")
   smollm2  the bundled SmolLM2-135M-Instruct as the base (for a GPU host)
@@ -253,6 +254,13 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
             # 56 / 60 / 30 -> 62 / 62 / 28 % on seeds 0-2, and +6.0 [-0.3, +14.3] over six seed-datasets
             # (docs/method.md §5; BUILD_NOTES.md, issue 16). DPO gets it too, so both learn from the same pairs
             c[m].data.distance_agree = True
+            # and pairs of branches equally far from a goal (docs/method.md §5). On `large`, from the same
+            # two-phase SFT, seeds 0-2: TGPO 69 / 59 / 62 -> 70 / 67 / 64 % on held-out tasks 0-99, and on tasks
+            # 100-199, which no choice had seen, 69 / 56 / 66 -> 67 / 68 / 68; over the 200 +3.8 [-0.8, +10.0]
+            # (seed spread 63.5 ± 14.3 -> 67.3 ± 3.1); DPO 67.0 -> 66.7 (-0.3 [-4.3, +3.7]) (stop 84). On the
+            # default (246 -> 217 pairs), seeds 0-2, 100 held-out tasks: TGPO 52 / 51 / 49 -> 51 / 52 / 50 (+0.3
+            # [-1.3, +2.0]) (BUILD_NOTES.md, stop 85)
+            c[m].data.distance_strict = True
             # (kept at their defaults, measured at stop 79 on three seeds of the default: data.margin 0.1 drops 78 of
             # the 246 pairs, TGPO -5.3 [-18.0, +4.0]; weight_norm dataset_mean +1.3 [+0.0, +5.3], the same as DPO;
             # dataset.q_aggregate sum -1.3 [-12.0, +7.3]; BUILD_NOTES.md, stop 79)
@@ -275,13 +283,6 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         # one pass, as DPO and TGPO get (two passes of KTO and KTO-Tree would add ~75 min over three seeds)
         for m in ("kto", "kto_tree"):
             c[m].train.num_epochs = 1
-        # pairs of branches equally far from a goal left out too (docs/method.md §5), DPO and TGPO alike: from the
-        # same two-phase SFT, seeds 0-2, TGPO 69 / 59 / 62 -> 70 / 67 / 64 % on held-out tasks 0-99 (+3.7 [+0.0,
-        # +9.3]), and on tasks 100-199, which no choice had seen, 69 / 56 / 66 -> 67 / 68 / 68 (+4.0 [-2.7, +12.3]);
-        # over the 200 +3.8 [-0.8, +10.0], seed spread 63.5 ± 14.3 -> 67.3 ± 3.1; DPO 67.0 -> 66.7 (-0.3 [-4.3,
-        # +3.7]) on tasks 0-99. Not measured on the default, where it stays off (BUILD_NOTES.md, stop 84)
-        for m in ("dpo", "tgpo"):
-            c[m].data.distance_strict = True
     if preset == "tiny":
         c.prompt_tokens = 256
         c.tasks.update(families=("procedure",), num_train=3, num_test=2)  # short episodes: CI-sized

@@ -129,10 +129,10 @@ def test_every_pipeline_preset_is_valid(preset):
     # multi_cart's items named "second item [..]" with the circuit's three-piece match (BUILD_NOTES.md, stop 69)
     assert c.env.item_names == ("ordinal" if preset in ("default", "large") else "number")
     assert c.sft.model.get("circuit_trigram", 0.0) == (0.5 if preset in ("default", "large") else 0.0)
-    # the preference pairs' distance rules: agree on the shop presets, strict on `large` only (BUILD_NOTES.md, stop 84)
+    # the preference pairs' distance rules, agree and strict, on the shop presets (BUILD_NOTES.md, stops 84-85)
     for m in ("dpo", "tgpo"):
         assert c[m].data.distance_agree == (preset in ("default", "large"))
-        assert c[m].data.distance_strict == (preset == "large")
+        assert c[m].data.distance_strict == (preset in ("default", "large"))
     c.page_ids = "middle"
     with pytest.raises(ValueError, match="page_ids"):
         validate(c)

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
+from tgpo_jax.data.collate import CollateConfig
 from tgpo_jax.data.examples import (Pair, PairConfig, class_counts, kto_items, kto_tree_items, label_conflict,
                                     normalise_weights, preference_pairs, sft_items)
-from tgpo_jax.data.collate import CollateConfig
 from tgpo_jax.data.schema import Branch, NodeRecord
 
 SQRT6 = 2.449489742783178  # 1 / sigma for Q = [1, .5, 0]: sigma^2 = (.25 + 0 + .25) / 3 = 1/6
