@@ -7,6 +7,7 @@ import os
 
 from experiment import agent_q, judge_dpo
 from experiment.names import DISPLAY, display_name, method_label, model_name, parse_name
+from experiment.pipeline_config import shop_kwargs
 from tgpo_jax.data.collate import METHODS
 from tgpo_jax.files import write_text_atomic
 
@@ -134,8 +135,7 @@ def save_policy_file(cfg, model_dir: str) -> None:
              "thought_chars": cfg.history_thoughts, "page_ids": cfg.page_ids, "history_last": cfg.history_last,
              "keep_recent": cfg.keep_recent, "page_cut": cfg.page_cut}
     if cfg.env.name == "shop":
-        saved["shop"] = {"locale": cfg.env.locale, "seed": int(cfg.env.seed),
-                         "item_names": cfg.env.get("item_names", "number")}
+        saved["shop"] = shop_kwargs(cfg)
     e = cfg.eval  # how the report's held-out numbers were decoded: launch.evaluate's defaults for this model
     saved["evaluation"] = {"constrain": bool(e.constrain), "max_tokens": int(e.max_tokens),
                            "max_steps": int(e.max_steps), "step_slack": int(e.step_slack)}

@@ -31,7 +31,7 @@ import sys
 
 from experiment import agent_q, judge_dpo, outputs
 from experiment.names import MODEL_KINDS, display_name, first_phase, model_name, parse_name
-from experiment.pipeline_config import curve_methods, normalize, plain as _plain, validate
+from experiment.pipeline_config import curve_methods, normalize, plain as _plain, shop_kwargs, validate
 from experiment.stages import Stage, StageRunner
 from tgpo_jax.files import write_text_atomic
 
@@ -105,8 +105,7 @@ class Pipeline:
             from rollout.envs import make_env
 
             if self.cfg.env.name == "shop":
-                kw = {"locale": self.cfg.env.locale, "seed": self.cfg.env.seed,
-                      "item_names": self.cfg.env.get("item_names", "number")}
+                kw = shop_kwargs(self.cfg)
             elif self.cfg.env.name == "tasks":
                 kw = {"path": self.cfg.env.tasks, "origin": self.cfg.env.origin or None}
             else:  # MiniWoB: a seed per task, enough for num_train / num_test tasks of one task family each

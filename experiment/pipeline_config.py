@@ -13,6 +13,15 @@ from tgpo_jax.data.examples import pair_config
 SHOP_TITLE = "tgpo-jax: TGPO on the embedded shop"  # configs/pipeline.py's default title
 
 
+def shop_kwargs(cfg) -> dict:
+    """The ``ShopEnv`` settings of a pipeline config (``SHOP_SETTINGS``): the shop its stages run and its models'
+    policy.json record."""
+    from rollout.envs.shop.env import shop_defaults
+
+    return {"locale": cfg.env.locale, "seed": int(cfg.env.seed),
+            "item_names": cfg.env.get("item_names", shop_defaults()["item_names"])}  # configs from before it: none
+
+
 def plain(cd) -> dict:
     return json.loads(cd.to_json_best_effort()) if hasattr(cd, "to_json_best_effort") else dict(cd)
 

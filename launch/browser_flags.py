@@ -79,15 +79,13 @@ def env_and_tasks(model: str | None = None):
     return env, tasks
 
 
-SHOP_DEFAULTS = {"locale": "en", "seed": 0, "item_names": "number"}  # ShopEnv's
-
-
 def shop_settings(given: dict, model: str | None) -> dict:
     """The shop's settings (``ShopEnv`` kwargs: catalogue locale and seed, multi_cart's wording): each from ``given``
     (the flags set), else as the pipeline run that trained ``model`` built its shop (``policy.json``'s ``shop``; files
     from before it hold ``item_names`` alone), else the default. Why: another seed is another catalogue and other
     tasks, another wording fails multi_cart for the wording alone, and nothing in an episode would say so; a flag
     that differs from the model's is said in the log."""
+    from rollout.envs.shop.env import shop_defaults
     from rollout.policies.prompt import saved_prompt
 
     try:
@@ -99,7 +97,7 @@ def shop_settings(given: dict, model: str | None) -> dict:
         if k in trained and v != trained[k]:
             logging.warning("--%s=%s, but %s was trained on a shop with %s=%s",
                             "shop_seed" if k == "seed" else k, v, model, k, trained[k])
-    return {k: given.get(k, trained.get(k, d)) for k, d in SHOP_DEFAULTS.items()}
+    return {k: given.get(k, trained.get(k, d)) for k, d in shop_defaults().items()}
 
 
 EVALUATION_FLAGS = ("constrain", "max_tokens", "max_steps", "step_slack")

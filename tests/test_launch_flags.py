@@ -151,6 +151,12 @@ def test_the_shop_follows_the_model_unless_a_flag_says_otherwise(tmp_path, caplo
     from launch.browser_flags import shop_settings
 
     default = {"locale": "en", "seed": 0, "item_names": "number"}
+    # the settings the pipeline records for its models (policy.json's shop) are the ones read back here
+    from configs.pipeline import get_config
+    from experiment.pipeline_config import shop_kwargs
+    from rollout.envs.shop.env import SHOP_SETTINGS
+
+    assert tuple(shop_kwargs(get_config("default"))) == SHOP_SETTINGS == tuple(default)
     model = tmp_path / "sft"
     model.mkdir()
     assert shop_settings({}, str(model)) == default  # no policy.json

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 from typing import Mapping, Sequence
 
 from rollout.core import CheckResult, Command, Environment, Observation, Task
@@ -121,3 +122,15 @@ class ShopEnv(Environment):
         ``/item/<id>``: none (q/sort/page there only feed "Back to search"); other pages: none."""
         return {"/": [], "/search": ["q", "sort", "page"], "/item/*": [], "/added": ["item", *OPTION_NAMES],
                 "/cart": [], "/checkout": ["error"], "/order/*": []}
+
+
+# The settings that make one shop (``ShopEnv`` kwargs): another seed is another catalogue and other tasks, another
+# locale or multi_cart wording other pages and instructions. A run records them (policy.json's ``shop``), so a later
+# evaluation or collection rebuilds the shop its model trained on.
+SHOP_SETTINGS = ("locale", "seed", "item_names")
+
+
+def shop_defaults() -> dict:
+    """``ShopEnv``'s defaults of ``SHOP_SETTINGS``, read from its signature so that no copy of them can drift."""
+    params = inspect.signature(ShopEnv.__init__).parameters
+    return {k: params[k].default for k in SHOP_SETTINGS}
