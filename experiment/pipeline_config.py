@@ -18,8 +18,9 @@ def shop_kwargs(cfg) -> dict:
     policy.json record."""
     from rollout.envs.shop.env import shop_defaults
 
-    return {"locale": cfg.env.locale, "seed": int(cfg.env.seed),
-            "item_names": cfg.env.get("item_names", shop_defaults()["item_names"])}  # configs from before it: none
+    # a setting a saved config predates (item_names) takes the shop's default
+    kw = {k: cfg.env.get(k, d) for k, d in shop_defaults().items()}
+    return {**kw, "seed": int(kw["seed"])}
 
 
 def plain(cd) -> dict:
