@@ -1,6 +1,7 @@
-"""Harness overhead: steps/s of the rollout harness vs a bare Playwright loop doing the same page operations.
+"""Harness speed: steps/s of the rollout harness against its settings before issue 14, and against a bare Playwright
+loop doing the same page operations.
 
-  python -m bench.harness_overhead [--tasks=8 --reps=2 --screenshots]
+  python -m bench.harness_overhead [--tasks=8 --reps=2 --screenshots --before]
 
 Both sides play the clean oracle's trajectories on the embedded shop, with 1 and 4 browser contexts,
 a fresh context (and shop session) per episode:
@@ -9,8 +10,12 @@ a fresh context (and shop session) per episode:
   check, the task check, watchdogs and JSONL recording;
 - bare: the same commands replayed with role + name locators; per step: the action, wait for the
   load, ``aria_snapshot()`` of the page, screenshot, pHash (and the same for the start state).
-Prints steps/s of each and the ratio (harness / bare) per context count, measured alternately in one
-run, best of ``--reps``. Goal: ratio >= 0.8.
+``--before`` (default) also runs the harness as it was when issue 14 was filed: Debian's full ``chromium``
+(not its headless shell) and Playwright's ``page.screenshot`` (not the CDP capture, ``HarnessConfig.fast_capture``),
+plus the shell with ``page.screenshot`` to separate the two changes; every side must record the same commands,
+URLs and observation texts, and the two shell sides the same pHashes (the full browser renders a few pixels
+differently). Prints steps/s of each, now / before (goal >= 2 with 4 contexts) and now / bare (goal >= 0.8), per
+context count, the sides measured in turn in one run, best of ``--reps``, with the CPU's flags.
 """
 from __future__ import annotations
 
@@ -25,11 +30,18 @@ from absl import app, flags
 _TASKS = flags.DEFINE_integer("tasks", 8, "shop tasks (webshop + procedure families)")
 _REPS = flags.DEFINE_integer("reps", 2, "timed repetitions per side (best is reported)")
 _SCREENSHOTS = flags.DEFINE_bool("screenshots", True, "harness saves PNGs (both sides always take the screenshot)")
+_BEFORE = flags.DEFINE_bool("before", True, "also run the harness with the settings before issue 14 (full chromium, "
+                             "page.screenshot) and the shell with page.screenshot")
 _STILL_MS = flags.DEFINE_integer("still_ms", None, "harness: quiet window before an element command (default: "
                                  "HarnessConfig's; 0 = none)")
 
 
-async def harness_rate(env, tasks, contexts: int, out: str) -> tuple[float, int, list]:
+FULL_CHROMIUM = "/usr/bin/chromium"
+# side: (TGPO_CHROMIUM, HarnessConfig.fast_capture); '' = the default executable (the headless shell where installed)
+SIDES = {"now": ("", True), "shell, page.screenshot": ("", False), "before": (FULL_CHROMIUM, False)}
+
+
+async def harness_rate(env, tasks, contexts: int, out: str, fast_capture: bool = True) -> tuple[float, int, list]:
     from rollout.collect import CollectConfig, collect_async
     from rollout.harness.runner import HarnessConfig
     from rollout.policies.oracle import OraclePolicy
@@ -37,7 +49,7 @@ async def harness_rate(env, tasks, contexts: int, out: str) -> tuple[float, int,
 
     shutil.rmtree(out, ignore_errors=True)
     cfg = CollectConfig(out_dir=out, runs=1, contexts=contexts, progress=False,
-                        harness=HarnessConfig(screenshots=_SCREENSHOTS.value,
+                        harness=HarnessConfig(screenshots=_SCREENSHOTS.value, fast_capture=fast_capture,
                                               **({} if _STILL_MS.value is None else {"still_ms": _STILL_MS.value})))
     t0 = time.perf_counter()
     counts = await collect_async(env, tasks, OraclePolicy(env), cfg)
@@ -105,28 +117,68 @@ async def bare_rate(env, tasks, episodes, contexts: int) -> tuple[float, int]:
     return steps_done[0] / dt, steps_done[0]
 
 
+def recorded(episodes) -> tuple[list, list]:
+    """(commands, URLs and observation texts; pHashes) of every step, in task order."""
+    steps = [st for e in sorted(episodes, key=lambda e: e.task_id) for st in e.steps]
+    return ([(st["command"], st.get("url"), st.get("observation")) for st in steps], [st.get("phash") for st in steps])
+
+
+def side_rate(env, tasks, contexts: int, out: str, side: str) -> tuple[float, int, list]:
+    exe, fast = SIDES[side]
+    old = os.environ.get("TGPO_CHROMIUM")
+    os.environ["TGPO_CHROMIUM"] = exe
+    try:
+        return asyncio.run(harness_rate(env, tasks, contexts, out, fast))
+    finally:
+        if old is None:
+            os.environ.pop("TGPO_CHROMIUM", None)
+        else:
+            os.environ["TGPO_CHROMIUM"] = old
+
+
 def main(argv):
     del argv
+    from bench.sides import cpu_flags
+    from rollout.browser_path import chromium_executable
     from rollout.envs.shop.env import ShopEnv
 
+    sides = list(SIDES) if _BEFORE.value else ["now"]
+    if _BEFORE.value and not os.path.exists(FULL_CHROMIUM):
+        raise SystemExit(f"--before needs Debian's full browser at {FULL_CHROMIUM} (or --nobefore)")
+    print(f"CPU flags: {cpu_flags()}; now: {chromium_executable()}", flush=True)
     env = ShopEnv(seed=0)
     env.start()
     tasks = [t for t in env.tasks("train") if t.family in ("webshop", "procedure")][:_TASKS.value]
     tmp = tempfile.mkdtemp(prefix="bench_harness_")
     try:
-        _, _, episodes = asyncio.run(harness_rate(env, tasks, 4, os.path.join(tmp, "warm")))  # warm-up + script
-        results = {}
+        _, _, episodes = side_rate(env, tasks, 4, os.path.join(tmp, "warm"), "now")  # warm-up + the bare script
+        ref_text, ref_phash = recorded(episodes)
+        results, phash_diff = {}, {}
         for contexts in (1, 4):
-            best_h = best_b = 0.0
+            best = dict.fromkeys(sides + ["bare"], 0.0)
             for _ in range(_REPS.value):
-                h, n_h, _ = asyncio.run(harness_rate(env, tasks, contexts, os.path.join(tmp, f"h{contexts}")))
+                for side in sides:
+                    r, n, eps = side_rate(env, tasks, contexts, os.path.join(tmp, f"h{contexts}"), side)
+                    text, phash = recorded(eps)
+                    assert text == ref_text, f"{side}: the recorded commands, URLs or observations differ"
+                    if SIDES[side][0] == "":  # the shell: the same pixels, the same pHashes
+                        assert phash == ref_phash, f"{side}: pHashes differ from the fast capture's"
+                    else:
+                        phash_diff[side] = sum(a != b for a, b in zip(phash, ref_phash))
+                    best[side] = max(best[side], r)
                 b, n_b = asyncio.run(bare_rate(env, tasks, episodes, contexts))
-                assert n_h == n_b, (n_h, n_b)
-                best_h, best_b = max(best_h, h), max(best_b, b)
-            results[contexts] = (best_h, best_b, n_h)
-        print(f"{'contexts':>8} {'steps':>6} {'harness steps/s':>16} {'bare steps/s':>13} {'ratio':>6}")
-        for contexts, (h, b, n) in results.items():
-            print(f"{contexts:>8} {n:>6} {h:>16.2f} {b:>13.2f} {h / b:>6.2f}")
+                assert n == n_b, (n, n_b)
+                best["bare"] = max(best["bare"], b)
+            results[contexts] = (best, n)
+        head = "".join(f"{s:>24}" for s in sides + ["bare"])
+        print(f"{'contexts':>8} {'steps':>6}{head} {'now/before':>11} {'now/bare':>9}  (steps/s, best of {_REPS.value})")
+        for contexts, (best, n) in results.items():
+            cells = "".join(f"{best[s]:>24.2f}" for s in sides + ["bare"])
+            before = f"{best['now'] / best['before']:>11.2f}" if "before" in best else f"{'-':>11}"
+            print(f"{contexts:>8} {n:>6}{cells} {before} {best['now'] / best['bare']:>9.2f}")
+        for side, d in phash_diff.items():
+            print(f"{side}: {d} of {len(ref_phash)} pHashes differ from now's (another browser's rendering); "
+                  "commands, URLs and observations equal")
     finally:
         env.stop()
         shutil.rmtree(tmp, ignore_errors=True)

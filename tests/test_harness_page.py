@@ -16,7 +16,7 @@ from rollout.core import (ActionTimeout, Command, ErrorInfo, InvalidTarget, Navi
                           NoSuchElement)
 from rollout.harness.execute import Effect, Timeouts, execute  # noqa: E402
 from rollout.harness.guards import install_guards, origin_of  # noqa: E402
-from rollout.harness.observe import install, observe, phash_png, render_observation  # noqa: E402
+from rollout.harness.observe import capture_png, install, observe, phash_png, render_observation  # noqa: E402
 
 PAGES = {
     "/": """<!doctype html><html><head><title>Home</title></head><body>
@@ -460,6 +460,51 @@ async def test_phash_and_screenshot(h):
     assert o1.phash != o3.phash and len(o1.phash) == 256  # 1024-bit pHash
     for p in (p1, p2, p3):
         await p.context.close()
+
+
+
+@run
+async def test_the_fast_capture_has_playwrights_pixels_with_the_caret_hidden(h):
+    """capture_png's CDP shot (optimizeForSpeed) against page.screenshot on a page with a blinking caret in a
+    text box: before any snapshot the caret shows in some fast shots (so the check can fail); once observe has
+    adopted the helper's sheet every fast shot has page.screenshot's pixels and pHash, without a DOM change."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    def pixels(png):
+        with Image.open(io.BytesIO(png)) as im:
+            return np.asarray(im.convert("RGBA"))
+
+    page = await h.page("/form")
+    await page.focus("#q")
+
+    async def differs() -> bool:  # a fast shot against Playwright's, which hides the caret for its shot
+        fast = pixels(await capture_png(page))
+        return not np.array_equal(fast, pixels(await page.screenshot(type="png")))
+
+    shown = 0
+    for _ in range(10):  # Chromium blinks the caret every ~500 ms
+        shown += await differs()
+        await asyncio.sleep(0.15)
+    assert shown > 0, "the caret never showed: this page cannot tell hidden from shown"
+
+    slow = await observe(page, fast_capture=False)
+    for _ in range(10):
+        assert (await observe(page)).phash == slow.phash
+        assert not await differs()
+        await asyncio.sleep(0.15)
+    # Playwright's shot adds and removes a <style> in every frame (DOM changes the still wait would wait out); the
+    # fast one changes nothing
+    before = await page.evaluate("() => window.__tgpo.state().mutations")
+    for _ in range(3):
+        await observe(page)
+    assert await page.evaluate("() => window.__tgpo.state().mutations") == before
+    await page.screenshot(type="png")
+    assert await page.evaluate("() => window.__tgpo.state().mutations") > before
+    assert await page.evaluate("() => document.activeElement.id") == "q"
+    await page.context.close()
 
 
 def test_origin_of():

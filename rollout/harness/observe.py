@@ -33,6 +33,7 @@ MutationObservers, if any, do see the overlay come and go.
 """
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -118,6 +119,30 @@ def truncate_text(text: str, max_chars: int) -> tuple[str, bool]:
 # pages differ but an option change on a product page often does not show (0-4 bits); at 32 x 32 it moves
 # 6-26 bits, so a changed form is a new state, as its next correct action differs.
 PHASH_SIZE = 32
+
+
+async def capture_png(page, fast: bool = True) -> bytes:
+    """The viewport as a PNG. ``fast``: Chromium's ``Page.captureScreenshot`` with ``optimizeForSpeed`` over a CDP
+    session kept on the page. Its PNG is compressed less (about twice the bytes), so Chromium encodes it and the pHash
+    decodes it in about half the time (BUILD_NOTES.md, issue 14), and it skips the two evaluates per frame that
+    ``page.screenshot`` spends hiding the caret: the helper's style sheet hides it instead (page_script.js, adopted by
+    every snapshot). Same pixels as ``page.screenshot`` (tests/test_harness_page.py). Falls back to
+    ``page.screenshot`` where there is no CDP session (a browser other than Chromium) or a capture fails."""
+    if fast:
+        cdp = getattr(page, "_tgpo_cdp", None)
+        if cdp is None:
+            try:
+                cdp = await page.context.new_cdp_session(page)
+            except Exception:
+                cdp = False  # not Chromium: Playwright's screenshot from now on
+            page._tgpo_cdp = cdp
+        if cdp:
+            try:
+                shot = await cdp.send("Page.captureScreenshot", {"format": "png", "optimizeForSpeed": True})
+                return base64.b64decode(shot["data"])
+            except Exception:  # one capture in the default's 1,770 failed (cause unseen): Playwright's shot for
+                page._tgpo_cdp = None  # this one, a new session for the next
+    return await page.screenshot(type="png")
 
 
 def phash_png(png: bytes) -> str:
@@ -288,13 +313,13 @@ async def remove_marks(page) -> None:
         pass
 
 
-async def marked_screenshot(page, snaps) -> bytes | None:
+async def marked_screenshot(page, snaps, fast: bool = True) -> bytes | None:
     """A PNG of the viewport with the snapshots' elements outlined and labelled; the page's DOM is left as it was.
     None when the overlay or the screenshot failed (a navigation in between)."""
     boxes = await _mark_boxes(page, snaps)
     try:
         await page.main_frame.evaluate(_DRAW_JS, [boxes, MARKS_ATTR, list(MARK_RGB)])
-        return await page.screenshot(type="png")
+        return await capture_png(page, fast)
     except Exception:
         return None
     finally:
@@ -303,10 +328,10 @@ async def marked_screenshot(page, snaps) -> bytes | None:
 
 async def observe(page, *, budget_tokens: int = 1024, chars_per_token: int = 4, screenshot_path: str | None = None,
                   error: ErrorInfo | None = None, with_screenshot: bool = True, origin: str = "",
-                  marks: bool = False) -> Observation:
+                  marks: bool = False, fast_capture: bool = True) -> Observation:
     """Inject ids in every frame and read the page as an Observation (see the module docstring). ``marks``: the
     saved screenshot (``screenshot_path``) is a set-of-marks one (``Observation.marked``); when drawing them fails
-    the unmarked one is saved and ``marked`` is False."""
+    the unmarked one is saved and ``marked`` is False. ``fast_capture``: see ``capture_png``."""
     snaps = await _snapshot_all(page)
     # Per-frame node lists; child frames are spliced after their iframe node (indented under it).
     per_frame: dict[int, list[dict]] = {}
@@ -357,14 +382,14 @@ async def observe(page, *, budget_tokens: int = 1024, chars_per_token: int = 4, 
     marked = False
     if with_screenshot:
         try:
-            png = await page.screenshot(type="png")
+            png = await capture_png(page, fast_capture)
         except Exception:
             png = None
         if png is not None:
             phash = phash_png(png)  # from the unmarked pixels: marks must not change which states merge
             if screenshot_path:
                 if marks:
-                    with_marks = await marked_screenshot(page, snaps)
+                    with_marks = await marked_screenshot(page, snaps, fast_capture)
                     if with_marks is not None:
                         png, marked = with_marks, True
                 os.makedirs(os.path.dirname(os.path.abspath(screenshot_path)), exist_ok=True)

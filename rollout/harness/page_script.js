@@ -9,6 +9,7 @@
 //   settle(capMs)  resolves once the DOM was quiet for one animation frame and no request is pending (capped)
 //   still(quietMs, capMs)  resolves once the DOM has not changed for quietMs and no request is pending (capped)
 //   state()        {mutations, inputs, scrollY}
+//   caretSheet     the style sheet that hides the caret (adopted by snapshot, for observe.py's capture_png)
 (function () {
   if (window.__tgpo) return;
   const T = {mutations: 0, inputs: 0, pending: 0, lastChange: 0, lastDom: 0, clickables: new WeakSet(),
@@ -259,9 +260,26 @@
     return r.width > 0 && r.height > 0;
   }
 
+  // The caret hidden, as Playwright's page.screenshot hides it for each shot (two evaluates per frame): a blinking
+  // caret is drawn in some screenshots and not in others, which moves the pHash (observe.py's capture_png). An
+  // adopted sheet is not a DOM node, so no MutationObserver (ours or the page's) sees it; adopted again by every
+  // snapshot in case the page replaced document.adoptedStyleSheets. Specificity as Playwright's rule.
+  function hideCaret() {
+    try {
+      if (!T.caretSheet) {
+        T.caretSheet = new CSSStyleSheet();
+        T.caretSheet.replaceSync('*:not(#tgpo-caret-aaaaaaaaaa.tgpo-caret-bbbbbbbbbbbbb) ' +
+                                 '{ caret-color: transparent !important; }');
+      }
+      const sheets = document.adoptedStyleSheets;
+      if (!sheets.includes(T.caretSheet)) document.adoptedStyleSheets = [...sheets, T.caretSheet];
+    } catch (e) { /* no constructable style sheets: the caret may show */ }
+  }
+
   T.snapshot = function (prefix, taken) {
     const root = document.documentElement;
     if (!root) return {prefix: prefix, nodes: [], url: location.href, title: document.title};
+    hideCaret();
     let stored = root.getAttribute('data-tgpo-prefix');
     let next = parseInt(root.getAttribute('data-tgpo-next') || '1', 10) || 1;
     if (stored === null || (taken || []).includes(stored)) {

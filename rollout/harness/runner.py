@@ -37,6 +37,9 @@ class HarnessConfig:
     # saved PNGs are set-of-marks ones: each element's id drawn on it (observe.py), for policies that read only the
     # screenshot (OpenAIPolicy(observation="image")); the pHash stays the unmarked page's
     marks: bool = False
+    # screenshots through Chromium's CDP capture at its fast PNG setting (observe.py's capture_png: the same pixels
+    # in about half the time); False = Playwright's page.screenshot, the harness before stop 86 (bench/harness_overhead.py)
+    fast_capture: bool = True
     viewport: tuple[int, int] = (1024, 768)
     action_ms: int = 5000
     navigation_ms: int = 10000
@@ -116,7 +119,7 @@ async def run_episode(pool: BrowserPool, env: Environment, task: Task, run: int,
         path, rel = shot(name)
         t0 = time.perf_counter()
         obs = await observe(page, budget_tokens=cfg.budget_tokens, screenshot_path=path, error=error, origin=site,
-                            marks=cfg.marks)
+                            marks=cfg.marks, fast_capture=cfg.fast_capture)
         alive()
         screen = path
         if rel is not None:
