@@ -171,7 +171,8 @@ def main(argv):
                 best["bare"] = max(best["bare"], b)
             results[contexts] = (best, n)
         head = "".join(f"{s:>24}" for s in sides + ["bare"])
-        print(f"{'contexts':>8} {'steps':>6}{head} {'now/before':>11} {'now/bare':>9}  (steps/s, best of {_REPS.value})")
+        print(f"{'contexts':>8} {'steps':>6}{head} {'now/before':>11} {'now/bare':>9}"
+              f"  (steps/s, best of {_REPS.value})")
         for contexts, (best, n) in results.items():
             cells = "".join(f"{best[s]:>24.2f}" for s in sides + ["bare"])
             before = f"{best['now'] / best['before']:>11.2f}" if "before" in best else f"{'-':>11}"

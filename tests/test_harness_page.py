@@ -462,7 +462,6 @@ async def test_phash_and_screenshot(h):
         await p.context.close()
 
 
-
 @run
 async def test_the_fast_capture_has_playwrights_pixels_with_the_caret_hidden(h):
     """capture_png's CDP shot (optimizeForSpeed) against page.screenshot on a page with a blinking caret in a
