@@ -260,7 +260,7 @@
     return r.width > 0 && r.height > 0;
   }
 
-  // The caret hidden, as Playwright's page.screenshot hides it for each shot (two evaluates per frame): a blinking
+  // The caret hidden, as Playwright's page.screenshot hides it for each shot (a <style> added and removed): a blinking
   // caret is drawn in some screenshots and not in others, which moves the pHash (observe.py's capture_png). An
   // adopted sheet is not a DOM node, so no MutationObserver (ours or the page's) sees it; adopted again by every
   // snapshot in case the page replaced document.adoptedStyleSheets. Specificity as Playwright's rule.
