@@ -119,7 +119,7 @@ def run_ours() -> None:
     cache_len = tokens.shape[1] + -(-_NEW.value // sampler.chunk) * sampler.chunk
 
     def prefill():
-        return jax.block_until_ready(sampler._prefill(sampler.state, jnp.asarray(tokens), jnp.asarray(valid), cache_len))
+        return jax.block_until_ready(sampler._prefill(sampler.weights, jnp.asarray(tokens), jnp.asarray(valid), cache_len))
 
     pre, _ = timed(prefill, _RUNS.value)
     dev = jax.devices()[0]

@@ -137,7 +137,7 @@ def _prefill_logits(cfg, flat, prompts, max_tokens=16):
     valid = np.zeros((len(prompts), p), bool)
     for i, x in enumerate(prompts):
         tokens[i, p - len(x):], valid[i, p - len(x):] = x, True
-    logits = sampler._prefill(sampler.state, jnp.asarray(tokens), jnp.asarray(valid), p + max_tokens)[1]
+    logits = sampler._prefill(sampler.weights, jnp.asarray(tokens), jnp.asarray(valid), p + max_tokens)[1]
     out = sampler.generate_ids(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens))
     return np.asarray(logits, np.float32), [toks for toks, _, _ in out]
 
@@ -179,5 +179,5 @@ def test_a_decode_steps_attention_equals_writing_its_keys_into_the_cache_first(t
     full_k = jax.lax.dynamic_update_slice_in_dim(ck, k, index, axis=1)
     full_v = jax.lax.dynamic_update_slice_in_dim(cv, v, index, axis=1)
     want = attention(q, full_k, full_v, mask)
-    got = cached_attention(q, k, v, ck, cv, mask, index)
+    got = cached_attention(q, k, v, ck.transpose(0, 2, 1, 3), cv.transpose(0, 2, 3, 1), mask, index)  # KVCache's layouts
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)

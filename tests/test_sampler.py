@@ -279,16 +279,42 @@ def test_a_bf16_decode_through_bit_slices_is_the_plain_decode_bit_for_bit(monkey
     m = init_model(cfg, seed=3)
     assert m.layers.q_proj[...].dtype == jnp.bfloat16
     params = SamplingParams(temperature=0.0, max_tokens=12)
-    bits = Sampler(m).generate_ids(PROMPTS, params)
+    s = Sampler(m)
+    assert {a.dtype for a in jax.tree.leaves(s.weights)} == {jnp.dtype(jnp.uint16)}
+    bits = s.generate_ids(PROMPTS, params), s.generate_ids(PROMPTS, params, [_Allow(range(256)) for _ in PROMPTS])
     monkeypatch.setattr(T, "as_bits", lambda t: t)
     monkeypatch.setattr(T, "as_floats", lambda b, d: b)
-    monkeypatch.setattr(T, "write_slice", lambda a, u, i, axis: jax.lax.dynamic_update_slice_in_dim(a, u, i, axis))
-    plain = Sampler(m).generate_ids(PROMPTS, params)
+    jax.clear_caches()  # the steps were traced with the bits: trace them again without
+    s = Sampler(m)
+    assert {a.dtype for a in jax.tree.leaves(s.weights)} == {jnp.dtype(jnp.bfloat16)}
+    plain = s.generate_ids(PROMPTS, params), s.generate_ids(PROMPTS, params, [_Allow(range(256)) for _ in PROMPTS])
+    jax.clear_caches()
     assert bits == plain
 
 
-def test_bit_slices_round_trip_and_write():
-    from tgpo_jax.models.transformer import as_bits, as_floats, write_slice
+@pytest.mark.parametrize("dtypes,tied,lora", [(("bfloat16", "float32"), True, 0), (("bfloat16", "bfloat16"), False, 0),
+                                              (("bfloat16", "float32"), True, 4), (("float32", "float32"), True, 0)])
+def test_the_weights_made_ready_once_decode_as_the_models_own(dtypes, tied, lora):
+    """On a CPU the sampler casts the weights to the compute dtype, holds 16-bit ones as bits and transposes tied
+    embeddings into a head once (``Sampler._ready``): the same tokens and log-probs, bit for bit, sampled or
+    constrained, as the steps reading the model's own weights (float32 master weights, LoRA, float32 alike)."""
+    cfg = tiny_config("llama", vocab_size=256, eos_token_id=None, dtype=dtypes[0], param_dtype=dtypes[1],
+                      tie_word_embeddings=tied, lora_rank=lora)
+    m = init_model(cfg, seed=5)
+    if lora:  # LoRA factors that change the model (B starts at zero)
+        m.layers.q_proj_lora_b[...] = jnp.full_like(m.layers.q_proj_lora_b[...], 0.05)
+    s = Sampler(m)
+    assert (s.weights["head"] is not None) == tied
+    params = SamplingParams(temperature=0.8, max_tokens=12, seed=4)
+    ready = s.generate_ids(PROMPTS, params), s.generate_ids(PROMPTS, params, [_Allow(range(256)) for _ in PROMPTS])
+    s.weights = {"model": s.state, "head": None}  # the model's own arrays, as on other backends
+    own = s.generate_ids(PROMPTS, params), s.generate_ids(PROMPTS, params, [_Allow(range(256)) for _ in PROMPTS])
+    assert ready == own
+    assert len({t for toks, _, _ in ready[0] for t in toks}) > 3  # a real sample, not one token repeated
+
+
+def test_bit_slices_round_trip_and_the_cache_write():
+    from tgpo_jax.models.transformer import KVCache, as_bits, as_floats
 
     x = {"w": jnp.asarray(np.random.default_rng(0).normal(size=(3, 4)), jnp.bfloat16),
          "n": jnp.arange(3, dtype=jnp.int32), "f": jnp.ones((2,), jnp.float32)}
@@ -296,8 +322,15 @@ def test_bit_slices_round_trip_and_write():
     assert b["w"].dtype == jnp.uint16 and b["n"].dtype == jnp.int32 and b["f"].dtype == jnp.float32
     back = as_floats(b, jax.tree.map(lambda a: a.dtype, x))
     assert all(back[k].dtype == x[k].dtype and np.array_equal(np.asarray(back[k]), np.asarray(x[k])) for k in x)
-    u = jnp.full((3, 1), -2.5, jnp.bfloat16)
-    got = write_slice(x["w"], u, 2, axis=1)
-    assert got.dtype == jnp.bfloat16
-    np.testing.assert_array_equal(np.asarray(got, np.float32),
-                                  np.asarray(jax.lax.dynamic_update_slice_in_dim(x["w"], u, 2, 1), np.float32))
+    # the cache: keys [L, B, K, S, Dh], values [L, B, K, Dh, S], held as bits; a step's [L, B, T, K, Dh] written at 3
+    cfg = tiny_config("llama", dtype="bfloat16", param_dtype="bfloat16")
+    L, K, Dh = cfg.num_layers, cfg.num_kv_heads, cfg.head_dim
+    rng = np.random.default_rng(1)
+    ks, vs = (jnp.asarray(rng.normal(size=(L, 2, 2, K, Dh)), jnp.bfloat16) for _ in range(2))
+    c = KVCache.zeros(cfg, 2, 8).write(ks, vs, 3)
+    assert c.k.dtype == c.v.dtype == jnp.uint16 and c.k.shape == (L, 2, K, 8, Dh) and c.v.shape == (L, 2, K, Dh, 8)
+    want = np.zeros((L, 2, 8, K, Dh), np.float32)
+    want[:, :, 3:5] = np.asarray(ks, np.float32)
+    np.testing.assert_array_equal(np.asarray(as_floats(c.k, jnp.bfloat16), np.float32), want.transpose(0, 1, 3, 2, 4))
+    want[:, :, 3:5] = np.asarray(vs, np.float32)
+    np.testing.assert_array_equal(np.asarray(as_floats(c.v, jnp.bfloat16), np.float32), want.transpose(0, 1, 3, 4, 2))

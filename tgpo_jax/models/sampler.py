@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from tgpo_jax.models import transformer as T
 from tgpo_jax.models.transformer import KVCache, Transformer, causal_mask, positions_from_valid
 
 
@@ -121,15 +122,16 @@ def _bucket(n: int, size: int) -> int:
 class Sampler:
     def __init__(self, model: Transformer, tokenizer=None, *, chunk: int = 16, bucket: int = 64):
         self.cfg = model.cfg
-        self.graphdef, self.state = nnx.split(model)
         self.tokenizer = tokenizer
         self.chunk = chunk
         self.bucket = bucket
         self.pad_id = self.cfg.pad_token_id if self.cfg.pad_token_id is not None else 0
+        self.update_model(model)
 
     def update_model(self, model: Transformer) -> None:
         """Sample from new weights (same architecture) without recompiling."""
         self.graphdef, self.state = nnx.split(model)
+        self.weights = self._ready(self.state)
 
     # The jitted steps take ``self`` as a static argument, so jit's cache is keyed by it. Keyed by what the compiled
     # code depends on (the architecture and the model config), not by the instance: a new Sampler over other weights
@@ -144,10 +146,41 @@ class Sampler:
     def __hash__(self):
         return hash(self._jit_key())
 
+    # ------------------------------------------------------------------ the weights as the steps read them
+    def _ready(self, state) -> dict:
+        """What the jitted steps take: ``{"model": state, "head": [D, V] output projection or None}``.
+
+        On a CPU, work every step would otherwise repeat on the whole model is done once here: without LoRA the
+        weights are cast to the compute dtype (the layers cast them anyway: the same numbers), 16-bit floats are
+        held as their bits (``transformer.as_bits``: XLA:CPU converted the stacked bf16 weights to bits at every
+        call), and tied embeddings get their transpose as the head (XLA:CPU transposed the [V, D] table into a copy
+        at every call). A copy of the weights while the caller keeps its model; on other backends (and abstract
+        weights, as ``training.plan`` compiles) nothing is copied."""
+        leaves = jax.tree.leaves(state)
+        on_cpu = bool(leaves) and all(isinstance(a, jax.Array) and {d.platform for d in a.devices()} == {"cpu"}
+                                      for a in leaves)
+        return self._cpu_weights(state) if on_cpu else {"model": state, "head": None}
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def _cpu_weights(self, state):
+        dt = jnp.dtype(self.cfg.dtype)
+        if not self.cfg.lora_rank:
+            state = jax.tree.map(lambda a: a.astype(dt) if jnp.issubdtype(a.dtype, jnp.floating) else a, state)
+        head = nnx.merge(self.graphdef, state).output_embedding() if self.cfg.tie_word_embeddings else None
+        return T.as_bits({"model": state, "head": head})
+
+    def _model(self, weights) -> tuple[Transformer, jax.Array | None]:
+        """(model, head) inside a jitted step: the bits of ``_ready`` back as floats (a bitcast XLA folds away)."""
+        def floats(tree, dtype):
+            return jax.tree.map(lambda a: jax.lax.bitcast_convert_type(a, dtype) if a.dtype == jnp.uint16 else a, tree)
+        # the model's weights were cast to the compute dtype where there is no LoRA; the head always is
+        model = floats(weights["model"], jnp.dtype(self.cfg.param_dtype if self.cfg.lora_rank else self.cfg.dtype))
+        return nnx.merge(self.graphdef, model), floats(weights["head"], jnp.dtype(self.cfg.dtype))
+
     # ------------------------------------------------------------------ jitted pieces
     @functools.partial(jax.jit, static_argnums=(0, 4))
-    def _prefill(self, state, tokens, valid, cache_len):
-        model = nnx.merge(self.graphdef, state)
+    def _prefill(self, weights, tokens, valid, cache_len):
+        model, head = self._model(weights)
         b, p = tokens.shape
         cache = KVCache.zeros(self.cfg, b, cache_len)
         # a left-padding query sees no valid key; it attends to itself so that no row of the mask is empty (a fused
@@ -155,15 +188,15 @@ class Sampler:
         pad_self = jnp.eye(p, dtype=bool)[None] & ~valid[:, :, None]
         mask = causal_mask(valid) | pad_self  # [B, P, P]: the prompt's keys only (prefill)
         h, cache = model.hidden_states(tokens, positions_from_valid(valid), mask, cache, 0, prefill=True)
-        logits = model.logits_from_hidden(h[:, -1:])[:, 0].astype(jnp.float32)  # [B, V]
+        logits = model.logits_from_hidden(h[:, -1:], head)[:, 0].astype(jnp.float32)  # [B, V]
         key_valid = jnp.pad(valid, ((0, 0), (0, cache_len - p)))
         next_pos = jnp.sum(valid, axis=-1).astype(jnp.int32)
         return cache, logits, key_valid, next_pos
 
     # the carry (KV cache) is donated: the chunk writes its keys in place instead of into a copy of the cache
     @functools.partial(jax.jit, static_argnums=(0, 2, 3), donate_argnums=(4,))
-    def _decode_chunk(self, state, steps: int, filters: tuple, carry, eos_ids):
-        model = nnx.merge(self.graphdef, state)
+    def _decode_chunk(self, weights, steps: int, filters: tuple, carry, eos_ids):
+        model, head = self._model(weights)
 
         def step(carry, _):
             cache, logits, key_valid, pos, index, done, rng = carry  # rng: one key per row [B]
@@ -178,7 +211,7 @@ class Sampler:
             done = done | jnp.isin(tok, eos_ids)
             key_valid = key_valid.at[:, index].set(True)
             h, cache = model.hidden_states(tok[:, None], pos[:, None], key_valid[:, None, :], cache, index)
-            logits = model.logits_from_hidden(h)[:, 0].astype(jnp.float32)
+            logits = model.logits_from_hidden(h, head)[:, 0].astype(jnp.float32)
             return (cache, logits, key_valid, pos + 1, index + 1, done, rng), (tok, logp, emitted)
 
         carry, (toks, logps, emitted) = jax.lax.scan(step, carry, None, length=steps)
@@ -187,12 +220,12 @@ class Sampler:
     # cache and key mask donated: without it every token copied the whole cache (constrained decoding feeds one
     # token per call; 1.4-1.5x a step on the large preset's model, BUILD_NOTES.md, stop 60)
     @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2, 3))
-    def _feed(self, state, cache, key_valid, pos, index, tok):
+    def _feed(self, weights, cache, key_valid, pos, index, tok):
         """One token per row (``tok`` [B], chosen on the host) -> the next logits [B, V] and the advanced cache."""
-        model = nnx.merge(self.graphdef, state)
+        model, head = self._model(weights)
         key_valid = key_valid.at[:, index].set(True)
         h, cache = model.hidden_states(tok[:, None], pos[:, None], key_valid[:, None, :], cache, index)
-        logits = model.logits_from_hidden(h)[:, 0].astype(jnp.float32)
+        logits = model.logits_from_hidden(h, head)[:, 0].astype(jnp.float32)
         return cache, logits, key_valid, pos + 1, index + 1
 
     # ------------------------------------------------------------------ public API
@@ -224,7 +257,7 @@ class Sampler:
         for i, x in enumerate(prompts):
             tokens[i, p - len(x):] = x
             valid[i, p - len(x):] = True
-        cache, logits, key_valid, pos = self._prefill(self.state, jnp.asarray(tokens), jnp.asarray(valid), cache_len)
+        cache, logits, key_valid, pos = self._prefill(self.weights, jnp.asarray(tokens), jnp.asarray(valid), cache_len)
         if constraints is not None:
             return self._generate_constrained(params, constraints, (cache, logits, key_valid, pos, jnp.int32(p)),
                                               seeds)
@@ -241,7 +274,7 @@ class Sampler:
         reason = [None] * b
         while min(len(t) for t in out_tok) < params.max_tokens and None in reason:
             carry, toks, lps, emitted = self._decode_chunk(
-                self.state, self.chunk, (params.temperature, params.top_k, params.top_p), carry, eos)
+                self.weights, self.chunk, (params.temperature, params.top_k, params.top_p), carry, eos)
             toks, lps, emitted = np.asarray(toks), np.asarray(lps), np.asarray(emitted)
             host_done = np.asarray(carry[5]).copy()
             for i in range(b):
@@ -294,7 +327,7 @@ class Sampler:
                     reason[i] = "stop"
             if None not in reason:
                 break
-            cache, logits, key_valid, pos, index = self._feed(self.state, cache, key_valid, pos, index,
+            cache, logits, key_valid, pos, index = self._feed(self.weights, cache, key_valid, pos, index,
                                                               jnp.asarray(feed))
         return [(t, lp, r if r in ("eos", "stop") else "length") for t, lp, r in zip(out_tok, out_lp, reason)]
 

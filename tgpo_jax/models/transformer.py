@@ -55,14 +55,26 @@ def layer_param_names(cfg: ModelConfig) -> list[str]:
 
 
 class KVCache(NamedTuple):
-    k: jax.Array  # [L, B, S, K, Dh]
-    v: jax.Array  # [L, B, S, K, Dh]
+    """Keys and values of the tokens decoded so far, in the compute dtype; 16-bit floats held as their bits (uint16).
+
+    Layouts chosen for XLA:CPU's dots (its YNNPACK fusions): a decode step's scores read a layer's keys as [K, S, Dh]
+    and its output reads the values as [K, Dh, S], each with the contracted axis minor. In the [B, S, K, Dh] layout
+    the step copied and transposed every layer's cache (the values' transpose alone was 13 of a 56 ms bf16 step on
+    SmolLM2-135M at batch 8); as bf16 the cache, a loop carry, was copied to bits for the layer scan every step
+    (``as_bits``)."""
+    k: jax.Array  # [L, B, K, S, Dh]
+    v: jax.Array  # [L, B, K, Dh, S]
 
     @classmethod
-    def zeros(cls, cfg: ModelConfig, batch: int, length: int, dtype=None) -> "KVCache":
-        shape = (cfg.num_layers, batch, length, cfg.num_kv_heads, cfg.head_dim)
-        dtype = dtype or jnp.dtype(cfg.dtype)
-        return cls(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+    def zeros(cls, cfg: ModelConfig, batch: int, length: int) -> "KVCache":
+        z = as_bits(jnp.zeros((cfg.num_layers, batch, cfg.num_kv_heads, length, cfg.head_dim), jnp.dtype(cfg.dtype)))
+        return cls(z, z.swapaxes(-1, -2))
+
+    def write(self, ks: jax.Array, vs: jax.Array, index) -> "KVCache":
+        """The cache with a step's keys/values ks/vs [L, B, T, K, Dh] (the compute dtype) written at positions
+        index..index+T-1."""
+        return KVCache(jax.lax.dynamic_update_slice_in_dim(self.k, as_bits(ks).transpose(0, 1, 3, 2, 4), index, axis=3),
+                       jax.lax.dynamic_update_slice_in_dim(self.v, as_bits(vs).transpose(0, 1, 3, 4, 2), index, axis=4))
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -170,26 +182,27 @@ def _dense_attention(q, k, v, mask):
 
 def cached_attention(q, k, v, ck, cv, mask, index):
     """A decode step's attention: q/k/v [B,T,*,Dh] for the step's T tokens (at positions index..index+T-1),
-    ck/cv [B,S,K,Dh] the cache *before* this step, mask [B,T,S] over the cache's positions -> [B,T,H,Dh].
+    ck [B,K,S,Dh] / cv [B,K,Dh,S] the cache *before* this step (``KVCache``'s layouts), mask [B,T,S] over the
+    cache's positions -> [B,T,H,Dh].
 
     The same as writing k/v into the cache and attending over it (``attention``), but the cache is only read:
     the step's own keys are scored beside it and the softmax taken over both. So a step does not rebuild the
     cache (the layer scan would otherwise emit a whole new [L,B,S,K,Dh] cache per token); the caller writes the
     step's keys into the cache once, after the layers."""
     b, t, h, dh = q.shape
-    s, kv = ck.shape[1], ck.shape[2]
+    kv, s = ck.shape[1], ck.shape[2]
     qg = q.reshape(b, t, kv, h // kv, dh)
     new = (jnp.arange(s) >= index) & (jnp.arange(s) < index + t)  # [S]: the slots this step writes
     old_mask = mask & ~new[None, None, :]  # [B,T,S]
     new_mask = jax.lax.dynamic_slice_in_dim(mask, index, t, axis=2)  # [B,T,T]: which of the step's keys
     scale = 1.0 / math.sqrt(dh)
-    s_old = jnp.einsum("btkgd,bskd->bkgts", qg, ck, preferred_element_type=jnp.float32) * scale
+    s_old = jnp.einsum("btkgd,bksd->bkgts", qg, ck, preferred_element_type=jnp.float32) * scale
     s_new = jnp.einsum("btkgd,bukd->bkgtu", qg, k, preferred_element_type=jnp.float32) * scale
     low = jnp.finfo(jnp.float32).min
     scores = jnp.concatenate([jnp.where(old_mask[:, None, None], s_old, low),
                               jnp.where(new_mask[:, None, None], s_new, low)], axis=-1)  # [B,K,G,T,S+T]
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = (proj("bkgts,bskd->btkgd", probs[..., :s], cv)
+    out = (proj("bkgts,bkds->btkgd", probs[..., :s], cv)
            + proj("bkgtu,bukd->btkgd", probs[..., s:], v))
     return out.reshape(b, t, h, dh)
 
@@ -211,12 +224,6 @@ def as_floats(bits, dtypes):
     """The inverse of ``as_bits`` on its slices; ``dtypes``: the original tree's dtypes (``jax.tree.map(lambda a:
     a.dtype, tree)``)."""
     return jax.tree.map(lambda b, dt: jax.lax.bitcast_convert_type(b, dt) if dt in _HALF else b, bits, dtypes)
-
-
-def write_slice(a: jax.Array, update: jax.Array, index, axis: int) -> jax.Array:
-    """``dynamic_update_slice_in_dim`` that writes a 16-bit float array as its bits: XLA:CPU otherwise converts the
-    whole array to float32 and back to write one slice (see ``as_bits``), a copy of the KV cache per decode step."""
-    return as_floats(jax.lax.dynamic_update_slice_in_dim(as_bits(a), as_bits(update), index, axis=axis), a.dtype)
 
 
 def causal_mask(valid: jax.Array) -> jax.Array:
@@ -310,7 +317,9 @@ class Transformer(nnx.Module):
         them to the cache; the rest of the cache must be masked out (it is empty)."""
         cfg = self.cfg
         dt = jnp.dtype(cfg.dtype)
-        x = jnp.take(self.embed[...], tokens, axis=0).astype(dt)  # [B,T,D]
+        embed = self.embed[...]
+        # gathered as bits: XLA:CPU gathers from a bf16 table by converting all of it to float32 first
+        x = as_floats(jnp.take(as_bits(embed), tokens, axis=0), embed.dtype).astype(dt)  # [B,T,D]
         inv_freq = jnp.asarray(rope_inv_freq(cfg))
         params = self.layer_params(use_lora)
         lora_scale = cfg.lora_alpha / max(cfg.lora_rank, 1)
@@ -356,7 +365,7 @@ class Transformer(nnx.Module):
             new_cache = None
         else:
             xs = (params, cache.k, cache.v)
-            dtypes = jax.tree.map(lambda a: a.dtype, xs)
+            dtypes = (jax.tree.map(lambda a: a.dtype, params), dt, dt)
 
             def body(x, xs):
                 p, ck, cv = as_floats(xs, dtypes)
@@ -365,8 +374,7 @@ class Transformer(nnx.Module):
             # the layer slices go in as their bits: see ``as_bits`` (inference only: a bitcast has no gradient)
             x, (ks, vs) = jax.lax.scan(body, x, as_bits(xs))  # ks/vs [L,B,T,K,Dh]
             # one write of the step's keys into the cache (in place where the cache is a loop's carry)
-            new_cache = KVCache(*(write_slice(c, n.astype(c.dtype), cache_index, axis=2)
-                                  for c, n in ((cache.k, ks), (cache.v, vs))))
+            new_cache = cache.write(ks, vs, cache_index)
         return rms_norm(x, self.final_norm[...].astype(dt), cfg.rms_norm_eps), new_cache
 
     def output_embedding(self) -> jax.Array:
@@ -374,8 +382,10 @@ class Transformer(nnx.Module):
         w = self.embed[...].T if self.cfg.tie_word_embeddings else self.lm_head[...]
         return w.astype(jnp.dtype(self.cfg.dtype))
 
-    def logits_from_hidden(self, h: jax.Array) -> jax.Array:
-        return proj("btd,dv->btv", h, self.output_embedding())
+    def logits_from_hidden(self, h: jax.Array, head: jax.Array | None = None) -> jax.Array:
+        """h [B,T,D] -> logits [B,T,V]; ``head``: the [D, V] output projection in h's dtype where the caller keeps
+        one ready (the sampler on a CPU: tied embeddings are otherwise transposed into a copy at every call)."""
+        return proj("btd,dv->btv", h, self.output_embedding() if head is None else head)
 
     def __call__(self, tokens, positions=None, mask=None, cache: KVCache | None = None, cache_index=None):
         """tokens [B,T] -> (logits [B,T,V], cache). Defaults: positions 0..T-1, causal mask."""

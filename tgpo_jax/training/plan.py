@@ -89,16 +89,17 @@ def _spec(mesh, shape, axes) -> NamedSharding:
 
 
 def abstract_decode_carry(cfg: ModelConfig, mesh, batch: int, cache_len: int) -> tuple:
-    """``Sampler._decode_chunk``'s carry: the KV cache [L, B, S, K, Dh] with rows over data x fsdp and kv heads
-    over tensor (the sampler itself leaves this to the compiler), logits, masks, positions and row keys."""
+    """``Sampler._decode_chunk``'s carry: the KV cache (``KVCache``: [L, B, K, S, Dh] keys, [L, B, K, Dh, S]
+    values) with rows over data x fsdp and kv heads over tensor (the sampler itself leaves this to the compiler),
+    logits, masks, positions and row keys."""
     b, ba = batch, shd.BATCH_AXES
     sds = lambda shape, dt, axes: jax.ShapeDtypeStruct(shape, dt, sharding=_spec(mesh, shape, axes))  # noqa: E731
-    kv_shape = (cfg.num_layers, b, cache_len, cfg.num_kv_heads, cfg.head_dim)
-    kv = sds(kv_shape, jnp.dtype(cfg.dtype), (None, ba, None, "tensor", None))
     key = jax.eval_shape(lambda: jax.vmap(jax.random.key)(jnp.zeros((b,), jnp.uint32)))
     from tgpo_jax.models.transformer import KVCache
 
-    return (KVCache(kv, kv), sds((b, cfg.vocab_size), jnp.float32, (ba, "tensor")),
+    cache = jax.eval_shape(lambda: KVCache.zeros(cfg, b, cache_len))
+    kv = KVCache(*(sds(a.shape, a.dtype, (None, ba, "tensor", None, None)) for a in cache))
+    return (kv, sds((b, cfg.vocab_size), jnp.float32, (ba, "tensor")),
             sds((b, cache_len), jnp.bool_, (ba, None)), sds((b,), jnp.int32, (ba,)), sds((), jnp.int32, ()),
             sds((b,), jnp.bool_, (ba,)), sds(key.shape, key.dtype, (ba,)))
 
@@ -292,15 +293,15 @@ def plan(cfg, model_cfg: ModelConfig, target: Target, parts: Sequence[str] = ("t
                                             else None, None))
                 tokens = jax.ShapeDtypeStruct((b, prompt), jnp.int32, sharding=row)
                 valid = jax.ShapeDtypeStruct((b, prompt), jnp.bool_, sharding=row)
-                r = compile_part("prefill", Sampler._prefill, (sampler, sampler.state, tokens, valid, length), n,
-                                 inputs={"params": sampler.state, "batch": (tokens, valid)}, **kw)
+                r = compile_part("prefill", Sampler._prefill, (sampler, sampler.weights, tokens, valid, length), n,
+                                 inputs={"params": sampler.weights, "batch": (tokens, valid)}, **kw)
             else:
                 carry = abstract_decode_carry(sampler.cfg, mesh, b, length)
                 eos = jax.ShapeDtypeStruct((max(len(mcfg.eos_token_ids), 1),), jnp.int32,
                                            sharding=NamedSharding(mesh, P()))
                 r = compile_part("decode", Sampler._decode_chunk,
-                                 (sampler, sampler.state, steps, (1.0, 0, 1.0), carry, eos), n,
-                                 inputs={"params": sampler.state, "kv_cache": carry[0], "carry": carry[1:]}, **kw)
+                                 (sampler, sampler.weights, steps, (1.0, 0, 1.0), carry, eos), n,
+                                 inputs={"params": sampler.weights, "kv_cache": carry[0], "carry": carry[1:]}, **kw)
                 r["decode_steps"] = steps
             r["batch"], r["length"] = b, length
         head["parts"].append(r)
