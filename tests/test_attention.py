@@ -179,5 +179,6 @@ def test_a_decode_steps_attention_equals_writing_its_keys_into_the_cache_first(t
     full_k = jax.lax.dynamic_update_slice_in_dim(ck, k, index, axis=1)
     full_v = jax.lax.dynamic_update_slice_in_dim(cv, v, index, axis=1)
     want = attention(q, full_k, full_v, mask)
-    got = cached_attention(q, k, v, ck.transpose(0, 2, 1, 3), cv.transpose(0, 2, 3, 1), mask, index)  # KVCache's layouts
+    # the cache in KVCache's layouts: keys [B, K, S, Dh], values [B, K, Dh, S]
+    got = cached_attention(q, k, v, ck.transpose(0, 2, 1, 3), cv.transpose(0, 2, 3, 1), mask, index)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)

@@ -59,9 +59,9 @@ class KVCache(NamedTuple):
 
     Layouts chosen for XLA:CPU's dots (its YNNPACK fusions): a decode step's scores read a layer's keys as [K, S, Dh]
     and its output reads the values as [K, Dh, S], each with the contracted axis minor. In the [B, S, K, Dh] layout
-    the step copied and transposed every layer's cache (the values' transpose alone was 13 of a 56 ms bf16 step on
-    SmolLM2-135M at batch 8); as bf16 the cache, a loop carry, was copied to bits for the layer scan every step
-    (``as_bits``)."""
+    the step copied and transposed every layer's cache (the values' transpose alone was 13 of the 105 thread-ms of a
+    bf16 step of SmolLM2-135M at batch 8, BUILD_NOTES.md, issue 14, stop 87); as bf16 the cache, a loop carry, was
+    copied to bits for the layer scan every step (``as_bits``)."""
     k: jax.Array  # [L, B, K, S, Dh]
     v: jax.Array  # [L, B, K, Dh, S]
 
@@ -187,8 +187,8 @@ def cached_attention(q, k, v, ck, cv, mask, index):
 
     The same as writing k/v into the cache and attending over it (``attention``), but the cache is only read:
     the step's own keys are scored beside it and the softmax taken over both. So a step does not rebuild the
-    cache (the layer scan would otherwise emit a whole new [L,B,S,K,Dh] cache per token); the caller writes the
-    step's keys into the cache once, after the layers."""
+    cache (the layer scan would otherwise emit a whole new cache per token); the caller writes the step's keys into
+    the cache once, after the layers."""
     b, t, h, dh = q.shape
     kv, s = ck.shape[1], ck.shape[2]
     qg = q.reshape(b, t, kv, h // kv, dh)
