@@ -115,6 +115,11 @@ def choose_allowed(logits: np.ndarray, constraint: TokenConstraint, temperature:
     return None
 
 
+@functools.partial(jax.jit, static_argnums=1)
+def _cast_bits(a: jax.Array, dtype) -> jax.Array:
+    return T.as_bits(a.astype(dtype))
+
+
 def _bucket(n: int, size: int) -> int:
     return max(size, -(-n // size) * size)
 
@@ -154,20 +159,21 @@ class Sampler:
         weights are cast to the compute dtype (the layers cast them anyway: the same numbers), 16-bit floats are
         held as their bits (``transformer.as_bits``: XLA:CPU converted the stacked bf16 weights to bits at every
         call), and tied embeddings get their transpose as the head (XLA:CPU transposed the [V, D] table into a copy
-        at every call). A copy of the weights while the caller keeps its model; on other backends (and abstract
-        weights, as ``training.plan`` compiles) nothing is copied."""
+        at every call). The arrays that change are copies while the caller keeps its model (a float32 model's are
+        its own); on other backends (and abstract weights, as ``training.plan`` compiles) nothing is copied."""
         leaves = jax.tree.leaves(state)
         on_cpu = bool(leaves) and all(isinstance(a, jax.Array) and {d.platform for d in a.devices()} == {"cpu"}
                                       for a in leaves)
-        return self._cpu_weights(state) if on_cpu else {"model": state, "head": None}
-
-    @functools.partial(jax.jit, static_argnums=0)
-    def _cpu_weights(self, state):
+        if not on_cpu:
+            return {"model": state, "head": None}
         dt = jnp.dtype(self.cfg.dtype)
-        if not self.cfg.lora_rank:
-            state = jax.tree.map(lambda a: a.astype(dt) if jnp.issubdtype(a.dtype, jnp.floating) else a, state)
+
+        def ready(a):
+            to = dt if not self.cfg.lora_rank and jnp.issubdtype(a.dtype, jnp.floating) else a.dtype
+            return _cast_bits(a, to) if to != a.dtype or to in T.HALF else a
+
         head = nnx.merge(self.graphdef, state).output_embedding() if self.cfg.tie_word_embeddings else None
-        return T.as_bits({"model": state, "head": head})
+        return {"model": jax.tree.map(ready, state), "head": None if head is None else _cast_bits(head, dt)}
 
     def _model(self, weights) -> tuple[Transformer, jax.Array | None]:
         """(model, head) inside a jitted step: the bits of ``_ready`` back as floats (a bitcast XLA folds away)."""

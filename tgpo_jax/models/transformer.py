@@ -207,7 +207,7 @@ def cached_attention(q, k, v, ck, cv, mask, index):
     return out.reshape(b, t, h, dh)
 
 
-_HALF = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+HALF = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
 def as_bits(tree):
@@ -217,13 +217,13 @@ def as_bits(tree):
     and each iteration's slice back to bf16, so a bf16 decode step read its weights and KV cache as float32: in a
     step of SmolLM2-135M the projections took twice the time of the same dots alone (BUILD_NOTES.md, issue 14, stop
     58). An integer slice is a plain copy of the bits."""
-    return jax.tree.map(lambda a: jax.lax.bitcast_convert_type(a, jnp.uint16) if a.dtype in _HALF else a, tree)
+    return jax.tree.map(lambda a: jax.lax.bitcast_convert_type(a, jnp.uint16) if a.dtype in HALF else a, tree)
 
 
 def as_floats(bits, dtypes):
     """The inverse of ``as_bits`` on its slices; ``dtypes``: the original tree's dtypes (``jax.tree.map(lambda a:
     a.dtype, tree)``)."""
-    return jax.tree.map(lambda b, dt: jax.lax.bitcast_convert_type(b, dt) if dt in _HALF else b, bits, dtypes)
+    return jax.tree.map(lambda b, dt: jax.lax.bitcast_convert_type(b, dt) if dt in HALF else b, bits, dtypes)
 
 
 def causal_mask(valid: jax.Array) -> jax.Array:
