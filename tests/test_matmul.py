@@ -46,3 +46,18 @@ def test_bf16_rounds_float32_sums_once_in_both_passes():
 def test_a_spec_it_cannot_transpose_is_refused():
     with pytest.raises(ValueError, match=r"index \['i'\] of the first operand appears nowhere else"):
         proj("ij,jk->k", jnp.ones((2, 3)), jnp.ones((3, 4)))
+
+
+def test_a_bf16_models_embedding_table_gets_its_gradient():
+    """Training a bf16 model reaches its embedding table: the rows of the tokens in the batch get a gradient, the
+    others none (the decode path gathers the table as bits, which have no gradient; training must not)."""
+    from flax import nnx
+
+    from tgpo_jax.models.config import tiny_config
+    from tgpo_jax.models.transformer import init_model
+
+    m = init_model(tiny_config("llama", dtype="bfloat16", param_dtype="bfloat16"))
+    tokens = jnp.asarray([[3, 5, 7, 5]], jnp.int32)
+    g = nnx.grad(lambda m: m(tokens)[0].astype(jnp.float32).sum())(m)
+    rows = np.abs(np.asarray(g.embed[...], np.float32)).sum(axis=1)
+    assert (rows[[3, 5, 7]] > 0).all() and rows[[0, 1, 2, 4, 6, 8]].sum() == 0

@@ -173,7 +173,7 @@ class Sampler:
             return _cast_bits(a, to) if to != a.dtype or to in T.HALF else a
 
         head = nnx.merge(self.graphdef, state).output_embedding() if self.cfg.tie_word_embeddings else None
-        return {"model": jax.tree.map(ready, state), "head": None if head is None else _cast_bits(head, dt)}
+        return {"model": jax.tree.map(ready, state), "head": T.as_bits(head)}  # the head is in the compute dtype
 
     def _model(self, weights) -> tuple[Transformer, jax.Array | None]:
         """(model, head) inside a jitted step: the bits of ``_ready`` back as floats (a bitcast XLA folds away)."""

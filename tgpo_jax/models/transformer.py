@@ -318,8 +318,11 @@ class Transformer(nnx.Module):
         cfg = self.cfg
         dt = jnp.dtype(cfg.dtype)
         embed = self.embed[...]
-        # gathered as bits: XLA:CPU gathers from a bf16 table by converting all of it to float32 first
-        x = as_floats(jnp.take(as_bits(embed), tokens, axis=0), embed.dtype).astype(dt)  # [B,T,D]
+        if cache is not None:  # inference: gathered as bits (XLA:CPU converts a whole bf16 table to float32 to
+            # gather from it); not in training, where a bitcast would stop the table's gradient
+            x = as_floats(jnp.take(as_bits(embed), tokens, axis=0), embed.dtype).astype(dt)  # [B,T,D]
+        else:
+            x = jnp.take(embed, tokens, axis=0).astype(dt)  # [B,T,D]
         inv_freq = jnp.asarray(rope_inv_freq(cfg))
         params = self.layer_params(use_lora)
         lora_scale = cfg.lora_alpha / max(cfg.lora_rank, 1)
