@@ -46,9 +46,6 @@ def versions(names) -> dict:
 
 def cpu_flags() -> str:
     """The CPU features that decide bf16 matmul speed (AVX512-BF16 / AMX: PyTorch's oneDNN bf16 runs natively)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            fl = set(next(ln for ln in f if ln.startswith("flags")).split(":", 1)[1].split())
-    except (OSError, StopIteration):
-        return "unknown"
-    return " ".join(x for x in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if x in fl) or "no AVX2"
+    from tgpo_jax.hardware import cpu_flags as flags
+
+    return flags()

@@ -14,7 +14,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
     c.model = ml_collections.ConfigDict(dict(
         path="bundled",  # HF directory, .gguf, 'bundled', or '' for a from-scratch model (model.scratch)
         tokenizer="",  # default: the model's own
-        dtype="bfloat16",  # compute
+        dtype="auto",  # compute: float32 | bfloat16 | auto (bf16 on accelerators and CPUs with bf16 units)
         param_dtype="float32",  # master weights
         remat=True,  # rematerialise each layer in the backward pass: on CPU both faster and far smaller
         attention="auto",  # dense | blocked | cudnn | xla | auto (cuDNN's fused kernel on a GPU in bf16, blocked elsewhere)
@@ -35,6 +35,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         max_len=1024, max_prompt_len=768, max_completion_len=128,
         max_branches=4, max_pairs=6, max_items=8, kl_slot=True,
         margin=0.0, weight_eps=1e-6, weight_clip=0.0,  # 0 = no clip
+        weight_sigma="branch",  # TGPO's sigma: branch (std of the node's Qs) | occurrence (of all its returns; §4)
         distance_agree=False,  # a pair also needs the chosen branch no farther from a goal (docs/method.md §5)
         distance_strict=False,  # with distance_agree: branches equally far from a goal make no pair (§5)
         weight_norm="none",  # none | dataset_mean

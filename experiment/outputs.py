@@ -1,5 +1,6 @@
 """What a finished pipeline run gives its user: the evaluations read back, the best model, Table 1's groups, the
-report and the export (stage bodies of ``experiment.pipeline.Pipeline``, which passes itself as ``p``)."""
+report with its results ledger (``experiment.ledger``) and the export (stage bodies of
+``experiment.pipeline.Pipeline``, which passes itself as ``p``)."""
 from __future__ import annotations
 
 import json
@@ -115,14 +116,30 @@ def report(p) -> dict:
              f"Rounds: {p.rounds}; behaviour policy of round 1: {p.cfg.collect.policy}."]
     notes += agent_q.budget_notes(p) + judge_dpo.budget_notes(p)
     fams = results.families(groups_)
+    comparisons = results.comparisons(groups_)  # the report's and the ledger's: one bootstrap
     paths = write_report(out, title=p.cfg.title, models={k: list(v.values()) for k, v in groups_.items()},
                          dataset=dataset, curves=curves, trees=trees, notes="\n".join(notes),
                          rows=results.table(groups_),
                          family_rows={f: results.table(groups_, f) for f in fams} if len(fams) > 1 else None,
-                         comparisons=results.comparisons(groups_), claims=results.claims(groups_),
+                         comparisons=comparisons, claims=results.claims(groups_),
                          family_comparisons=results.family_comparisons(groups_),
                          learning_curves=learning, search_rows=agent_q.search_rows(p, evals), grad_rows=grads)
-    return {"best": best_, **paths}
+    return {"best": best_, **paths, "ledger": write_run_ledger(p, evals, comparisons)}
+
+
+def write_run_ledger(p, evals: dict[str, dict], comparisons: list) -> str:
+    """The run's results ledger (``experiment.ledger``) in ``report/results/``; returns its path."""
+    from experiment import ledger
+
+    e = p.cfg.eval
+    decoding = {"greedy": e.temperature == 0, "temperature": float(e.temperature), "top_p": float(e.top_p),
+                "constrain": bool(e.constrain), "eval_seeds": [int(s) for s in e.seeds], "runs_per_task": int(e.runs)}
+    commit = ledger.git_commit()
+    entry = ledger.build_ledger(ledger.key_groups(evals, p.seeds[0]), comparisons, command=ledger.command_line(),
+                                commit=commit, dirty=ledger.git_dirty() if commit else None,
+                                cpu_flags=ledger.cpu_flags(), preset=str(p.cfg.get("preset") or "pipeline"),
+                                seeds=p.seeds, decoding=decoding)
+    return ledger.write_ledger(p.path("report", "results"), entry)
 
 
 def save_policy_file(cfg, model_dir: str) -> None:

@@ -312,6 +312,8 @@ class Pipeline:
         for key in ("distance_agree", "distance_strict", "family_balance", "kto_reachable"):
             if not t.get("data", {}).get(key, True):
                 t["data"].pop(key)
+        if t.get("data", {}).get("weight_sigma") == "branch":  # the default, as for margin_copies
+            t["data"].pop("weight_sigma")
         return t
 
     def runner(self, redo=()) -> StageRunner:

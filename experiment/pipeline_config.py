@@ -46,8 +46,43 @@ def normalize(cfg) -> None:
         cfg.eval.seeds = tuple(int(s) for s in cfg.eval.seeds)
     with cfg.ignore_type():
         cfg.train_seeds = tuple(int(s) for s in cfg.train_seeds)
+    for_environment(cfg)
     if cfg.env.name == "tasks" and cfg.title == SHOP_TITLE and cfg.env.tasks:  # the report names the user's tasks
         cfg.title = f"tgpo-jax: TGPO on {os.path.basename(cfg.env.tasks)}"
+
+
+def for_environment(cfg) -> None:
+    """Settings a preset made for its own environment apply there only. With another ``env.name`` (any preset on
+    your task file) the preset's task families (the tiny preset's shop family ``procedure``, the miniwob preset's
+    MiniWoB tasks) become every family, and its title the default (which then names the task file); off the shop,
+    the shop's item wording ``env.item_names`` takes its default, so no stage records it. Families or a title given
+    on the command line that differ from the preset's are kept (``validate`` checks the families)."""
+    own = cfg.get("preset_env")
+    if own is not None and cfg.env.name != own.name:
+        if names(cfg.tasks.families) == names(own.families):
+            with cfg.tasks.ignore_type():
+                cfg.tasks.families = ()
+        if cfg.title == own.title:
+            cfg.title = SHOP_TITLE
+    if cfg.env.name != "shop" and "item_names" in cfg.env:
+        from rollout.envs.shop.env import shop_defaults
+
+        cfg.env.item_names = shop_defaults()["item_names"]
+
+
+def task_file_families(cfg) -> None:
+    """``tasks.families`` on a task file: each must be a family of the file (an error now, not when the pipeline's
+    environment starts)."""
+    wanted = [f for f in names(cfg.tasks.families) if f]
+    if cfg.env.name != "tasks" or not wanted or not cfg.env.tasks:
+        return
+    from rollout.envs.taskfile import load_tasks
+
+    have = {t.family for t in load_tasks(cfg.env.tasks, cfg.env.origin or None)}
+    unknown = sorted(set(wanted) - have)
+    if unknown:
+        raise ValueError(f"tasks.families {unknown}: not in {cfg.env.tasks}, whose families are {sorted(have)} "
+                         "('' = every family)")
 
 
 def curve_methods(cfg) -> tuple[str, ...]:
@@ -129,6 +164,7 @@ def validate(cfg) -> None:
     if (cfg.env.name == "tasks") != bool(cfg.env.tasks):
         raise ValueError("env.name='tasks' needs env.tasks = a JSONL task file (docs/tasks.md), and env.tasks is only "
                          f"read with it (env.name={cfg.env.name!r}, env.tasks={cfg.env.tasks!r})")
+    task_file_families(cfg)
     if cfg.env.get("item_names", "number") not in ITEM_NAMES:
         raise ValueError(f"env.item_names={cfg.env.item_names!r}: expected {' or '.join(ITEM_NAMES)} (how multi_cart "
                          "names its items)")

@@ -9,6 +9,10 @@ fraction in [0, 1]), average and redundant steps with two decimals (``8.66 ± 0.
 half-width (``ci95[metric]``: a number or experiment.evaluate's ``{"low", "high", "half_width"}``), left out when
 None; a missing value is ``—``. The best value of each column (highest success, fewest steps, fewest redundant
 steps, compared at the displayed precision, ties all) is in bold.
+
+The reference section is the paper's whole Table 1 (``PAPER_TABLE1``: C-WebShop and Online-Mind2Web, every method,
+GPT-4o's Online-Mind2Web success); Table 2 puts our label-conflict rate beside the paper's two, or says it does not
+apply where the dataset has one run per task (``one_run_per_task``).
 """
 from __future__ import annotations
 
@@ -20,17 +24,31 @@ from experiment.plots import plot_curves, plot_learning, plot_steps, plot_succes
 from tgpo_jax.files import write_text_atomic
 
 
-# TGPO paper, Table 1 (C-WebShop, Qwen2.5-VL-72B backbone): success %, avg steps, redundant steps;
-# see docs/method.md §8.
+# The TGPO paper's Table 1 in full (/work/shared/METHOD.md §6, docs/method.md §8): benchmark -> model -> (success %,
+# avg. steps, redundant steps); None where the paper gives no number (GPT-4o: Online-Mind2Web success only).
+PAPER_BENCHMARKS = {"C-WebShop": "SeeAct, Qwen2.5-VL-72B", "Online-Mind2Web": "Browser-use, Qwen3-14B"}
 PAPER_TABLE1 = {
-    "base": (36.7, 14.28, 4.95),
-    "SFT": (70.3, None, None),
-    "KTO": (72.9, None, None),
-    "KTO-Tree": (77.6, None, None),
-    "DPO": (72.1, None, None),
-    "TGPO": (78.6, 8.66, 0.97),
+    "C-WebShop": {
+        "base": (36.7, 14.28, 4.95),
+        "SFT": (70.3, 9.73, 1.26),
+        "KTO": (72.9, 9.42, 1.40),
+        "KTO-Tree": (77.6, 8.97, 1.08),
+        "DPO": (72.1, 9.85, 1.41),
+        "TGPO": (78.6, 8.66, 0.97),
+    },
+    "Online-Mind2Web": {
+        "base": (26.8, 12.79, 3.31),
+        "SFT": (31.8, 11.73, 2.76),
+        "KTO": (27.1, 11.94, 2.90),
+        "KTO-Tree": (34.4, 10.98, 2.42),
+        "DPO": (34.0, 11.53, 2.88),
+        "TGPO": (38.4, 10.71, 2.52),
+        "GPT-4o": (30.0, None, None),
+    },
 }
-PAPER_LABEL_CONFLICT = 0.2695
+# The paper's Table 2: share of step occurrences labelled both ways by episode outcomes, per benchmark.
+PAPER_LABEL_CONFLICT = {"C-WebShop": 0.2695, "Online-Mind2Web": 0.3871}
+NOT_APPLICABLE = "not applicable (one run per task)"
 
 # (key in an evaluation's "mean", column header, scale, decimals, higher is better)
 COLUMNS = (
@@ -279,21 +297,58 @@ def _claims_table(claims: list) -> Table:
 
 
 def _reference_table() -> Table:
+    """The paper's Table 1: one row per model, success · avg. steps · redundant steps for each benchmark."""
+    models = list(dict.fromkeys(m for by_model in PAPER_TABLE1.values() for m in by_model))
     rows = []
-    for n, vals in PAPER_TABLE1.items():
-        row = [(n, False)]
-        for v, (_, _, _, dec, _) in zip(vals, COLUMNS):
-            row.append((DASH if v is None else f"{v:.{dec}f}", False))
+    for m in models:
+        row = [(m, False)]
+        for by_model in PAPER_TABLE1.values():
+            vals = by_model.get(m) or (None,) * len(COLUMNS)
+            row += [(DASH if v is None else f"{v:.{dec}f}", False) for v, (_, _, _, dec, _) in zip(vals, COLUMNS)]
         rows.append(row)
-    return Table(["Model"] + [h for _, h, *_ in COLUMNS], rows,
-                 "TGPO paper, Table 1 (C-WebShop, Qwen2.5-VL-72B); steps are reported for base and TGPO only.")
+    header = ["Model"] + [f"{b}: {h}" for b in PAPER_TABLE1 for _, h, *_ in COLUMNS]
+    setups = "; ".join(f"{b} with {s}" for b, s in PAPER_BENCHMARKS.items())
+    return Table(header, rows, f"TGPO paper, Table 1 ({setups}). GPT-4o: Online-Mind2Web success only.")
+
+
+def one_run_per_task(dataset: dict) -> bool:
+    """Whether the dataset summary shows one run per task (as many episodes as tasks, each task having at least
+    one): then no step is taken by both a successful and a failed run of its task, and a label-conflict rate of 0
+    measures nothing. False where the summary does not say (no ``tasks`` / ``episodes``)."""
+    tasks, episodes = dataset.get("tasks"), dataset.get("episodes")
+    return isinstance(tasks, int) and isinstance(episodes, int) and 0 < tasks == episodes
+
+
+def conflict_text(dataset: dict) -> str:
+    """Our label-conflict rate as the report shows it: a percentage, or not applicable with one run per task."""
+    return NOT_APPLICABLE if one_run_per_task(dataset) else pct(dataset.get("label_conflict_rate"))
+
+
+def _label_conflict_blocks(dataset: dict) -> list:
+    """Table 2: our rate (per task family below it where there are several) beside the paper's benchmarks."""
+    ours = conflict_text(dataset)
+    by_family = dataset.get("label_conflict_by_family") or {}
+    if len(by_family) < 2 or one_run_per_task(dataset):  # one family: its rate is the pooled one
+        by_family = {}
+    paper = [[(f"TGPO paper ({b})", False), (pct(rate), False)] for b, rate in PAPER_LABEL_CONFLICT.items()]
+    table = Table(["Dataset", "Label-conflict rate"],
+                  [[("ours", False), (ours, False)]]
+                  + [[(f"ours: {family or 'no family'}", False), (pct(rate), False)]
+                     for family, rate in by_family.items()] + paper,
+                  "Share of step occurrences whose merged branch is taken by at least one successful "
+                  "and at least one failed trajectory (per task family below the pooled rate): steps that "
+                  "KTO's episode outcomes label both ways, where the tree gives them one label. Only a dataset "
+                  "with several runs per task can have such steps.")
+    theirs = ", ".join(f"{pct(rate)} ({b})" for b, rate in PAPER_LABEL_CONFLICT.items())
+    return [table, Para(f"Label-conflict rate, ours: {ours}; TGPO paper: {theirs}.")]
 
 
 def _dataset_table(dataset: dict) -> Table:
     rows, seen = [], set()
     for key, label in DATASET_KEYS:
         if key in dataset:
-            rows.append([(label, False), (_fmt_stat(key, dataset[key]), False)])
+            text = conflict_text(dataset) if key == "label_conflict_rate" else _fmt_stat(key, dataset[key])
+            rows.append([(label, False), (text, False)])
             seen.add(key)
     for key in sorted(dataset):
         v = dataset[key]
@@ -402,19 +457,7 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
         blocks.append(_reference_table())
 
     blocks.append(Heading("Table 2: label conflicts"))
-    ours = (dataset or {}).get("label_conflict_rate")
-    by_family = (dataset or {}).get("label_conflict_by_family") or {}
-    if len(by_family) < 2:  # one family: its rate is the pooled one
-        by_family = {}
-    blocks.append(Table(["Dataset", "Label-conflict rate"],
-                        [[("ours", False), (pct(ours), False)]]
-                        + [[(f"ours: {family or 'no family'}", False), (pct(rate), False)]
-                           for family, rate in by_family.items()]
-                        + [[("TGPO paper (C-WebShop)", False), (pct(PAPER_LABEL_CONFLICT), False)]],
-                        "Share of step occurrences whose merged branch is taken by at least one successful "
-                        "and at least one failed trajectory (per task family below the pooled rate): steps that "
-                        "KTO's episode outcomes label both ways, where the tree gives them one label."))
-    blocks.append(Para(f"Label-conflict rate: {pct(ours)} (ours) vs {pct(PAPER_LABEL_CONFLICT)} (TGPO paper)."))
+    blocks += _label_conflict_blocks(dataset or {})
 
     blocks.append(Heading("Dataset statistics"))
     blocks.append(_dataset_table(dataset) if dataset else Para("No dataset summary."))

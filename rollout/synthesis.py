@@ -4,16 +4,19 @@ trajectory, keep the ones that execution verifies, and write them as a task file
 1. **Explore**: episodes of a policy from start URLs (``ExplorePolicy``, the noisy oracle or a model), recorded by the
    harness as any collection is. An existing collection on the site works as well.
 2. **Describe** each trajectory: its plan is its commands on elements named by role and name (steps that raised an
-   error are left out); its instruction is written from the plan's typed and chosen values and the final page's title
-   by a template (``describe``), or by a model on an OpenAI-compatible endpoint (``EndpointDescriber``).
-3. **Check** from the final page: its URL (path and query; any fragment), its ``<title>`` element's text, and the
-   value of each field that still holds what the trajectory typed.
+   error are left out, and so is text typed that the check does not depend on); its instruction is written from the
+   plan's typed and chosen values and what sets the final page apart (its title, else its first heading or text
+   line that no other explored page shares, else its URL: ``page_label``) by a template (``describe``), or by a
+   model on an OpenAI-compatible endpoint (``EndpointDescriber``).
+3. **Check** from the final page: its URL (path and query without session, CSRF and tracking parameters; any
+   fragment), its ``<title>`` element's text, the heading the instruction names, and the value of each field that
+   still holds what the trajectory typed.
 4. **Verify** by execution: the clean plan-following oracle replays the plan in a fresh browser context and must
    pass the check; then the plan of an unrelated trajectory (the next candidate with another check) must fail it, and
    so must doing nothing (STOP at the start page). Only tasks that pass all three are kept.
 
-The pure parts (``plan_of``, ``describe``, ``derive_check``, ``candidates``) work on recorded episodes; ``verify``
-and ``synthesize`` run the browser.
+The pure parts (``plan_of``, ``page_label``, ``checked_typing``, ``describe``, ``derive_check``, ``candidates``)
+work on recorded episodes; ``verify`` and ``synthesize`` run the browser.
 """
 from __future__ import annotations
 
@@ -23,14 +26,21 @@ import os
 import re
 from collections import Counter
 from typing import Iterable, Sequence
-from urllib.parse import urlsplit
+from urllib.parse import unquote, unquote_plus, urlsplit
 
+from rollout import urls
 from rollout.commands import parse_command
 from rollout.core import ActionError
 from rollout.envs import checks
 from rollout.envs.taskfile import FIELDS, TARGETED
 
 SEPARATORS = (" — ", " – ", " - ", " | ", " · ", " :: ")
+FIRST_WORDS = 8  # words of a text line that name a page (``page_label``)
+# a session, CSRF or tracking parameter (rollout/urls.py's list) with any value, and one in the path (;jsessionid=…)
+_ANY_DROPPED = (r"(?:(?i:" + "|".join(re.escape(k) for k in sorted(urls.DROPPED_PARAMS))
+                + "".join("|" + re.escape(p) + r"[^=&#]*" for p in urls.DROPPED_PREFIXES) + r")(?:=[^&#]*)?)")
+_ANY_PATH_SESSION = r"(?:;(?i:" + "|".join(urls.PATH_SESSION_PARAMS) + r")=[^/;?#]*)?"
+_LINE = re.compile(r'^\s*(heading|text) ("(?:[^"\\]|\\.)*")')
 
 
 # ---------------------------------------------------------------- from a trajectory to a task (pure)
@@ -112,17 +122,124 @@ def held_values(plan: Sequence[dict], final_observation: str) -> list[dict]:
     return leaves
 
 
-def _path(url: str) -> str:
+def _raw_path(url: str) -> str:
     """Path and query of a URL (site-relative ones as recorded, or absolute), without the fragment."""
     parts = urlsplit(url)
     return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
-def describe(plan: Sequence[dict], start_url: str, final_url: str, final_title: str, suffix: str = "",
+def _path(url: str) -> str:
+    """``_raw_path`` without session, CSRF and tracking parameters (rollout/urls.py: they differ in every session,
+    so they neither name a page nor belong in a check); the other parameters as recorded, in their order."""
+    parts = urlsplit(url)
+    query = "&".join(p for p in parts.query.split("&") if p and not urls.is_dropped(unquote_plus(p.split("=")[0])))
+    return (urls.PATH_SESSION.sub("", parts.path or "/") or "/") + (f"?{query}" if query else "")
+
+
+def url_pattern(url: str) -> str:
+    """The URL check's pattern: the site (any, when recorded site-relative), the path and the query parameters that
+    identify the page, any fragment. Where the recorded URL carries session, CSRF or tracking parameters, the
+    pattern leaves their values out and accepts any of them among the kept parameters (a replay has its own
+    session)."""
+    parts = urlsplit(url)
+    site = re.escape(f"{parts.scheme}://{parts.netloc}") if parts.scheme else r"https?://[^/?#]+"
+    clean = _path(url)
+    if clean == _raw_path(url):
+        return "^" + site + re.escape(clean) + r"(#.*)?$"
+    path, _, query = clean.partition("?")
+    path_re = (_ANY_PATH_SESSION + "/").join(re.escape(p) for p in path.split("/")) + _ANY_PATH_SESSION
+    d = _ANY_DROPPED
+    kept = [re.escape(p) for p in query.split("&") if p]
+    query_re = (rf"\?(?:{d}&)*" + f"(?:&{d})*&".join(kept) + f"(?:&{d})*" if kept
+                else rf"(?:\?(?:{d}(?:&{d})*)?)?")
+    return "^" + site + path_re + query_re + r"(#.*)?$"
+
+
+def url_part(url: str) -> str:
+    """A URL as an instruction names the page: path and query without session parameters, an index file left
+    out (``/docs/index.html`` → ``/docs/``), decoded."""
+    path, sep, query = _path(url).partition("?")
+    path = re.sub(r"/index\.[a-z]+$", "/", path)
+    return unquote(path + sep + query)
+
+
+def page_lines(observation: str, role: str) -> list[str]:
+    """The names of an observation's lines of one role (``heading "Results"``, ``text "…"``), in page order."""
+    out = []
+    for line in observation.split("\n"):
+        m = _LINE.match(line)
+        if m and m.group(1) == role:
+            out.append(" ".join(json.loads(m.group(2)).split()))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteText:
+    """What pages of the explored site share, so that no instruction names a page by it: the titles' suffix, page
+    names (titles less it) and heading or text lines that more than one page has."""
+    suffix: str = ""
+    titles: frozenset[str] = frozenset()
+    lines: frozenset[str] = frozenset()
+
+
+def site_text(pages: Iterable[dict]) -> SiteText:
+    """``SiteText`` of recorded states (url, title, observation: the explorations' final and start pages). Pages are
+    told apart by their URL less fragment and session parameters; the same page seen twice shares nothing."""
+    pages = [p for p in pages if p and p.get("url")]
+    suffix = common_suffix(p.get("title") or "" for p in pages)
+    titles: dict[str, set] = {}
+    lines: dict[str, set] = {}
+    for p in pages:
+        key = urls.normalize_url(p["url"])
+        name = page_name(p.get("title") or "", suffix)
+        if name:
+            titles.setdefault(name, set()).add(key)
+        obs = p.get("observation") or ""
+        for line in set(page_lines(obs, "heading") + page_lines(obs, "text")):
+            lines.setdefault(line, set()).add(key)
+    return SiteText(suffix, frozenset(t for t, k in titles.items() if len(k) > 1),
+                    frozenset(t for t, k in lines.items() if len(k) > 1))
+
+
+def page_label(final: dict, site: SiteText) -> tuple[str, str]:
+    """How an instruction names the final page, and by what: ("title", its title less the site's suffix) where no
+    other explored page has that title (the start page included); else ("heading", its first heading that no other
+    page shows: a banner with the site's name is on them all); else ("text", the first words of its first such text
+    line); else ("url", ``url_part``)."""
+    name = page_name(final.get("title") or "", site.suffix)
+    if name and name not in site.titles:
+        return "title", name
+    obs = final.get("observation") or ""
+    for kind in ("heading", "text"):
+        for line in page_lines(obs, kind):
+            if re.search(r"\w", line) and line not in site.lines:
+                words = line.split()
+                cut = " ".join(words[:FIRST_WORDS]).rstrip(",;:") + " …"
+                return kind, line if kind == "heading" or len(words) <= FIRST_WORDS else cut
+    return "url", url_part(final.get("url") or "/")
+
+
+def checked_typing(plan: Sequence[dict], tested: Sequence[str], held: Sequence[dict] = ()) -> list[dict]:
+    """The plan without text typed that the check does not depend on (a word typed into a search box, then a link
+    clicked): a TYPE stays where a form-value leaf (``held``) holds its text in its field, or where its text is in
+    what the check's other leaves test (``tested``: the URL less session parameters, decoded; the title; a
+    heading)."""
+    fields = {(leaf["element"]["name"], leaf["form_value"]) for leaf in held}
+    seen = [t.casefold() for t in tested if t]
+
+    def matters(s: dict) -> bool:
+        text = s["text"].strip().casefold()
+        return (s["name"], "^" + re.escape(s["text"]) + "$") in fields or bool(text) and any(text in t for t in seen)
+
+    return [s for s in plan if s["do"] != "TYPE" or matters(s)]
+
+
+def describe(plan: Sequence[dict], start_url: str, final_url: str, page: tuple[str, str],
              held: Sequence[dict] = ()) -> str | None:
-    """The template instruction: what was typed, chosen and ticked, and the page it ended on (by its title, less
-    the site's suffix); values that the final page's fields hold (``held``, ``held_values``' leaves) were entered
-    there, so they come after it. None when the trajectory achieved nothing nameable (it stayed where it started)."""
+    """The template instruction: what was typed, chosen and ticked, and the page it ended on (``page``,
+    ``page_label``'s: by its title or heading, the first words it shows, or its URL); values that the final page's
+    fields hold (``held``, ``held_values``' leaves) were entered there, so they come after it. None when the
+    trajectory achieved nothing nameable (it stayed where it started)."""
     there = {(leaf["element"]["name"], leaf["form_value"]) for leaf in held}
     before, after = [], []
     for s in plan:
@@ -133,9 +250,11 @@ def describe(plan: Sequence[dict], start_url: str, final_url: str, final_title: 
             before.append(f"choose “{s['option']}” in “{s['name']}”")
         elif s["do"] == "CLICK" and s["role"] in ("checkbox", "radio", "switch"):
             before.append(f"tick “{s['name']}”")
-    name = page_name(final_title, suffix)
+    kind, name = page
     if _path(final_url) != _path(start_url) and name:
-        parts = before + [f"open the page “{name}”"] + [p + " there" for p in after]
+        opened = {"text": f"open the page that shows “{name}”", "url": f"open the page at “{name}”"}.get(
+            kind, f"open the page “{name}”")
+        parts = before + [opened] + [p + " there" for p in after]
     else:
         parts = before + after
     if not parts:
@@ -144,21 +263,25 @@ def describe(plan: Sequence[dict], start_url: str, final_url: str, final_title: 
     return text[0].upper() + text[1:] + "."
 
 
-def derive_check(final_url: str, final_title: str, values: Sequence[dict] = ()) -> dict:
-    """The final page's URL (path and query, any fragment; on the site's own origin when recorded site-relative),
-    its <title> element's text, and ``values`` (form-value leaves: what its fields hold)."""
-    parts = urlsplit(final_url)
-    site = re.escape(f"{parts.scheme}://{parts.netloc}") if parts.scheme else r"https?://[^/?#]+"
-    leaves = [{"url": "^" + site + re.escape(_path(final_url)) + r"(#.*)?$"}]
+def derive_check(final_url: str, final_title: str, values: Sequence[dict] = (), heading: str = "") -> dict:
+    """The final page's URL (``url_pattern``: path and the query's identifying parameters, any fragment, on the
+    site's own origin when recorded site-relative), its <title> element's text, the ``heading`` the instruction
+    names it by (if any), and ``values`` (form-value leaves: what its fields hold)."""
+    leaves = [{"url": url_pattern(final_url)}]
     title = " ".join(final_title.split())
     if title:
         leaves.append({"element": {"css": "title"}, "text": "^\\s*" + re.escape(title) + "\\s*$"})
+    if heading.endswith("…"):  # clipped by the observation (its names' length cap): the name starts so
+        leaves.append({"element": {"role": "heading", "name_regex": "^" + re.escape(heading[:-1])}})
+    elif heading:
+        leaves.append({"element": {"role": "heading", "name": heading}})
     leaves += list(values)
     return leaves[0] if len(leaves) == 1 else {"all": leaves}
 
 
-def candidate(ep, start_url: str, suffix: str) -> tuple[dict | None, str]:
-    """(task dict without id / split, "ok") or (None, why not) for one recorded episode."""
+def candidate(ep, start_url: str, site: SiteText) -> tuple[dict | None, str]:
+    """(task dict without id / split, "ok") or (None, why not) for one recorded episode. ``site``: what the
+    explored pages share (``site_text``), so that the page is named by what sets it apart."""
     final = ep.summary.get("final")
     if ep.summary.get("status") == "errored" or not final:
         return None, "errored"
@@ -167,11 +290,15 @@ def candidate(ep, start_url: str, suffix: str) -> tuple[dict | None, str]:
         return None, "unnamed element"
     if not plan:
         return None, "no action"
+    title = final.get("title") or ""
     held = held_values(plan, final.get("observation") or "")
-    instruction = describe(plan, start_url, final["url"], final.get("title") or "", suffix, held)
+    page = page_label(final, site)
+    heading = page[1] if page[0] == "heading" else ""
+    plan = checked_typing(plan, (unquote_plus(_path(final["url"])), title, heading), held)
+    instruction = describe(plan, start_url, final["url"], page, held) if plan else None
     if instruction is None:
         return None, "nothing achieved"
-    check = derive_check(final["url"], final.get("title") or "", held)
+    check = derive_check(final["url"], title, held, heading)
     return {"instruction": instruction, "start_url": start_url, "check": check, "plan": plan + [{"do": "STOP"}],
             "final_url": final["url"]}, "ok"
 
@@ -184,11 +311,11 @@ def candidates(episodes, start_urls: dict[str, str], family: str = "synth", desc
     instruction. ``held_out``: tasks that none may overlap (``overlaps``)."""
     episodes = list(episodes)
     marks = held_out_marks(held_out)
-    suffix = common_suffix((e.summary.get("final") or {}).get("title") or "" for e in episodes)
+    site = site_text([e.summary.get("final") for e in episodes] + [e.steps[0] for e in episodes if e.steps])
     best: dict[tuple[str, str], dict] = {}
     why: Counter = Counter()
     for ep in episodes:
-        task, reason = candidate(ep, start_urls[ep.task_id], suffix)
+        task, reason = candidate(ep, start_urls[ep.task_id], site)
         if task is None:
             why[reason] += 1
             continue

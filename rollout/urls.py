@@ -1,6 +1,6 @@
 """URL normalisation for state identity (docs/method.md §2, rule 1).
 
-Lower-case scheme and host, no fragment, default ports dropped, tracking and session parameters
+Lower-case scheme and host, no fragment, default ports dropped, tracking, session and CSRF parameters
 dropped, remaining query parameters sorted. Which parameters identify a page is a per-site setting:
 ``essential`` maps a path pattern (``fnmatch`` style, e.g. ``/item/*``) to the parameters to keep.
 """
@@ -11,11 +11,22 @@ import re
 from typing import Mapping, Sequence
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-# Parameters that never identify a page: analytics and session tokens.
+# Parameters that never identify a page: analytics, session and CSRF tokens (they vary per visit or per session).
+# State identity drops them, and so do synthesized tasks' URL checks (rollout/synthesis.py): one list for both.
 DROPPED_PARAMS = frozenset({"sid", "session", "sessionid", "session_id", "phpsessid", "jsessionid", "fbclid",
-                            "gclid", "msclkid", "ref", "ref_", "_ga", "mc_cid", "mc_eid", "yclid"})
+                            "gclid", "msclkid", "ref", "ref_", "_ga", "mc_cid", "mc_eid", "yclid",
+                            "sectok", "sesskey", "token", "_token", "csrf", "_csrf", "csrf_token", "_csrf_token",
+                            "csrftoken", "csrfmiddlewaretoken", "xsrf", "_xsrf", "xsrf_token", "authenticity_token",
+                            "form_key", "nonce", "_wpnonce"})
 DROPPED_PREFIXES = ("utm_",)
-_PATH_SESSION = re.compile(r";(jsessionid|phpsessid|sid|sessionid)=[^/;]*", re.I)
+PATH_SESSION_PARAMS = ("jsessionid", "phpsessid", "sid", "sessionid")  # ;jsessionid=… in the path
+PATH_SESSION = re.compile(r";(?:" + "|".join(PATH_SESSION_PARAMS) + r")=[^/;]*", re.I)
+
+
+def is_dropped(key: str) -> bool:
+    """A query parameter that never identifies a page (``DROPPED_PARAMS``, ``DROPPED_PREFIXES``)."""
+    k = key.lower()
+    return k in DROPPED_PARAMS or k.startswith(DROPPED_PREFIXES)
 
 
 def site_relative(url: str, origin: str) -> str:
@@ -36,9 +47,8 @@ def normalize_url(url: str, essential: Mapping[str, Sequence[str]] | None = None
     port = parts.port
     if port and not ((scheme == "http" and port == 80) or (scheme == "https" and port == 443)):
         host = f"{host}:{port}"
-    path = _PATH_SESSION.sub("", parts.path or "/") or "/"  # ;jsessionid=… path parameters
-    params = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
-              if k.lower() not in DROPPED_PARAMS and not k.lower().startswith(DROPPED_PREFIXES)]
+    path = PATH_SESSION.sub("", parts.path or "/") or "/"  # ;jsessionid=… path parameters
+    params = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if not is_dropped(k)]
     if essential is not None:
         keep = _essential_for(path, essential)
         if keep is not None:

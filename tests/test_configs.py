@@ -125,14 +125,14 @@ def test_every_pipeline_preset_is_valid(preset):
     validate(c)
     # the shop presets that train the copy model write ids after names (BUILD_NOTES.md, issue 16); others as rendered
     assert c.page_ids == ("after" if preset in ("default", "large") else "before")
-    assert c.page_cut == ("text_first" if preset in ("default", "large") else "end")
+    assert c.page_cut == ("text_first" if preset in ("default", "large", "smollm2") else "end")
     # multi_cart's items named "second item [..]" with the circuit's three-piece match (BUILD_NOTES.md, stop 69)
     assert c.env.item_names == ("ordinal" if preset in ("default", "large") else "number")
     assert c.sft.model.get("circuit_trigram", 0.0) == (0.5 if preset in ("default", "large") else 0.0)
     # the preference pairs' distance rules, agree and strict, on the shop presets (BUILD_NOTES.md, stops 84-85)
     for m in ("dpo", "tgpo"):
-        assert c[m].data.distance_agree == (preset in ("default", "large"))
-        assert c[m].data.distance_strict == (preset in ("default", "large"))
+        assert c[m].data.distance_agree == (preset in ("default", "large", "smollm2"))
+        assert c[m].data.distance_strict == (preset in ("default", "large", "smollm2"))
     c.page_ids = "middle"
     with pytest.raises(ValueError, match="page_ids"):
         validate(c)
@@ -426,6 +426,28 @@ def test_pair_rules_are_in_a_stage_spec_only_when_on():
     assert collate_config(k2.train_config("kto", "kto", "sft", 1)).pairs.kto_reachable
 
 
+def test_weight_sigma_reaches_the_collation_and_is_in_a_stage_spec_only_when_not_branch():
+    """``data.weight_sigma`` (TGPO's sigma, docs/method.md §4): at "branch" the training stages' specs are those of
+    runs made before the option (no key); "occurrence" for TGPO changes only its stage and reaches its collation; an
+    unknown reading is refused by validate, before any stage runs."""
+    from experiment.pipeline import validate
+    from tgpo_jax.training.loop import collate_config
+
+    p, off = _plan(methods=("sft", "dpo", "tgpo"))
+    assert all("weight_sigma" not in off[m].spec["train"]["data"] for m in ("sft", "dpo", "tgpo"))
+    assert collate_config(p.train_config("tgpo", "tgpo", "sft", 1)).pairs.weight_sigma == "branch"
+    c = p.cfg
+    c.tgpo.data.weight_sigma = "occurrence"
+    q, on = _plan(methods=("sft", "dpo", "tgpo"), tgpo=c.tgpo)
+    assert on["tgpo"].spec["train"]["data"]["weight_sigma"] == "occurrence"
+    assert on["sft"].spec == off["sft"].spec and on["dpo"].spec == off["dpo"].spec
+    assert collate_config(q.train_config("tgpo", "tgpo", "sft", 1)).pairs.weight_sigma == "occurrence"
+    assert collate_config(q.train_config("dpo", "dpo", "sft", 1)).pairs.weight_sigma == "branch"
+    c.tgpo.data.weight_sigma = "state"
+    with pytest.raises(ValueError, match=r"tgpo\.data: weight_sigma must be one of"):
+        validate(c)
+
+
 def test_family_balance_is_in_a_stage_spec_only_when_on():
     """``data.family_balance`` (SFT): off, SFT's stage spec is the one runs made before the option (no key); on, SFT's
     spec names it and its collation weighs the families."""
@@ -467,3 +489,61 @@ def test_item_names_change_multi_cart_tasks_only_and_the_default_keeps_the_stage
 
     assert "item_names" not in collect_spec()
     assert collect_spec(item_names="ordinal")["item_names"] == "ordinal"
+
+
+PYDOCS = "docs/pydocs_tasks.jsonl"  # the worked example's task file (docs/tasks.md): one family, 'search'
+
+
+def _on_task_file(preset: str, **over):
+    """A preset on the worked example's task file, with config overrides, as the pipeline checks it (no browser)."""
+    from configs.pipeline import get_config
+    from experiment.pipeline_config import normalize, validate
+
+    c = get_config(preset)
+    c.env.update(name="tasks", tasks=PYDOCS, origin="http://127.0.0.1:8765")
+    c.update(over)
+    normalize(c)
+    validate(c)
+    return c
+
+
+@pytest.mark.parametrize("preset", ["default", "tiny", "large", "smollm2", "miniwob"])
+def test_every_pipeline_preset_runs_on_a_task_file(preset):
+    """configs/pipeline.py's promise: any preset with env.name=tasks. What a preset chose for its own environment
+    (the tiny preset's shop family, the miniwob preset's tasks and title, the shop's item wording) does not apply
+    there; the file's tasks are selected as the pipeline selects them."""
+    from collections import Counter
+
+    from experiment.pipeline import Pipeline
+    from rollout.collect import select_tasks
+    from rollout.envs.taskfile import TaskFileEnv
+
+    c = _on_task_file(preset)
+    assert c.tasks.families == () and c.env.item_names == "number"
+    assert c.title == "tgpo-jax: TGPO on pydocs_tasks.jsonl"
+    env = TaskFileEnv(PYDOCS, c.env.origin)  # not started: no site needed to select
+    train = select_tasks(env, "train", c.tasks.num_train, (), c.tasks.families)
+    assert Counter(t.family for t in train) == {"search": min(45, c.tasks.num_train)}
+    stages = {s.name: s for s in Pipeline(c, progress=False).stages()}
+    assert "item_names" not in stages["collect-r1"].spec["env"]
+    assert stages["collect-r1"].spec["tasks"]["families"] == []
+
+
+def test_task_families_given_on_a_task_file_are_kept_and_checked():
+    """--config.tasks.families on a task file is honoured (unlike the preset's own), and a family the file lacks is
+    an error before any work; on the shop the tiny preset keeps its family."""
+    from configs.pipeline import get_config
+    from experiment.pipeline_config import normalize
+
+    assert _on_task_file("tiny", tasks=dict(families=("search",))).tasks.families == ("search",)
+    assert _on_task_file("miniwob", title="mine").title == "mine"
+    with pytest.raises(ValueError, match=r"tasks.families \['webshop'\]: not in docs/pydocs_tasks.jsonl, whose "
+                                         r"families are \['search'\]"):
+        _on_task_file("tiny", tasks=dict(families=("search,webshop",)))  # as the command line gives it
+    c = get_config("tiny")
+    normalize(c)
+    assert c.tasks.families == ("procedure",) and c.title == "tgpo-jax: TGPO on the embedded shop"
+    c = get_config("default")
+    c.env.name = "miniwob"
+    normalize(c)
+    assert c.env.item_names == "number"  # a shop setting, off the shop

@@ -6,8 +6,8 @@ import pytest
 
 from tgpo_jax.data.collate import CollateConfig
 from tgpo_jax.data.examples import (Pair, PairConfig, class_counts, kto_items, kto_tree_items, label_conflict,
-                                    normalise_weights, preference_pairs, sft_items)
-from tgpo_jax.data.schema import Branch, NodeRecord
+                                    node_sigma, normalise_weights, pair_config, preference_pairs, sft_items)
+from tgpo_jax.data.schema import Branch, NodeRecord, SchemaError
 
 SQRT6 = 2.449489742783178  # 1 / sigma for Q = [1, .5, 0]: sigma^2 = (.25 + 0 + .25) / 3 = 1/6
 
@@ -76,6 +76,91 @@ def test_distance_strict_also_drops_pairs_of_branches_equally_far_from_a_goal():
                       Pair(2, 3, pytest.approx(0.5 * inv_sigma), 0.5)]
     with pytest.raises(ValueError, match="distance_agree"):
         PairConfig(distance_strict=True)
+
+
+def with_returns(rec, *returns):
+    """``rec`` with each branch's ``returns`` set (None leaves it without)."""
+    return dataclasses.replace(rec, branches=[dataclasses.replace(b, returns=r)
+                                              for b, r in zip(rec.branches, returns)]).validate()
+
+
+# two branches: one taken by three trajectories whose returns were 1, 1 and .8 (Q = 2.8 / 3), one by a single
+# trajectory whose return was .2 (Q = .2)
+TWO = with_returns(node((2.8 / 3, 2, 1), (0.2, 0, 1)), (1.0, 1.0, 0.8), (0.2,))
+
+
+def test_occurrence_sigma_weighs_a_two_branch_node_by_its_returns():
+    """Per-branch sigma: {Q_a, Q_b} has sigma |dQ| / 2, so w = 2 whatever the gap. Per-occurrence sigma: the four
+    returns pooled, mean (1 + 1 + .8 + .2) / 4 = .75, sigma^2 = (.25^2 + .25^2 + .05^2 + .55^2) / 4
+    = (.0625 + .0625 + .0025 + .3025) / 4 = .1075; dQ = 2.8 / 3 - .2 = 2.2 / 3; w = (2.2 / 3) / sqrt(.1075)."""
+    dq = 2.2 / 3
+    sigma = math.sqrt((0.0625 + 0.0625 + 0.0025 + 0.3025) / 4)
+    assert node_sigma(TWO, "occurrence") == pytest.approx(sigma, abs=1e-15)
+    assert preference_pairs(TWO, PairConfig(weight_sigma="occurrence")) == [
+        Pair(0, 1, pytest.approx(dq / sigma, abs=1e-12), pytest.approx(dq))]
+    assert dq / sigma == pytest.approx(2.2366456982115346, abs=1e-12)
+    # per-branch sigma (the default): 2 at a two-branch node, with or without returns
+    assert [p.weight for p in preference_pairs(TWO)] == pytest.approx([2.0], abs=1e-12)
+    assert [p.weight for p in preference_pairs(TWO, PairConfig(weight_sigma="branch"))] == pytest.approx([2.0])
+    assert [p.weight for p in preference_pairs(node((0.9, 1, 0), (0.1, 0, 1)))] == pytest.approx([2.0])
+    # the same gap paid off less consistently (returns 1.4, 1.4, 0 around the same Q): a larger sigma, a smaller w
+    shaky = with_returns(TWO, (1.4, 1.4, 0.0), (0.2,))
+    (p,) = preference_pairs(shaky, PairConfig(weight_sigma="occurrence"))
+    assert p.weight == pytest.approx(dq / math.sqrt(((0.65 ** 2) * 2 + 0.75 ** 2 + 0.55 ** 2) / 4))
+    assert p.weight < dq / sigma
+    # clip applies after the sigma, as for branch sigma
+    assert [p.weight for p in preference_pairs(TWO, PairConfig(weight_sigma="occurrence", weight_clip=2.0))] == [2.0]
+
+
+def test_occurrence_sigma_falls_back_to_branch_sigma_without_returns():
+    """Records written before returns were stored (or a node with a branch lacking them) weigh as per-branch sigma,
+    and round-trip with returns None."""
+    occ = PairConfig(weight_sigma="occurrence")
+    assert preference_pairs(THREE, occ) == preference_pairs(THREE)
+    partial = with_returns(TWO, (1.0, 1.0, 0.8), None)
+    assert preference_pairs(partial, occ) == preference_pairs(partial) and node_sigma(partial, "occurrence") == \
+        pytest.approx(node_sigma(partial, "branch"))
+    back = NodeRecord.from_bytes(THREE.to_bytes())
+    assert back == THREE and all(b.returns is None for b in back.branches)
+    old = THREE.to_json()  # a record written before the field: no "returns" key at all
+    for b in old["branches"]:
+        del b["returns"]
+    assert NodeRecord.from_json(old) == THREE
+
+
+def test_returns_round_trip_and_are_validated():
+    import json
+
+    data = TWO.to_bytes()
+    assert json.loads(data)["branches"][0]["returns"] == [1.0, 1.0, 0.8]
+    back = NodeRecord.from_bytes(data)
+    assert back == TWO and back.branches[0].returns == (1.0, 1.0, 0.8) and back.branches[1].returns == (0.2,)
+    assert preference_pairs(back, PairConfig(weight_sigma="occurrence")) == preference_pairs(
+        TWO, PairConfig(weight_sigma="occurrence"))
+    b = TWO.branches[0]
+    for bad in ((1.0, math.nan, 0.8), (1.0, 0.8), (), [1.0, 1.0, 0.8], (1.0, True, 0.8)):
+        with pytest.raises(SchemaError, match="returns"):
+            dataclasses.replace(b, returns=bad).validate("b")
+    bad = json.loads(data)
+    bad["branches"][1]["returns"] = [0.2, 0.3]  # two values for one trajectory
+    with pytest.raises(SchemaError, match="returns"):
+        NodeRecord.from_json(bad)
+
+
+def test_weight_sigma_config():
+    import ml_collections
+
+    from configs.base import get_config
+
+    d = get_config().data
+    assert d.weight_sigma == "branch" and pair_config(d).weight_sigma == "branch"
+    d.weight_sigma = "occurrence"
+    assert pair_config(d).weight_sigma == "occurrence"
+    d.weight_sigma = "trajectory"
+    with pytest.raises(ValueError, match="weight_sigma must be one of"):
+        pair_config(d)
+    older = ml_collections.ConfigDict({k: v for k, v in get_config().data.items() if k != "weight_sigma"})
+    assert pair_config(older).weight_sigma == "branch"  # a config saved before the field
 
 
 def test_ties_and_order():
@@ -171,6 +256,7 @@ def test_label_conflict():
 
 
 def test_config_validation():
-    for bad in (dict(margin=-0.1), dict(weight_eps=0.0), dict(weight_clip=0.0), dict(kto_repeat_cap=0)):
+    for bad in (dict(margin=-0.1), dict(weight_eps=0.0), dict(weight_clip=0.0), dict(kto_repeat_cap=0),
+                dict(weight_sigma="occurrences")):
         with pytest.raises(ValueError):
             PairConfig(**bad)

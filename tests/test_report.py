@@ -113,13 +113,16 @@ def test_full_report(tmp_path):
     assert lines[i + 1] == "|---|---:|---:|---:|---:|"
     assert lines[i + 2:i + 8] == EXPECTED
     # Reference table (paper numbers), Table 2, dataset stats, curves, trees, notes.
-    assert "| TGPO | 78.6 | 8.66 | 0.97 |" in lines and "| SFT | 70.3 | — | — |" in lines
-    assert "| base | 36.7 | 14.28 | 4.95 |" in lines
-    assert "Label-conflict rate: 12.34% (ours) vs 26.95% (TGPO paper)." in lines
+    # the paper's whole Table 1 (METHOD.md §6): C-WebShop, then Online-Mind2Web, success · steps · redundant
+    assert "| SFT | 70.3 | 9.73 | 1.26 | 31.8 | 11.73 | 2.76 |" in lines
+    assert "| TGPO | 78.6 | 8.66 | 0.97 | 38.4 | 10.71 | 2.52 |" in lines
+    assert "| base | 36.7 | 14.28 | 4.95 | 26.8 | 12.79 | 3.31 |" in lines
+    assert "| GPT-4o | — | — | — | 30.0 | — | — |" in lines
+    assert "Label-conflict rate, ours: 12.34%; TGPO paper: 26.95% (C-WebShop), 38.71% (Online-Mind2Web)." in lines
     assert "| ours | 12.34% |" in lines and "| TGPO paper (C-WebShop) | 26.95% |" in lines
-    i = lines.index("| ours | 12.34% |")  # the families below the pooled rate, the paper's row after them
-    assert lines[i + 1:i + 4] == ["| ours: multi_cart | 20.00% |", "| ours: procedure | 1.25% |",
-                                  "| TGPO paper (C-WebShop) | 26.95% |"]
+    i = lines.index("| ours | 12.34% |")  # the families below the pooled rate, the paper's rows after them
+    assert lines[i + 1:i + 5] == ["| ours: multi_cart | 20.00% |", "| ours: procedure | 1.25% |",
+                                  "| TGPO paper (C-WebShop) | 26.95% |", "| TGPO paper (Online-Mind2Web) | 38.71% |"]
     assert "| preference pairs | 812 |" in lines and "| label-conflict rate | 12.34% |" in lines
     assert "| redundant steps / episode | 2.35 |" in lines and "| broken episodes | 0 |" in lines
     for png in ("success.png", "steps.png", "curves_loss.png", "curves_eval_loss.png"):
@@ -155,7 +158,7 @@ def test_missing_pieces(tmp_path):
     assert "| base | 50.0 | **7.00** | **1.00** | 10 |" in md
     assert "| SFT | — | — | — | — |" in md
     assert "| mine | **60.0** | — | — | 12 |" in md
-    assert "Label-conflict rate: — (ours) vs 26.95% (TGPO paper)." in md
+    assert "Label-conflict rate, ours: —; TGPO paper: 26.95% (C-WebShop), 38.71% (Online-Mind2Web)." in md
     assert "No training metrics." in md and "No dataset summary." in md and "Reference" not in md
     page = parse_html(res["html"])
     assert sorted(page.imgs) == ["steps.png", "success.png"]
@@ -192,7 +195,7 @@ def test_cli(tmp_path):
     md = open(paths["markdown"], encoding="utf-8").read()
     assert EXPECTED[0] in md
     assert "| TGPO | **78.6 ± 2.1** | **8.66 ± 0.41** | **0.97 ± 0.12** | 300 (3 seeds) |" in md
-    assert "12.34% (ours)" in md and "- [t1](trees/t1.html)" in md
+    assert "Label-conflict rate, ours: 12.34%;" in md and "- [t1](trees/t1.html)" in md
 
     bad = subprocess.run([sys.executable, "-m", "launch.report", f"--out={out}", "--eval=nopath"],
                          capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
@@ -287,3 +290,34 @@ def test_gradient_norms_before_the_clip_per_method(tmp_path):
     lines = open(res["markdown"], encoding="utf-8").read().splitlines()
     i = lines.index("| Method | Median gradient norm | Updates clipped (%) | Clip | Logged steps |")
     assert lines[i + 2] == "| TGPO | 2.50 | 75 | 1 | 4 |"
+
+
+def test_reference_table_is_the_papers_whole_table_1(tmp_path):
+    """Every cell of the paper's Table 1 as METHOD.md §6 lists it (typed here from it, not from report.py)."""
+    paper = {"base": "36.7 | 14.28 | 4.95 | 26.8 | 12.79 | 3.31", "SFT": "70.3 | 9.73 | 1.26 | 31.8 | 11.73 | 2.76",
+             "KTO": "72.9 | 9.42 | 1.40 | 27.1 | 11.94 | 2.90", "KTO-Tree": "77.6 | 8.97 | 1.08 | 34.4 | 10.98 | 2.42",
+             "DPO": "72.1 | 9.85 | 1.41 | 34.0 | 11.53 | 2.88", "TGPO": "78.6 | 8.66 | 0.97 | 38.4 | 10.71 | 2.52",
+             "GPT-4o": "— | — | — | 30.0 | — | —"}
+    res = write_report(str(tmp_path / "r"), title="t", models={})
+    lines = open(res["markdown"], encoding="utf-8").read().splitlines()
+    i = lines.index("| Model | C-WebShop: Success rate (%) | C-WebShop: Avg. steps | C-WebShop: Redundant steps "
+                    "| Online-Mind2Web: Success rate (%) | Online-Mind2Web: Avg. steps "
+                    "| Online-Mind2Web: Redundant steps |")
+    assert lines[i + 2:i + 2 + len(paper)] == [f"| {m} | {v} |" for m, v in paper.items()]
+
+
+@pytest.mark.parametrize("tasks,episodes,ours", [(30, 30, "not applicable (one run per task)"), (30, 90, "0.00%"),
+                                                 (None, None, "0.00%")])
+def test_label_conflicts_need_several_runs_per_task(tmp_path, tasks, episodes, ours):
+    """One run per task (as many episodes as tasks): no step can be labelled both ways, so the rate reads not
+    applicable, in Table 2 and the statistics, with no per-family rows; several runs: 0 % is a measurement; a
+    summary that gives no counts keeps the number."""
+    dataset = {"label_conflict_rate": 0.0, "label_conflict_by_family": {"a": 0.0, "b": 0.0}}
+    if tasks is not None:
+        dataset.update(tasks=tasks, episodes=episodes)
+    res = write_report(str(tmp_path / "r"), title="t", models={}, dataset=dataset, reference=False)
+    lines = open(res["markdown"], encoding="utf-8").read().splitlines()
+    assert f"| ours | {ours} |" in lines and f"| label-conflict rate | {ours} |" in lines
+    assert f"Label-conflict rate, ours: {ours}; TGPO paper: 26.95% (C-WebShop), 38.71% (Online-Mind2Web)." in lines
+    assert ("| ours: a | 0.00% |" in lines) == (ours != "not applicable (one run per task)")
+    assert "| TGPO paper (Online-Mind2Web) | 38.71% |" in lines

@@ -368,7 +368,12 @@ PYDOCS_TASKS = os.path.join(REPO, "docs", "pydocs_tasks.jsonl")
 def test_worked_example_file_is_html_checks_in_both_splits():
     env = TaskFileEnv(PYDOCS_TASKS, origin="http://127.0.0.1:1")
     train, test = env.tasks("train"), env.tasks("test")
-    assert len(train) >= 20 and len(test) >= 10
+    assert len(train) == 45 and len(test) == 20
+    # held-out tasks share neither a query nor a target page with the training ones
+    query = lambda t: t.goal["plan"][0]["text"]  # noqa: E731
+    page = lambda t: t.goal["check"]["all"][0]["url"]  # noqa: E731
+    assert not {query(t) for t in train} & {query(t) for t in test}
+    assert not {page(t) for t in train} & {page(t) for t in test}
     for t in train + test:
         kinds = {type(leaf) for leaf in checks.leaves(env._check(t))}
         assert checks.ElementLeaf in kinds and kinds <= {checks.ElementLeaf, checks.UrlLeaf}, t.task_id

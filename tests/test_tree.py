@@ -121,6 +121,7 @@ def test_plain_kto_labels_every_step_occurrence():
     g = build_task_graph([loop, once], TASK, TreeConfig())
     b = g.branches[(g.root, 'CLICK link "Cart"')]
     assert (b.n_success, b.n_failed, b.steps_success, b.steps_failed) == (1, 1, 2, 1)
+    assert len(b.returns) == 2  # one per trajectory (its first occurrence on), as Q averages: the loop's repeat is not
     (root,) = [r for r in node_records(g, [loop, once], TASK, BuildConfig()) if r.node_id == g.root]
     root = NodeRecord.from_bytes(root.to_bytes())
     assert sorted(kto_items(root)) == [(0, False), (0, True), (0, True)]
@@ -128,6 +129,36 @@ def test_plain_kto_labels_every_step_occurrence():
     old = dataclasses.replace(root, branches=[dataclasses.replace(root.branches[0], steps_success=None,
                                                                   steps_failed=None)])
     assert sorted(kto_items(old)) == [(0, False), (0, True)]  # a record without them: trajectory counts
+
+
+@pytest.mark.parametrize("aggregate", ["mean", "sum", "discounted"])
+def test_branches_keep_the_returns_q_averages(aggregate):
+    """Each branch keeps one return per trajectory taking it (the aggregate of R from its first occurrence on) and
+    Q is their mean under every aggregate; the records carry them through JSON. With the good run taken twice, the
+    fork's returns are Sort {5, 5} and Cola 9 {2} (mean aggregate): pooled mean 4, sigma^2 = (1 + 1 + 4) / 3 = 2,
+    so per-occurrence w = 3 / sqrt(2) where per-branch sigma {5, 2} = 1.5 gives w = 2."""
+    from tgpo_jax.data.schema import NodeRecord
+
+    good, bad = cola_episodes()
+    again = EpisodeRecord(good.path[:-1] + "2", {**good.summary, "run": 2}, good.steps)
+    eps = [good, bad, again]
+    g = build_task_graph(eps, TASK, TreeConfig(q_aggregate=aggregate))
+    for b in g.branches.values():
+        assert len(b.returns) == b.n_total and math.fsum(b.returns) / len(b.returns) == pytest.approx(b.q, abs=1e-12)
+    recs = {r.node_id: NodeRecord.from_bytes(r.to_bytes()) for r in node_records(g, eps, TASK, BuildConfig())}
+    for r in recs.values():
+        for br in r.branches:
+            assert br.returns == g.branches[(r.node_id, br.command)].returns
+            assert math.fsum(br.returns) / len(br.returns) == pytest.approx(br.q, abs=1e-12)
+    if aggregate != "mean":
+        return
+    b = {k[1]: v for k, v in g.branches.items()}
+    assert b['TYPE textbox "Search" [cola]'].returns == pytest.approx((5.0, 16 / 5, 5.0))
+    fork = recs[g.state_node[S(0, 2)]]
+    assert [br.returns for br in fork.branches] == [(5.0, 5.0), (2.0,)]
+    (pair,) = preference_pairs(fork, PairConfig(weight_sigma="occurrence"))
+    assert (pair.chosen, pair.rejected) == (0, 1) and pair.weight == pytest.approx(3.0 / math.sqrt(2.0))
+    assert [p.weight for p in preference_pairs(fork)] == pytest.approx([2.0])
 
 
 def test_loop_is_a_cycle_with_redundancy_and_no_change_is_redundant():

@@ -10,7 +10,8 @@ Choices the method leaves open (docs/method.md §2–§4; all ``TreeConfig`` fie
   counts it, as the environments' optimal lengths do. Goals are the nodes where successful episodes ended
   (END nodes for STOP endings, the final state for episodes the environment ended).
 - Q of a branch: per trajectory taking it, the aggregate (mean by default; sum / discounted) of R over the rest of
-  that trajectory from its first occurrence, then the mean over those trajectories.
+  that trajectory from its first occurrence, then the mean over those trajectories (the per-trajectory values are
+  kept as the branch's ``returns``, for the pair weight's per-occurrence sigma).
 - ``L_min``: the task's known optimal length when the environment provides one (> 0), else the graph's shortest
   path from the root to a goal.
 """
@@ -372,7 +373,7 @@ def branch_values(episodes, graph: TaskGraph, rewards, dist, cfg: TreeConfig) ->
                                on_success_path=bool(succ), reaches_success=any(dist[d] < math.inf for d in dsts[key]),
                                occurrences=refs, steps_success=steps_success,
                                steps_failed=len(refs) - steps_success,
-                               goal_distance=min(dist[d] for d in dsts[key]))
+                               goal_distance=min(dist[d] for d in dsts[key]), returns=tuple(values))
     return out
 
 

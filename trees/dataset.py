@@ -256,7 +256,8 @@ def node_records(graph: TaskGraph, episodes: list[EpisodeRecord], task: Task | N
                               n_success=b.n_success, n_failed=b.n_failed, on_success_path=b.on_success_path,
                               reaches_success=b.reaches_success, behaviour_logprob=logprob,
                               steps_success=b.steps_success, steps_failed=b.steps_failed,
-                              goal_distance=None if b.goal_distance == math.inf else int(b.goal_distance)))
+                              goal_distance=None if b.goal_distance == math.inf else int(b.goal_distance),
+                              returns=tuple(float(v) for v in b.returns) or None))
         if not out:
             continue
         first = episodes[rep.episode].summary

@@ -59,6 +59,7 @@ class BranchValue:
     steps_success: int = 0  # step occurrences in successful trajectories (plain KTO's labels, docs/method.md §6)
     steps_failed: int = 0
     goal_distance: float = math.inf  # fewest steps from the branch's destination to a goal
+    returns: tuple[float, ...] = ()  # the values q averages: one per trajectory taking the branch (first occurrence on)
 
 
 @dataclasses.dataclass

@@ -14,6 +14,7 @@ from typing import Iterable, Sequence
 from tgpo_jax.data.schema import NodeRecord
 
 MEAN_TOL = 1e-9  # relative tolerance for "above the node's mean" (KTO-Tree)
+WEIGHT_SIGMAS = ("branch", "occurrence")  # readings of sigma in the TGPO weight (node_sigma)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +22,7 @@ class PairConfig:
     margin: float = 0.0  # a pair needs Q_w - Q_l > margin (strict: ties never make a pair)
     weight_eps: float = 1e-6  # sigma guard: w = |dQ| / max(sigma, eps)
     weight_clip: float | None = None  # upper clip of w, applied per pair before any normalisation
+    weight_sigma: str = "branch"  # sigma of w: std of the node's branch Qs, or of all its occurrences' returns
     kto_repeat_cap: int | None = None  # plain KTO: at most this many copies per (branch, label)
     sft_repeat: bool = False  # SFT: repeat a branch once per successful trajectory taking it
     sft_shortest: bool = False  # SFT: of a node's successful branches, only those nearest a goal (no detours)
@@ -36,6 +38,8 @@ class PairConfig:
             raise ValueError(f"weight_eps must be > 0, got {self.weight_eps}")
         if self.weight_clip is not None and not self.weight_clip > 0:
             raise ValueError(f"weight_clip must be > 0 or None, got {self.weight_clip}")
+        if self.weight_sigma not in WEIGHT_SIGMAS:
+            raise ValueError(f"weight_sigma must be one of {WEIGHT_SIGMAS}, got {self.weight_sigma!r}")
         if self.distance_strict and not self.distance_agree:
             raise ValueError("distance_strict refines distance_agree: turn distance_agree on too")
         if self.kto_repeat_cap is not None and self.kto_repeat_cap < 1:
@@ -46,6 +50,7 @@ def pair_config(d) -> PairConfig:
     """A training config's ``data`` section (``configs/base.py``) as the pair rules, checked by ``PairConfig``: the
     pipeline's validate builds it too, so a bad rule is refused before any stage runs."""
     return PairConfig(margin=d.margin, weight_eps=d.weight_eps, weight_clip=d.weight_clip or None,
+                      weight_sigma=d.get("weight_sigma", "branch"),
                       kto_repeat_cap=d.kto_repeat_cap or None, sft_repeat=d.sft_repeat,
                       sft_shortest=d.sft_shortest, distance_agree=d.get("distance_agree", False),
                       distance_strict=d.get("distance_strict", False), kto_reachable=d.get("kto_reachable", False))
@@ -64,6 +69,19 @@ def _population_std(qs: Sequence[float]) -> float:
     return math.sqrt(math.fsum((q - mean) ** 2 for q in qs) / len(qs))
 
 
+def node_sigma(node: NodeRecord, how: str = "branch") -> float:
+    """sigma of the node's TGPO weights w = |dQ| / sigma (docs/method.md §4), before the eps guard.
+
+    ``branch``: the population std of the branches' Qs. At a two-branch node that is |dQ| / 2, so every pair there
+    weighs 2 whatever the gap. ``occurrence``: the population std of every branch's ``returns`` pooled (each
+    trajectory taking a branch gives one: the paper's sigma(R_s) over all action returns at the state), so a
+    two-branch node's weight depends on how often and how consistently each branch paid off. A node with a branch
+    without returns (records written before they were stored, values not from the tree) falls back to ``branch``."""
+    if how == "occurrence" and all(b.returns for b in node.branches):
+        return _population_std([float(r) for b in node.branches for r in b.returns])
+    return _population_std([float(b.q) for b in node.branches])
+
+
 def _distance(b) -> float:
     return math.inf if b.goal_distance is None else b.goal_distance
 
@@ -79,13 +97,16 @@ def preference_pairs(node: NodeRecord, cfg: PairConfig = PairConfig()) -> list[P
 
     ``distance_strict``: and a pair of branches equally far from a goal is dropped (two ways of one length: the
     graph calls neither the better step, and their Q differ by the undone steps' per-step rewards only). Branches
-    from which no goal is reachable are not equally far: Q still orders two failures."""
+    from which no goal is reachable are not equally far: Q still orders two failures.
+
+    ``weight_sigma``: which sigma divides |dQ| (``node_sigma``); the pairs themselves do not depend on it."""
     qs = [float(b.q) for b in node.branches]
     if len(qs) < 2:
         return []
     # sigma over ALL branches of the node (not just the pair), so weights are comparable within a node.
-    # |Q_i - Q_j| <= 2*sqrt(n)*sigma, so w stays bounded even when sigma falls under eps.
-    sigma = max(_population_std(qs), cfg.weight_eps)
+    # |Q_i - Q_j| <= 2*sqrt(n)*sigma (n branches, or n pooled returns whose subsets' means are the Qs), so w stays
+    # bounded even when sigma falls under eps.
+    sigma = max(node_sigma(node, cfg.weight_sigma), cfg.weight_eps)
     pairs = []
     for i, qi in enumerate(qs):
         for j, qj in enumerate(qs):

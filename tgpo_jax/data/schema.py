@@ -48,6 +48,10 @@ class Branch:
     # fewest steps from the branch's destination to a goal in the merged graph (docs/method.md §4); None when no goal
     # is reachable or in records written before it was stored
     goal_distance: int | None = None
+    # the values Q averages (docs/method.md §4): per trajectory taking the branch, the aggregate of R over the rest
+    # of that trajectory from its first occurrence; the per-occurrence sigma of the pair weight reads them. None in
+    # records written before they were stored and for values not from the tree
+    returns: tuple[float, ...] | None = None
 
     def validate(self, where: str) -> None:
         if not isinstance(self.action, str) or not self.action:
@@ -70,6 +74,10 @@ class Branch:
                               f"{self.n_failed})")
         if self.goal_distance is not None and not (isinstance(self.goal_distance, int) and self.goal_distance >= 0):
             raise SchemaError(f"{where}: goal_distance={self.goal_distance!r} must be an integer >= 0 or None")
+        if self.returns is not None and not (isinstance(self.returns, tuple) and len(self.returns) == self.n_total > 0
+                                             and all(_finite(r) for r in self.returns)):
+            raise SchemaError(f"{where}: returns={self.returns!r} must be None or a tuple of n_total={self.n_total} "
+                              f"finite numbers (one per trajectory taking the branch)")
         if self.behaviour_logprob is not None and not (_finite(self.behaviour_logprob) and self.behaviour_logprob <= 0):
             raise SchemaError(f"{where}: behaviour_logprob={self.behaviour_logprob!r} must be a finite value <= 0")
 
@@ -118,7 +126,7 @@ class NodeRecord:
         if version == 1 and "value_source" in d:
             raise SchemaError("record schema_version 1 has a value_source field (added in version 2)")
         try:
-            branches = [Branch(**b) for b in d["branches"]]
+            branches = [_branch(b) for b in d["branches"]]
             rec = cls(task_id=d["task_id"], node_id=d["node_id"], prompt=[dict(m) for m in d["prompt"]],
                       branches=branches, meta=dict(d.get("meta", {})),
                       value_source=d.get("value_source", "tree") if version >= 2 else "tree", schema_version=2)
@@ -135,6 +143,12 @@ class NodeRecord:
         if not isinstance(d, dict):
             raise SchemaError("record is not a JSON object")
         return cls.from_json(d)
+
+
+def _branch(d: Mapping[str, Any]) -> Branch:
+    """A branch from its JSON object; ``returns`` comes back from a JSON list to the tuple it was written as."""
+    b = Branch(**d)
+    return dataclasses.replace(b, returns=tuple(b.returns)) if isinstance(b.returns, list) else b
 
 
 def _finite(x) -> bool:

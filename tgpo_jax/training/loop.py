@@ -15,6 +15,7 @@ from typing import Callable
 import jax
 
 from tgpo_jax import sharding as shd
+from tgpo_jax.hardware import compute_dtype
 from tgpo_jax.data import examples as ex
 from tgpo_jax.data.collate import CollateConfig
 from tgpo_jax.files import write_text_atomic
@@ -118,7 +119,7 @@ def optim_config(cfg, total_steps: int) -> OptimConfig:
 
 def model_overrides(m) -> dict:
     """What ``cfg.model`` sets on the checkpoint's ModelConfig (besides param_dtype)."""
-    return dict(dtype=m.dtype, remat=m.remat, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha,
+    return dict(dtype=compute_dtype(m.dtype), remat=m.remat, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha,
                 attention=m.get("attention", "auto"))
 
 
