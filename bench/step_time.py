@@ -68,26 +68,33 @@ from absl import app, flags
 
 from bench.sides import cpu_flags, versions
 
-_DATASET = flags.DEFINE_string("dataset", None, "node dataset directory (manifest.json inside), e.g. "
-                                                "<run>/datasets/round1, tokenised for --model_path")
-_METHOD = flags.DEFINE_enum("method", "sft", ["sft", "dpo", "tgpo"], "training method (configs/<method>.py)")
-_MODEL = flags.DEFINE_string("model_path", "bundled", "model.path: HF directory, .gguf or 'bundled'")
-_PRESET = flags.DEFINE_string("preset", "smollm2-135m", "configs/models.py preset the config starts from")
-_BATCH = flags.DEFINE_integer("batch", 8, "train.batch_size: examples (nodes) per train step")
-_MAX_LEN = flags.DEFINE_integer("max_len", 576, "data.max_len: tokens per row")
-_MAX_PROMPT = flags.DEFINE_integer("max_prompt_len", 512, "data.max_prompt_len")
-_MAX_COMP = flags.DEFINE_integer("max_completion_len", 64, "data.max_completion_len")
-_REPS = flags.DEFINE_integer("reps", 3, "timed calls per part (the median is reported), after one untimed call")
-_VARIANTS = flags.DEFINE_list("variants", ["no_remat", "lora16"],
-                              "train-step variants also timed (each a fresh model): no_remat, lora16; empty for none")
-_TRAIN = flags.DEFINE_boolean("train", True, "time the training step (--notrain: the evaluation step only)")
-_EVAL_BATCH = flags.DEFINE_integer("eval_batch", 8, "prompts per evaluation step (0: no evaluation step)")
-_NEW = flags.DEFINE_integer("new_tokens", 32, "evaluation: new tokens per prompt at most (EOS ends a row earlier)")
-_CONSTRAINED = flags.DEFINE_boolean("constrained", True, "evaluation: also time valid-argument (constrained) decoding")
-_SEED = flags.DEFINE_integer("seed", 0, "which examples make the batch (a permutation of the dataset)")
-_CACHE = flags.DEFINE_boolean("compile_cache", False, "use the persistent compilation cache, as the launch entry "
-                              "points do (first calls then load compiled programs instead of compiling)")
-_JSON_OUT = flags.DEFINE_string("json_out", "", "also write the figures here (JSON)")
+F = flags.FLAGS
+
+
+def define_flags() -> None:
+    """The command line's flags: defined only when run as a script, so that importing the module (its tests) defines
+    no flag another entry point owns."""
+    flags.DEFINE_string("dataset", None, "node dataset directory (manifest.json inside), e.g. "
+                        "<run>/datasets/round1, tokenised for --model_path")
+    flags.DEFINE_enum("method", "sft", ["sft", "dpo", "tgpo"], "training method (configs/<method>.py)")
+    flags.DEFINE_string("model_path", "bundled", "model.path: HF directory, .gguf or 'bundled'")
+    flags.DEFINE_string("preset", "smollm2-135m", "configs/models.py preset the config starts from")
+    flags.DEFINE_integer("batch", 8, "train.batch_size: examples (nodes) per train step")
+    flags.DEFINE_integer("max_len", 576, "data.max_len: tokens per row")
+    flags.DEFINE_integer("max_prompt_len", 512, "data.max_prompt_len")
+    flags.DEFINE_integer("max_completion_len", 64, "data.max_completion_len")
+    flags.DEFINE_integer("reps", 3, "timed calls per part (the median is reported), after one untimed call")
+    flags.DEFINE_list("variants", ["no_remat", "lora16"],
+                      "train-step variants also timed (each a fresh model): no_remat, lora16; empty for none")
+    flags.DEFINE_boolean("train", True, "time the training step (--notrain: the evaluation step only)")
+    flags.DEFINE_integer("eval_batch", 8, "prompts per evaluation step (0: no evaluation step)")
+    flags.DEFINE_integer("new_tokens", 32, "evaluation: new tokens per prompt at most (EOS ends a row earlier)")
+    flags.DEFINE_boolean("constrained", True, "evaluation: also time valid-argument (constrained) decoding")
+    flags.DEFINE_integer("seed", 0, "which examples make the batch (a permutation of the dataset)")
+    flags.DEFINE_boolean("compile_cache", False, "use the persistent compilation cache, as the launch entry "
+                         "points do (first calls then load compiled programs instead of compiling)")
+    flags.DEFINE_string("json_out", "", "also write the figures here (JSON)")
+
 
 VARIANTS = {"no_remat": {"remat": False}, "lora16": {"lora_rank": 16}}
 
@@ -219,13 +226,13 @@ def make_config(variant: dict | None = None):
     settings)."""
     from configs import dpo, sft, tgpo
 
-    cfg = {"sft": sft, "dpo": dpo, "tgpo": tgpo}[_METHOD.value].get_config(_PRESET.value)
-    cfg.model.path = _MODEL.value
-    cfg.data.train_dir = os.path.abspath(_DATASET.value)
+    cfg = {"sft": sft, "dpo": dpo, "tgpo": tgpo}[F.method].get_config(F.preset)
+    cfg.model.path = F.model_path
+    cfg.data.train_dir = os.path.abspath(F.dataset)
     cfg.data.eval_dir = ""
-    cfg.data.max_len, cfg.data.max_prompt_len = _MAX_LEN.value, _MAX_PROMPT.value
-    cfg.data.max_completion_len = _MAX_COMP.value
-    cfg.train.batch_size = _BATCH.value
+    cfg.data.max_len, cfg.data.max_prompt_len = F.max_len, F.max_prompt_len
+    cfg.data.max_completion_len = F.max_completion_len
+    cfg.train.batch_size = F.batch
     for k, v in (variant or {}).items():
         cfg.model[k] = v
     return cfg
@@ -300,8 +307,8 @@ def run_train(cfg, tokenizer, mesh) -> dict:
     src = examples_for(cfg.method)(cfg.data.train_dir, tokenizer, ccfg, weight_norm=cfg.data.weight_norm,
                                    copy_swap=cfg.data.copy_swap)
     src_s = time.perf_counter() - t0
-    b, reps = cfg.train.batch_size, _REPS.value
-    order = np.random.default_rng(_SEED.value).permutation(len(src))
+    b, reps = cfg.train.batch_size, F.reps
+    order = np.random.default_rng(F.seed).permutation(len(src))
     draws = iter(range(10 ** 9))
 
     def collate():  # a new batch each call: no reader cache helps
@@ -318,7 +325,7 @@ def run_train(cfg, tokenizer, mesh) -> dict:
               "row_len": int(local["tokens"].shape[-1])}
     out = {"examples": len(src), "source_setup_s": src_s, "tokens": tokens,
            "collate": strip(col), "to_device": strip(put), "settings": {}}
-    for name in ["base"] + [v for v in _VARIANTS.value if v]:
+    for name in ["base"] + [v for v in F.variants if v]:
         print(f"  timing the train step: {name} ...", file=sys.stderr, flush=True)
         vcfg = cfg if name == "base" else make_config(VARIANTS[name])
         trainer, state, info = build_trainer(vcfg, mesh, tokenizer, src)
@@ -383,13 +390,13 @@ def run_eval(cfg, tokenizer, dtype: str) -> dict:
     from tgpo_jax.models.sampler import SamplingParams, _bucket
     from tgpo_jax.models.tokenizer import chat_ids
 
-    reps, n = _REPS.value, _EVAL_BATCH.value
+    reps, n = F.reps, _EVALF.batch
     reader = DatasetReader(cfg.data.train_dir)
     nodes = [reader[int(i)] for i in np.linspace(0, len(reader) - 1, n).round()]
     messages = [list(node.prompt) for node in nodes]
     # as ModelPolicy.from_path loads a model, in the training's compute dtype
     sampler = clocked_sampler(with_tokenizer_eos(load_model(cfg.model.path, dtype=dtype), tokenizer), tokenizer)
-    params = SamplingParams(temperature=0.0, max_tokens=_NEW.value, seed=0)
+    params = SamplingParams(temperature=0.0, max_tokens=F.new_tokens, seed=0)
     seeds = list(range(n))
 
     tok = timed(lambda: [chat_ids(tokenizer, m) for m in messages], reps)
@@ -397,7 +404,7 @@ def run_eval(cfg, tokenizer, dtype: str) -> dict:
     out = {"prompts": n, "prompt_tokens": [len(x) for x in prompts],
            "padded_to": _bucket(max(len(x) for x in prompts), sampler.bucket), "chunk": sampler.chunk,
            "tokenize": strip(tok), "unconstrained": time_generate(sampler, prompts, params, seeds, reps)}
-    if _CONSTRAINED.value:
+    if F.constrained:
         from rollout.policies.constrain import _piece_table, constraints_for
 
         requests = [request_from_prompt(m, f"bench/{i}") for i, m in enumerate(messages)]
@@ -512,13 +519,13 @@ def eval_table(e: dict, new_tokens: int) -> list[str]:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    if not _DATASET.value or not os.path.isfile(os.path.join(_DATASET.value, "manifest.json")):
-        raise app.UsageError(f"--dataset={_DATASET.value!r}: give a node dataset directory (manifest.json inside)")
-    unknown = [v for v in _VARIANTS.value if v and v not in VARIANTS]
+    if not F.dataset or not os.path.isfile(os.path.join(F.dataset, "manifest.json")):
+        raise app.UsageError(f"--dataset={F.dataset!r}: give a node dataset directory (manifest.json inside)")
+    unknown = [v for v in F.variants if v and v not in VARIANTS]
     if unknown:
         raise app.UsageError(f"--variants: unknown {unknown}; known: {sorted(VARIANTS)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if _CACHE.value:
+    if F.compile_cache:
         from launch.entry import compile_cache
 
         compile_cache()
@@ -535,18 +542,18 @@ def main(argv):
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
     dtype = compute_dtype(cfg.model.dtype)
     dev = jax.devices()[0]
-    result = {"method": cfg.method, "model": cfg.model.path, "dataset": cfg.data.train_dir, "batch": _BATCH.value,
-              "max_len": _MAX_LEN.value, "max_prompt_len": _MAX_PROMPT.value,
-              "max_completion_len": _MAX_COMP.value, "reps": _REPS.value, "cpu_flags": cpu_flags(),
+    result = {"method": cfg.method, "model": cfg.model.path, "dataset": cfg.data.train_dir, "batch": F.batch,
+              "max_len": F.max_len, "max_prompt_len": F.max_prompt_len,
+              "max_completion_len": F.max_completion_len, "reps": F.reps, "cpu_flags": cpu_flags(),
               "cpus": os.cpu_count(), "backend": jax.default_backend(),
               "device": getattr(dev, "device_kind", dev.platform), "devices": jax.device_count(),
               "dtype_config": cfg.model.dtype, "dtype": dtype,
               "versions": {"jax": jax.__version__, **versions(("jaxlib", "flax", "optax"))}}
-    if _TRAIN.value:
+    if F.train:
         print(f"running: train step ({cfg.method}) ...", file=sys.stderr, flush=True)
         result["train"] = run_train(cfg, tokenizer, mesh)
         gc.collect()
-    if _EVAL_BATCH.value > 0:
+    if _EVALF.batch > 0:
         print("running: evaluation step ...", file=sys.stderr, flush=True)
         result["eval"] = run_eval(cfg, tokenizer, dtype)
     result["loadavg_end"] = os.getloadavg()[0]
@@ -558,18 +565,19 @@ def main(argv):
     if "train" in result:
         print(f"dataset {cfg.data.train_dir}: {result['train']['examples']} usable examples for {cfg.method}")
         print()
-        print("\n".join(train_table(result["train"], cfg.method, _BATCH.value, _REPS.value)))
+        print("\n".join(train_table(result["train"], cfg.method, F.batch, F.reps)))
     if "eval" in result:
         print()
-        print("\n".join(eval_table(result["eval"], _NEW.value)))
+        print("\n".join(eval_table(result["eval"], F.new_tokens)))
         result["eval"]["parts"] = eval_parts(result["eval"])
     print()
     print(json.dumps(result, default=float))
-    if _JSON_OUT.value:
-        with open(_JSON_OUT.value, "w") as f:
+    if F.json_out:
+        with open(F.json_out, "w") as f:
             json.dump(result, f, indent=1, default=float)
 
 
 if __name__ == "__main__":
+    define_flags()
     flags.mark_flag_as_required("dataset")
     app.run(main)
