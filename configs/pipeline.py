@@ -16,8 +16,7 @@
            59 / 66 / 66, DPO 71 / 71 / 62, TGPO 69 / 68 / 65 (stops 74-77; BUILD_NOTES.md, "Stop 83")
   smollm2  the bundled SmolLM2-135M-Instruct fine-tuned in full (its own tokenizer and chat template) on the shop's
            three families: the compact prompt at 512 of its tokens, SFT then DPO and TGPO, 100 held-out tasks;
-           float32 on CPUs without bf16 units (model.dtype 'auto'). An SFT step of 8 rows takes ~67 s on a 2-core
-           AVX2 CPU (BUILD_NOTES.md, "A pretrained model in the loop")
+           float32 on CPUs without bf16 units (model.dtype 'auto')
   miniwob  learning in minutes: SFT of the 'copy' model on three MiniWoB++ tasks (focus-text, click-button,
            click-link), evaluated on held-out seeds (the slow learning test, tests/test_learning.py)
 Any preset runs on your own site with ``--config.env.name=tasks --config.env.tasks=FILE.jsonl`` (docs/tasks.md):

@@ -1,7 +1,7 @@
 """What the machine computes fast: the CPU's bf16 units, and the compute dtype picked from them.
 
 XLA:CPU and PyTorch run bf16 matrix work natively only where the CPU has bf16 units (AVX512-BF16 or AMX); on an
-AVX2-only CPU bf16 is emulated and slower than float32 (BUILD_NOTES.md, "Which model learns on a CPU"). A model
+AVX2-only CPU bf16 is emulated and slower than float32. A model
 config's ``dtype="auto"`` takes bfloat16 on accelerators and on CPUs with those units, float32 elsewhere.
 """
 from __future__ import annotations
