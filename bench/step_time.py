@@ -85,7 +85,8 @@ def define_flags() -> None:
     flags.DEFINE_integer("max_completion_len", 64, "data.max_completion_len")
     flags.DEFINE_integer("reps", 3, "timed calls per part (the median is reported), after one untimed call")
     flags.DEFINE_list("variants", ["no_remat", "lora16"],
-                      "train-step variants also timed (each a fresh model): no_remat, lora16; empty for none")
+                      "train-step variants also timed (each a fresh model): no_remat, lora16, top10 (model.train_layers=10), "
+                      "top10_no_remat; empty for none")
     flags.DEFINE_boolean("train", True, "time the training step (--notrain: the evaluation step only)")
     flags.DEFINE_integer("eval_batch", 8, "prompts per evaluation step (0: no evaluation step)")
     flags.DEFINE_integer("new_tokens", 32, "evaluation: new tokens per prompt at most (EOS ends a row earlier)")
@@ -96,7 +97,8 @@ def define_flags() -> None:
     flags.DEFINE_string("json_out", "", "also write the figures here (JSON)")
 
 
-VARIANTS = {"no_remat": {"remat": False}, "lora16": {"lora_rank": 16}}
+VARIANTS = {"no_remat": {"remat": False}, "lora16": {"lora_rank": 16}, "top10": {"train_layers": 10},
+            "top10_no_remat": {"train_layers": 10, "remat": False}}
 
 
 # ---------------------------------------------------------------------------------------------- pure helpers
@@ -241,11 +243,10 @@ def make_config(variant: dict | None = None):
 def build_trainer(cfg, mesh, tokenizer, train_src):
     """Model, loss, optimiser and Trainer as ``loop.fit`` builds them; -> (trainer, state, info)."""
     import jax
-    from flax import nnx
     from jax.sharding import NamedSharding, PartitionSpec as P
 
     from tgpo_jax.data.pipeline import steps_per_epoch
-    from tgpo_jax.models.transformer import param_count
+    from tgpo_jax.models.transformer import param_count, trained_param_count
     from tgpo_jax.training.loop import build_model, loss_config, optim_config, update_mask
     from tgpo_jax.training.step import Trainer
 
@@ -257,9 +258,8 @@ def build_trainer(cfg, mesh, tokenizer, train_src):
     total = cfg.train.max_steps or steps_per_epoch(train_src, cfg.train.batch_size) * cfg.train.num_epochs
     trainer = Trainer(model, loss_config(cfg, w_d, w_u), optim_config(cfg, total), mesh, chunk=cfg.train.chunk,
                       update_mask=update_mask(cfg, model))
-    trainable = nnx.LoRAParam if model.cfg.lora_rank else nnx.Param
     info = {"n_params": param_count(model),
-            "n_trainable": sum(int(x.size) for x in jax.tree.leaves(nnx.state(model, trainable))),
+            "n_trainable": trained_param_count(model),
             "dtype": model.cfg.dtype, "param_dtype": model.cfg.param_dtype, "remat": model.cfg.remat,
             "lora_rank": model.cfg.lora_rank, "attention": model.cfg.attention}
     del model
@@ -390,7 +390,7 @@ def run_eval(cfg, tokenizer, dtype: str) -> dict:
     from tgpo_jax.models.sampler import SamplingParams, _bucket
     from tgpo_jax.models.tokenizer import chat_ids
 
-    reps, n = F.reps, _EVALF.batch
+    reps, n = F.reps, F.eval_batch
     reader = DatasetReader(cfg.data.train_dir)
     nodes = [reader[int(i)] for i in np.linspace(0, len(reader) - 1, n).round()]
     messages = [list(node.prompt) for node in nodes]
@@ -553,7 +553,7 @@ def main(argv):
         print(f"running: train step ({cfg.method}) ...", file=sys.stderr, flush=True)
         result["train"] = run_train(cfg, tokenizer, mesh)
         gc.collect()
-    if _EVALF.batch > 0:
+    if F.eval_batch > 0:
         print("running: evaluation step ...", file=sys.stderr, flush=True)
         result["eval"] = run_eval(cfg, tokenizer, dtype)
     result["loadavg_end"] = os.getloadavg()[0]

@@ -314,6 +314,8 @@ class Pipeline:
                 t["data"].pop(key)
         if t.get("data", {}).get("weight_sigma") == "branch":  # the default, as for margin_copies
             t["data"].pop("weight_sigma")
+        if not t.get("model", {}).get("train_layers", 1):  # 0 (every layer trains): the default
+            t["model"].pop("train_layers")
         return t
 
     def runner(self, redo=()) -> StageRunner:

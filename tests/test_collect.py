@@ -7,7 +7,7 @@ import os
 import psutil
 import pytest
 
-from rollout.collect import CollectConfig, CollectionAborted, collect, collect_async, shard_episodes
+from rollout.collect import CollectConfig, CollectionAborted, collect, shard_episodes
 from rollout.core import ERROR_KINDS
 from rollout.envs.shop.env import ShopEnv
 from rollout.harness.runner import HarnessConfig

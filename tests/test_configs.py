@@ -133,6 +133,8 @@ def test_every_pipeline_preset_is_valid(preset):
     for m in ("dpo", "tgpo"):
         assert c[m].data.distance_agree == (preset in ("default", "large", "smollm2"))
         assert c[m].data.distance_strict == (preset in ("default", "large", "smollm2"))
+    # the pretrained preset trains its model's top 10 layers (of SmolLM2-135M's 30), the others every layer
+    assert {c[m].model.get("train_layers", 0) for m in ("sft", "dpo", "tgpo")} == {10 if preset == "smollm2" else 0}
     c.page_ids = "middle"
     with pytest.raises(ValueError, match="page_ids"):
         validate(c)
@@ -547,3 +549,18 @@ def test_task_families_given_on_a_task_file_are_kept_and_checked():
     c.env.name = "miniwob"
     normalize(c)
     assert c.env.item_names == "number"  # a shop setting, off the shop
+
+
+def test_train_layers_is_in_a_stage_spec_only_when_set_and_reaches_the_model():
+    """``model.train_layers`` (train the top layers only): at 0 (all layers) the training stages' specs are those of
+    runs made before the option; set for SFT it changes SFT's stage and reaches the ModelConfig the run builds."""
+    from tgpo_jax.training.loop import model_overrides
+
+    p, off = _plan(methods=("sft", "tgpo"))
+    assert all("train_layers" not in off[m].spec["train"]["model"] for m in ("sft", "tgpo"))
+    assert model_overrides(p.train_config("sft", "sft", "base", 1).model)["train_layers"] == 0
+    c = p.cfg
+    c.sft.model.train_layers = 2
+    q, on = _plan(methods=("sft", "tgpo"), sft=c.sft)
+    assert on["sft"].spec["train"]["model"]["train_layers"] == 2 and on["sft"].spec != off["sft"].spec
+    assert model_overrides(q.train_config("sft", "sft", "base", 1).model)["train_layers"] == 2

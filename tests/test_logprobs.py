@@ -10,9 +10,10 @@ from flax import nnx
 from tgpo_jax.data.collate import CollateConfig, build_example, stack, tokenize_node
 from tgpo_jax.data.synthetic import synthetic_nodes
 from tgpo_jax.models.config import tiny_config
-from tgpo_jax.models.transformer import init_model
+from tgpo_jax.models.transformer import init_model, param_count, trained_param_count
 from tgpo_jax.training.logprobs import (loss_positions, naive_token_logprobs, segment_mask, slot_logprobs,
                                        token_logprobs)
+from tgpo_jax.training.plan import counted_flops
 from tgpo_jax.training.objective import LossConfig, objective, slot_token_counts
 
 
@@ -328,3 +329,51 @@ def test_sft_term_is_the_token_mean_nll_of_every_successful_branch(setup, spm_to
     np.testing.assert_allclose(float(loss), float(base) + 0.4 * (-lp / toks), rtol=1e-5)
     with pytest.raises(ValueError, match="DPO / TGPO / KTO setting"):
         LossConfig(method="sft", sft_alpha=1.0)
+
+
+def test_training_the_top_layers_gives_the_full_gradients_there_zero_below_and_skips_their_backward(
+        setup, spm_tokenizer):
+    """model.train_layers=k: the top k layers' gradients are the full model's, the layers below get none, and the
+    backward pass skips them (fewer FLOPs in the compiled gradient)."""
+    model, nodes = setup
+    cc = CollateConfig(method="dpo", layout="packed", max_len=256, max_prompt_len=160, max_completion_len=32,
+                       max_branches=3, max_pairs=3)
+    batch = jax.tree.map(jnp.asarray, stack([build_example(n, spm_tokenizer, cc) for n in nodes[:2]]))
+    layers = model.cfg.num_layers
+    assert layers >= 2
+
+    def grad_fn(cfg):
+        g, state = nnx.split(model)
+        m = nnx.merge(g, state)
+        m.cfg = cfg
+        g, state = nnx.split(m)
+        f = lambda s: jnp.sum(slot_logprobs(nnx.merge(g, s), batch, chunk=64)[0])  # noqa: E731
+        return jax.grad(f), state
+
+    full_fn, state = grad_fn(model.cfg)
+    top_fn, top_state = grad_fn(model.cfg.replace(train_layers=1))
+    full, top = jax.jit(full_fn)(state), jax.jit(top_fn)(top_state)
+    cut = layers - 1
+    for name, a in full["layers"].items():
+        b = np.asarray(top["layers"][name][...])
+        a = np.asarray(a[...])
+        scale = max(float(np.abs(a[cut:]).max()), 1e-12)
+        np.testing.assert_allclose(b[cut:], a[cut:], atol=1e-5 * scale, rtol=1e-4)
+        assert not b[:cut].any(), name
+        if name.endswith("proj"):
+            assert np.abs(a[:cut]).max() > 0, name  # the full model's lower layers do learn
+    # the parameters the step changes, as counted for reports: the non-layer leaves with a gradient, the top layer
+    moved = sum(int(np.asarray(g[...]).size) for k, g in top.items() if k != "layers" and np.abs(g[...]).max() > 0)
+    moved += sum(int(np.asarray(g[...])[cut:].size) for g in top["layers"].values())
+    top_model = nnx.merge(nnx.split(model)[0], top_state)
+    top_model.cfg = model.cfg.replace(train_layers=1)
+    assert trained_param_count(top_model) == moved < param_count(model) == trained_param_count(model)
+    # every dot product of the gradient's program, scans times their length: the lower layers' backward is gone
+    flops = lambda fn, s: counted_flops(jax.make_jaxpr(fn)(s).jaxpr)  # noqa: E731
+    forward = counted_flops(jax.make_jaxpr(lambda s: slot_logprobs(nnx.merge(nnx.split(model)[0], s), batch,
+                                                                    chunk=64)[0])(state).jaxpr)
+    full_f, top_f = flops(full_fn, state), flops(top_fn, top_state)
+    assert full_f > 2.5 * forward  # forward + a backward of about twice its cost
+    assert top_f < forward + (full_f - forward) * (1.5 / layers) + 0.05 * forward, (forward, full_f, top_f)
+    with pytest.raises(ValueError, match="train_layers"):
+        model.cfg.replace(train_layers=layers + 1)

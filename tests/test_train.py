@@ -285,13 +285,30 @@ def test_batch_that_does_not_divide_the_mesh_is_an_error(work, tmp_path):
         loop.train(c)
 
 
+def _decayed_adam_steps(model, src, mesh, steps: int, update_mask=None):
+    """SFT Adam steps with weight decay (lr 1e-2) on batches of 8 of ``src``: the parameters before and after, flat
+    ({"layers/q_proj": array, ...})."""
+    from tgpo_jax.models.loading import _flatten
+
+    trainer = Trainer(model, LossConfig(method="sft", reference="none"),
+                      OptimConfig(learning_rate=1e-2, schedule="constant", weight_decay=0.1), mesh,
+                      update_mask=update_mask)
+    flat = lambda params: {"/".join(map(str, k)): np.asarray(v)  # noqa: E731
+                           for k, v in _flatten(nnx.to_pure_dict(params))}
+    state = trainer.init_state()
+    before = flat(jax.device_get(state["params"]))
+    for i in range(steps):
+        state, _ = trainer.train_step(state, to_global_batch(
+            {k: np.stack([src[8 * i + j][k] for j in range(8)]) for k in src[0]}, mesh, 1))
+    return before, flat(jax.device_get(state["params"]))
+
+
 @pytest.mark.parametrize("recency,trigram", [(0.0, 0.0), (20.0, 0.0), (20.0, 0.5)])
 def test_freeze_leaves_the_planted_circuit_alone(work, recency, trigram):
     """model.freeze=copy_circuit: Adam steps (with weight decay) move every trainable entry but no frozen one; with
     model.circuit_recency the trigger pieces' flags are planted and frozen too, with model.circuit_trigram the
     third-previous-token head."""
     from tgpo_jax.models.copy_circuit import frozen_mask, recency_token_ids
-    from tgpo_jax.models.loading import _flatten
 
     c = tiny_config(work, "sft", "/tmp/unused", **{"model.scratch": "copy", "model.init": "copy_circuit",
                                                    "model.freeze": "copy_circuit", "optim.weight_decay": 0.1,
@@ -302,17 +319,7 @@ def test_freeze_leaves_the_planted_circuit_alone(work, recency, trigram):
     src = NodeExamples(work["train"], tok, loop.collate_config(c))
     mesh = shd.make_mesh((1, 1, 1))
     model = loop.build_model(c, mesh, tok)
-    trainer = Trainer(model, LossConfig(method="sft", reference="none"),
-                      OptimConfig(learning_rate=1e-2, schedule="constant", weight_decay=0.1), mesh,
-                      update_mask=loop.update_mask(c, model))
-    flat = lambda params: {"/".join(map(str, k)): np.asarray(v)  # noqa: E731
-                           for k, v in _flatten(nnx.to_pure_dict(params))}
-    state = trainer.init_state()
-    before = flat(jax.device_get(state["params"]))
-    for i in range(3):
-        state, m = trainer.train_step(state, to_global_batch(
-            {k: np.stack([src[8 * i + j][k] for j in range(8)]) for k in src[0]}, mesh, 1))
-    after = flat(jax.device_get(state["params"]))
+    before, after = _decayed_adam_steps(model, src, mesh, 3, update_mask=loop.update_mask(c, model))
     frozen = frozen_mask(model.cfg, loop.circuit_config(c.model))
     assert set(frozen) == set(before)
     triggers = recency_token_ids(tok, r"[a-z]")
@@ -337,3 +344,30 @@ def test_freeze_refuses_what_it_cannot_do(work):
     c.model.freeze = "copy_circuit"  # the tiny preset's heads are too narrow for the circuit
     with pytest.raises(ValueError, match="cannot plant the copy circuit"):
         loop.update_mask(c, model)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_training_the_top_layers_leaves_the_rest_as_it_was(work, tied):
+    """model.train_layers=1: Adam steps with weight decay move the top layer, the final norm and the output projection
+    (the tied embedding through it), and nothing of the layers below or of an untied input embedding."""
+    c = tiny_config(work, "sft", "/tmp/unused", **{"model.train_layers": 1, "optim.weight_decay": 0.1})
+    tok = load_tokenizer(work["tok"])
+    src = NodeExamples(work["train"], tok, loop.collate_config(c))
+    mesh = shd.make_mesh((1, 1, 1))
+    model = loop.build_model(c, mesh, tok)
+    if model.cfg.tie_word_embeddings != tied:
+        from tgpo_jax.models.transformer import init_model
+
+        model = shard_model(init_model(model.cfg.replace(tie_word_embeddings=tied), seed=0), mesh)
+    assert model.cfg.train_layers == 1 and model.cfg.tie_word_embeddings == tied and model.cfg.num_layers >= 2
+    cut = model.cfg.num_layers - 1
+    before, after = _decayed_adam_steps(model, src, mesh, 2)
+    for path in before:
+        moved = after[path] != before[path]
+        if path.startswith("layers/"):
+            assert not moved[:cut].any(), path
+            assert moved[cut:].mean() > 0.5, path
+        elif path == "embed" and not tied:
+            assert not moved.any()
+        else:
+            assert moved.mean() > (0.05 if path == "embed" else 0.5), path

@@ -51,6 +51,9 @@ class ModelConfig:
     dtype: str = "float32"  # compute dtype: float32 | bfloat16
     param_dtype: str = "float32"  # master weights
     remat: bool = False  # rematerialise each layer in the backward pass
+    # > 0: training reaches only the top train_layers layers (with the final norm and the output projection); the
+    # layers below run as a constant, so the backward pass and the rematerialised forward skip them
+    train_layers: int = 0
     # dense: our einsum attention (float32 [T, S] scores per head); blocked: the same over causal query blocks (keys
     # after a block are skipped; needs causal masks, which are all the project builds); cudnn:
     # jax.nn.dot_product_attention's fused cuDNN kernel (GPU, bf16/fp16); xla: the same API's XLA path; auto: cudnn
@@ -72,6 +75,8 @@ class ModelConfig:
             kind = self.rope_scaling.get("rope_type", self.rope_scaling.get("type", "default"))
             if kind not in ROPE_TYPES:
                 raise UnsupportedModelError(f"rope scaling type {kind!r} is not supported; supported: {ROPE_TYPES}")
+        if not 0 <= self.train_layers <= self.num_layers:
+            raise ValueError(f"train_layers={self.train_layers}: expected 0 (all) to num_layers={self.num_layers}")
         bad = set(self.lora_targets) - set(LORA_SPLIT)
         if bad:
             raise ValueError(f"lora_targets {sorted(bad)} are not LoRA-able weights; choose from {sorted(LORA_SPLIT)}")

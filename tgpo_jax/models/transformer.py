@@ -364,6 +364,11 @@ class Transformer(nnx.Module):
             def body(x, p):
                 x, _, _ = layer(x, p, None, None)
                 return x, None
+            cut = cfg.num_layers - cfg.train_layers if cfg.train_layers else 0
+            if cut:  # the layers below the trained ones as a constant: no gradient, no backward pass through them
+                low = jax.lax.stop_gradient(jax.tree.map(lambda a: a[:cut], params))
+                x, _ = jax.lax.scan(body, jax.lax.stop_gradient(x), low)
+                x, params = jax.lax.stop_gradient(x), jax.tree.map(lambda a: a[cut:], params)
             x, _ = jax.lax.scan(body, x, params)
             new_cache = None
         else:
@@ -409,3 +414,19 @@ def init_model(cfg: ModelConfig, seed: int = 0) -> Transformer:
 
 def param_count(model: Transformer) -> int:
     return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+
+def trained_param_count(model: Transformer) -> int:
+    """Parameters a training step changes: LoRA's factors (else every weight), of the top ``train_layers`` layers only
+    where that is set; with the layers below constant, an untied input embedding gets no gradient either."""
+    cfg = model.cfg
+    kind = nnx.LoRAParam if cfg.lora_rank else nnx.Param
+    state = nnx.state(model, kind)
+    layers = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["layers"])) if "layers" in state else 0
+    total = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state))
+    if not cfg.train_layers:
+        return total
+    rest = total - layers
+    if not cfg.lora_rank and not cfg.tie_word_embeddings:
+        rest -= int(np.prod(model.embed.shape))
+    return rest + layers * cfg.train_layers // cfg.num_layers

@@ -119,7 +119,8 @@ def optim_config(cfg, total_steps: int) -> OptimConfig:
 
 def model_overrides(m) -> dict:
     """What ``cfg.model`` sets on the checkpoint's ModelConfig (besides param_dtype)."""
-    return dict(dtype=compute_dtype(m.dtype), remat=m.remat, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha,
+    return dict(dtype=compute_dtype(m.dtype), remat=m.remat, train_layers=m.get("train_layers", 0),
+                lora_rank=m.lora_rank, lora_alpha=m.lora_alpha,
                 attention=m.get("attention", "auto"))
 
 

@@ -77,6 +77,7 @@ class Trainer:
         self.lora = bool(model.cfg.lora_rank)
         trainable = nnx.LoRAParam if self.lora else nnx.Param
         self.graphdef, params, self.frozen = nnx.split(model, trainable, ...)
+        self.model_cfg = model.cfg
         self.tx = make_optimizer(optim_cfg)
         # full fine-tuning with a live reference keeps a frozen copy of the initial weights
         self.ref_params = params if (loss_cfg.reference == "live" and not self.lora) else None
@@ -151,6 +152,7 @@ class Trainer:
         updates, opt_state = self.tx.update(grads, state["opt_state"], state["params"])
         if mask is not None:
             updates = jax.tree.map(jnp.multiply, updates, mask)
+        updates = self._freeze_below(updates)
         params = optax.apply_updates(state["params"], updates)
         # the updated parameters too: a finite gradient times a huge learning rate can overflow them
         finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm) & jnp.isfinite(optax.global_norm(params))
@@ -161,6 +163,23 @@ class Trainer:
                      "opt_state": keep(opt_state, state["opt_state"]), "rng": rng}
         lr = make_schedule(self.optim_cfg)(state["step"])
         return new_state, {**metrics, "grad_norm": grad_norm, "finite": finite, "learning_rate": lr}
+
+    def _freeze_below(self, updates):
+        """With ``train_layers``: no update at all below the trained layers (nor to an untied input embedding). Their
+        gradients are zero already; this keeps weight decay off them too, so they stay the reference's."""
+        cfg = self.model_cfg
+        if not cfg.train_layers or cfg.train_layers == cfg.num_layers:
+            return updates
+        cut = cfg.num_layers - cfg.train_layers
+
+        def freeze(path, u):
+            keys = [getattr(k, "key", getattr(k, "name", None)) for k in path]
+            if keys[0] == "layers":
+                return u.at[:cut].set(0)
+            if keys[0] == "embed" and not cfg.tie_word_embeddings and not self.lora:
+                return jnp.zeros_like(u)
+            return u
+        return jax.tree_util.tree_map_with_path(freeze, updates)
 
     # ------------------------------------------------------------------ jitted entry points
     def batch_sharding(self, batch) -> dict:
