@@ -38,6 +38,12 @@ from tgpo_jax.files import write_text_atomic
 log = logging.getLogger(__name__)
 NOT_IN_SPEC = {("train", "progress"), ("train", "output_dir"), ("data", "train_dir"),
                ("data", "eval_dir"), ("model", "path"), ("model", "tokenizer")}
+# training settings added after runs were made: at these values (their defaults) they stay out of a stage's spec, so
+# the runs made before each option keep their stages
+SPEC_DEFAULTS = {("loss", "rpo_alpha"): 0, ("loss", "decision_window"): 0, ("loss", "sft_alpha"): 0,
+                 ("loss", "margin_copies"): True, ("data", "distance_agree"): False,
+                 ("data", "distance_strict"): False, ("data", "family_balance"): False,
+                 ("data", "kto_reachable"): False, ("data", "weight_sigma"): "branch", ("model", "train_layers"): 0}
 
 
 class Pipeline:
@@ -303,19 +309,9 @@ class Pipeline:
         t = _plain(self.cfg[method])
         for section, key in NOT_IN_SPEC:
             t.get(section, {}).pop(key, None)
-        for key in ("rpo_alpha", "decision_window", "sft_alpha"):  # only when set: runs made before the option keep their specs
-            if not t.get("loss", {}).get(key, 1):
-                t["loss"].pop(key)
-        if t.get("loss", {}).get("margin_copies", False):  # the default: specs made before the option stay the same
-            t["loss"].pop("margin_copies")
-        # the same for the pairs' distance rules, the family weights and plain KTO's kto_reachable
-        for key in ("distance_agree", "distance_strict", "family_balance", "kto_reachable"):
-            if not t.get("data", {}).get(key, True):
-                t["data"].pop(key)
-        if t.get("data", {}).get("weight_sigma") == "branch":  # the default, as for margin_copies
-            t["data"].pop("weight_sigma")
-        if not t.get("model", {}).get("train_layers", 1):  # 0 (every layer trains): the default
-            t["model"].pop("train_layers")
+        for (section, key), default in SPEC_DEFAULTS.items():
+            if key in t.get(section, {}) and t[section][key] == default:
+                t[section].pop(key)
         return t
 
     def runner(self, redo=()) -> StageRunner:

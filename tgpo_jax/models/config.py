@@ -63,6 +63,11 @@ class ModelConfig:
     lora_alpha: float = 16.0
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
+    @property
+    def frozen_layers(self) -> int:
+        """The bottom layers training leaves constant (0 unless ``train_layers`` is set below ``num_layers``)."""
+        return self.num_layers - self.train_layers if self.train_layers else 0
+
     def __post_init__(self):
         if self.model_type not in SUPPORTED:
             raise UnsupportedModelError(

@@ -364,7 +364,7 @@ class Transformer(nnx.Module):
             def body(x, p):
                 x, _, _ = layer(x, p, None, None)
                 return x, None
-            cut = cfg.num_layers - cfg.train_layers if cfg.train_layers else 0
+            cut = cfg.frozen_layers
             if cut:  # the layers below the trained ones as a constant: no gradient, no backward pass through them
                 low = jax.lax.stop_gradient(jax.tree.map(lambda a: a[:cut], params))
                 x, _ = jax.lax.scan(body, jax.lax.stop_gradient(x), low)
@@ -424,7 +424,7 @@ def trained_param_count(model: Transformer) -> int:
     state = nnx.state(model, kind)
     layers = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["layers"])) if "layers" in state else 0
     total = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state))
-    if not cfg.train_layers:
+    if not cfg.frozen_layers:
         return total
     rest = total - layers
     if not cfg.lora_rank and not cfg.tie_word_embeddings:

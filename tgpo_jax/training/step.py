@@ -167,18 +167,15 @@ class Trainer:
     def _freeze_below(self, updates):
         """With ``train_layers``: no update at all below the trained layers (nor to an untied input embedding). Their
         gradients are zero already; this keeps weight decay off them too, so they stay the reference's."""
-        cfg = self.model_cfg
-        if not cfg.train_layers or cfg.train_layers == cfg.num_layers:
+        cut, tied = self.model_cfg.frozen_layers, self.model_cfg.tie_word_embeddings
+        if not cut:
             return updates
-        cut = cfg.num_layers - cfg.train_layers
 
         def freeze(path, u):
-            keys = [getattr(k, "key", getattr(k, "name", None)) for k in path]
-            if keys[0] == "layers":
+            top = getattr(path[0], "key", None)
+            if top == "layers":
                 return u.at[:cut].set(0)
-            if keys[0] == "embed" and not cfg.tie_word_embeddings and not self.lora:
-                return jnp.zeros_like(u)
-            return u
+            return jnp.zeros_like(u) if top == "embed" and not tied else u  # (LoRA's updates hold no embed)
         return jax.tree_util.tree_map_with_path(freeze, updates)
 
     # ------------------------------------------------------------------ jitted entry points
