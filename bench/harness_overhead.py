@@ -1,4 +1,4 @@
-"""Harness speed: steps/s of the rollout harness against its settings before issue 14, and against a bare Playwright
+"""Harness speed: steps/s of the rollout harness against its earlier settings, and against a bare Playwright
 loop doing the same page operations.
 
   python -m bench.harness_overhead [--tasks=8 --reps=2 --screenshots --before]
@@ -10,7 +10,7 @@ a fresh context (and shop session) per episode:
   check, the task check, watchdogs and JSONL recording;
 - bare: the same commands replayed with role + name locators; per step: the action, wait for the
   load, ``aria_snapshot()`` of the page, screenshot, pHash (and the same for the start state).
-``--before`` (default) also runs the harness as it was when issue 14 was filed: Debian's full ``chromium``
+``--before`` (default) also runs the harness with its earlier settings: Debian's full ``chromium``
 (not its headless shell) and Playwright's ``page.screenshot`` (not the CDP capture, ``HarnessConfig.fast_capture``),
 plus the shell with ``page.screenshot`` to separate the two changes; every side must record the same commands,
 URLs and observation texts, and the two shell sides the same pHashes (the full browser renders a few pixels
@@ -30,7 +30,7 @@ from absl import app, flags
 _TASKS = flags.DEFINE_integer("tasks", 8, "shop tasks (webshop + procedure families)")
 _REPS = flags.DEFINE_integer("reps", 2, "timed repetitions per side (best is reported)")
 _SCREENSHOTS = flags.DEFINE_bool("screenshots", True, "harness saves PNGs (both sides always take the screenshot)")
-_BEFORE = flags.DEFINE_bool("before", True, "also run the harness with the settings before issue 14 (full chromium, "
+_BEFORE = flags.DEFINE_bool("before", True, "also run the harness with its earlier settings (full chromium, "
                              "page.screenshot) and the shell with page.screenshot")
 _STILL_MS = flags.DEFINE_integer("still_ms", None, "harness: quiet window before an element command (default: "
                                  "HarnessConfig's; 0 = none)")

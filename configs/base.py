@@ -27,7 +27,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         circuit_recency=0.0,  # copy_circuit: gated recency amplitude (0 = off; tgpo_jax/models/copy_circuit.py)
         circuit_recency_after=r"\[\d+\]|CLICK|TYPE|SELECT|CLEAR|HOVER|SCROLL",  # pieces that turn it on
         circuit_bigram=0.6,  # copy_circuit: weight of the second-previous-token match (0 = one-token match)
-        circuit_trigram=0.0,  # copy_circuit: weight of the third-previous-token match (0 = off; BUILD_NOTES.md, stop 69)
+        circuit_trigram=0.0,  # copy_circuit: weight of the third-previous-token match (0 = off; BUILD_NOTES.md)
     ))
     c.data = ml_collections.ConfigDict(dict(
         train_dir="",  # ArrayRecord node dataset (manifest.json inside)
@@ -62,7 +62,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         decision_window=0,
         # DPO / TGPO: False = a pair's log-ratios over its decision tokens only, the copies (tgpo_jax/data/decisions.py)
         # left out of the margin on both actions (docs/method.md §7 "Copies out of the margin"; True = every token;
-        # measured, not kept: BUILD_NOTES.md, issue 16)
+        # measured, not kept: BUILD_NOTES.md)
         margin_copies=True,
         # DPO / TGPO / KTO / KTO-Tree: + sft_alpha * token-mean NLL of every successful step of the batch's nodes
         # (the SFT items, on nodes with or without pairs), to hold the states the pairs do not cover (0 = off;

@@ -1,4 +1,4 @@
-"""The main job as stages (issue 6): start the shop → collect K episodes per training task with the behaviour
+"""The main job as stages: start the shop → collect K episodes per training task with the behaviour
 policy → (from-scratch models: train a tokenizer on them, initialise the base) → build the dataset → SFT from the
 base → DPO, KTO, KTO-Tree, TGPO from SFT → [rounds ≥ 2: collect with the previous round's policy, build, train
 from it with it as the reference] → evaluate every model in the browser on held-out tasks → report → export the

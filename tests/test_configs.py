@@ -123,13 +123,13 @@ def test_every_pipeline_preset_is_valid(preset):
 
     c = get_config(preset)
     validate(c)
-    # the shop presets that train the copy model write ids after names (BUILD_NOTES.md, issue 16); others as rendered
+    # the shop presets that train the copy model write ids after names (BUILD_NOTES.md); others as rendered
     assert c.page_ids == ("after" if preset in ("default", "large") else "before")
     assert c.page_cut == ("text_first" if preset in ("default", "large", "smollm2") else "end")
-    # multi_cart's items named "second item [..]" with the circuit's three-piece match (BUILD_NOTES.md, stop 69)
+    # multi_cart's items named "second item [..]" with the circuit's three-piece match (BUILD_NOTES.md)
     assert c.env.item_names == ("ordinal" if preset in ("default", "large") else "number")
     assert c.sft.model.get("circuit_trigram", 0.0) == (0.5 if preset in ("default", "large") else 0.0)
-    # the preference pairs' distance rules, agree and strict, on the shop presets (BUILD_NOTES.md, stops 84-85)
+    # the preference pairs' distance rules, agree and strict, on the shop presets (BUILD_NOTES.md)
     for m in ("dpo", "tgpo"):
         assert c[m].data.distance_agree == (preset in ("default", "large", "smollm2"))
         assert c[m].data.distance_strict == (preset in ("default", "large", "smollm2"))

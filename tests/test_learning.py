@@ -1,4 +1,4 @@
-"""Learning, end to end (issue 16): the `miniwob` pipeline preset collects noisy-oracle episodes on three MiniWoB++
+"""Learning, end to end: the `miniwob` pipeline preset collects noisy-oracle episodes on three MiniWoB++
 tasks in real Chromium, trains a SentencePiece vocabulary and the from-scratch 'copy' model with SFT, and evaluates
 it greedily on held-out seeds. A model that learnt nothing never emits a valid command (the initialisation scores
 0 %), so the success floor below fails when collection, the dataset, the loss, the optimiser or the sampler breaks.
@@ -15,7 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAMILIES = ("focus-text", "click-button", "click-link")
 # held-out success floors: pooled, and per task (focus-text is one click on the page's only text box; the other two
 # need the name in the utterance matched to a page element). Measured three times with 320-token rows: 17 of 30
-# (focus-text 10, click-button 4, 2 and 3, click-link 3, 5 and 4 of 10), 4-6 min on 2 cores; stop 46, one machine:
+# (focus-text 10, click-button 4, 2 and 3, click-link 3, 5 and 4 of 10), 4-6 min on 2 cores; then, on one machine:
 # 16 of 30 with 320-token rows, 17 of 30 with the 256-token rows now used (click-button 2, click-link 5)
 POOLED_FLOOR = 0.40
 FOCUS_FLOOR = 0.8  # focus-text alone

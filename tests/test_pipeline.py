@@ -192,7 +192,7 @@ def test_the_baselines_join_the_finished_run(run, tmp_path):
     scored by a judge endpoint; each trained from SFT, evaluated, and in the report's rows, comparisons and budget
     notes; and SFT with search at inference beside its plain evaluation. They join a copy of the finished run (the
     stages are incremental: round 1's collection, SFT and its evaluation are not run again), not a second run from
-    scratch: CI time (BUILD_NOTES.md, "Stop 55")."""
+    scratch: CI time (BUILD_NOTES.md, "Agent Q's pipeline test joins the finished tiny run")."""
     import shutil
 
     from chat_server import ChatServer, listed
@@ -308,8 +308,8 @@ def test_killed_in_every_kind_of_stage_resumes_to_the_undisturbed_outputs(run):
     busy the machine is (the slow tier runs two test files at once); the others are killed at a random fraction of
     their duration in the undisturbed run and may end first (the tokenizer, dataset and export stages take seconds).
     One stage at a time, not a second whole pipeline, and one collection (round 2's, by round 1's model: the same
-    stage code as the oracle's round 1, with the model's prompts besides): CI time (BUILD_NOTES.md, "Stop 44",
-    "Stop 46")."""
+    stage code as the oracle's round 1, with the model's prompts besides): CI time (BUILD_NOTES.md, "a cheaper kill
+    test" and "The pipeline's kill test kills one collection, not two")."""
     import hashlib
     import random
     import signal

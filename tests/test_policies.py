@@ -398,7 +398,7 @@ def test_server_bounds_connections_drops_idle_ones_and_checks_the_key(sampler, s
     with pytest.raises(ValueError, match="allow_remote"):
         ModelServer(sampler, spm_tokenizer, "tiny", host="0.0.0.0")
     # The idle timeout leaves seconds of slack: CI's two test processes load the machine, and an idle socket
-    # dropped before the fourth connection arrives would free a slot (stop 45's CI failed on a 1 s timeout).
+    # dropped before the fourth connection arrives would free a slot (a CI run failed on a 1 s timeout).
     timeout = 3.0
     s = ModelServer(sampler, spm_tokenizer, "tiny", max_connections=3, socket_timeout=timeout, api_key="sesame")
     base = s.start()

@@ -1,4 +1,4 @@
-"""Agent Q's search core and the LLM-as-judge pairings (issue 11), on hand-worked trees and scores: UCB1 values and
+"""Agent Q's search core and the LLM-as-judge pairings, on hand-worked trees and scores: UCB1 values and
 choices, backup (eq. 8), the value blend (eq. 10) and θ pairs, the critic's iterative ranking, and the strict
 parsers of the critic's and the judge's answers."""
 import json

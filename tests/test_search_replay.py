@@ -1,4 +1,4 @@
-"""Restoring a search node by replaying its command prefix in a fresh browser context (issue 11), on the embedded
+"""Restoring a search node by replaying its command prefix in a fresh browser context, on the embedded
 shop with real Chromium: the exact recorded state is reached, and a replay that reaches another page is reported."""
 import asyncio
 import json

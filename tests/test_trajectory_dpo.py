@@ -170,8 +170,8 @@ def test_a_collection_with_one_run_per_task_has_no_pair_and_says_why(tmp_path):
 
 
 def test_fewer_pairs_than_a_batch_stop_at_the_dataset_stage(traj_data):
-    """The pipeline's dataset-traj-r1 stage refuses a dataset that traj_dpo could not fill one batch from (stop 56: the
-    run otherwise failed at traj_dpo, after the whole SFT stage), and says how to get past it."""
+    """The pipeline's dataset-traj-r1 stage refuses a dataset that traj_dpo could not fill one batch from (the run
+    otherwise failed at traj_dpo, after the whole SFT stage), and says how to get past it."""
     from experiment.agent_q import check_enough_pairs
 
     _, _, summary = traj_data

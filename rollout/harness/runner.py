@@ -38,7 +38,7 @@ class HarnessConfig:
     # screenshot (OpenAIPolicy(observation="image")); the pHash stays the unmarked page's
     marks: bool = False
     # screenshots through Chromium's CDP capture at its fast PNG setting (observe.py's capture_png: the same pixels
-    # in about half the time); False = Playwright's page.screenshot, as before stop 86 (bench/harness_overhead.py)
+    # in about half the time); False = Playwright's page.screenshot, the earlier default (bench/harness_overhead.py)
     fast_capture: bool = True
     viewport: tuple[int, int] = (1024, 768)
     action_ms: int = 5000

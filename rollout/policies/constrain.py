@@ -19,13 +19,12 @@ group the model writes must be a string the step offers, as it writes it:
   comboboxes, not one the trailing SELECT steps already set on this page, and after its id and ``to`` come its own
   name and one of its options (``Set combobox "size"[6] to size [M]``). Why: the from-scratch model wrote another
   option's name there, so the value's copy started at that option's place in the task, and it set the same
-  comboboxes again and again to the step limit (held-out SFT +10 points over two seeds' models, BUILD_NOTES.md,
-  issue 16);
+  comboboxes again and again to the step limit (held-out SFT +10 points over two seeds' models, BUILD_NOTES.md);
 - a thought that starts with ``Set`` is one of those settings (``Set <role> "<name>"``), so it starts so only
   while the page has a combobox left to set, and its command is a SELECT. Why: with every combobox set, a model
   that had not fitted the product page's last decision still began ``Set combobox`` and, with no name left to
   write, went on in free text (``Set combobox lookflavor keyboard] into …``) to a command the thought never
-  decided (BUILD_NOTES.md, issue 16, stop 58);
+  decided (BUILD_NOTES.md);
 - a SELECT sets the value its own thought set.
 
 Which string, which element and which verb remain the model's choice (the likeliest allowed token at each step,
@@ -133,7 +132,7 @@ class OutputGrammar:
         self.options = {i: _Pool(o, split) for i, o in strings.options.items()}
         self.names, self.split = strings.names, split
         # the comboboxes a thought may name: the page's, less those set on this page already (oracle.py sets each
-        # once per visit; a model that set one again looped over them to the step limit, BUILD_NOTES.md, issue 16)
+        # once per visit; a model that set one again looped over them to the step limit, BUILD_NOTES.md)
         self.boxes = _Pool(n for n in set(strings.names.values()) if n not in strings.set_here)
         # a combobox left to set: a named one not set here, or one with no name (the name check cannot apply)
         self.settable = bool(self.boxes.strings) or any(i not in strings.names for i in strings.options)
@@ -214,7 +213,7 @@ class OutputGrammar:
         """After a combobox's id and ``to`` (``Set combobox "size"[6] to ``), the thought names that combobox again
         and one of its options (``size [M]``), as the oracle's thoughts do. Why: the from-scratch model wrote another
         option's name there (``"count"[8] to color [``), and the value's copy then starts at that option's place in
-        the task (BUILD_NOTES.md, issue 16)."""
+        the task (BUILD_NOTES.md)."""
         for m in self._SET.finditer(text):
             name = self.names.get(m.group(1))
             if not name:

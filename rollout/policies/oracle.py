@@ -21,7 +21,7 @@ collection seed and the episode key — not on scheduling or the number of paral
   on the page the press leads to, a failure;
 - ``wrong_sort``: where the plan clicks an item in a results list and the task asks for no order (the shop's webshop
   and multi_cart), a sort link instead (``Environment.wrong_sort``), always undone: the results page then holds the
-  item and the sort as two branches (a trained model sorts there and loops, BUILD_NOTES.md, issue 16).
+  item and the sort as two branches (a trained model sorts there and loops, BUILD_NOTES.md).
 So runs of one task succeed and fail on shared states, which is what the tree needs.
 """
 from __future__ import annotations
@@ -248,14 +248,14 @@ def done_context(instruction: str, obs: Observation | None, cmd: Command) -> str
     leads to: TYPE of that next item, or a CLICK where the list has ended. Otherwise "".
 
     Why: after adding an item the model typed the item it had just added again, to the step limit (multi_cart 0 of
-    33 held-out for every SFT seed, BUILD_NOTES.md stop 68): which item comes next is a decision some 300 tokens
+    33 held-out for every SFT seed, BUILD_NOTES.md): which item comes next is a decision some 300 tokens
     away. Written this way the thought starts as a copy of the heading (``"Added`` are the page's own two pieces,
     where the planted copy circuit starts), the name's last word is followed by the task's continuation, and
     whether another item follows is the task's next piece (``];`` or ``].``), a copy too. The copy crosses the
     option phrases and ``; second item [`` only with the circuit's three-piece match (``model.circuit_trigram``):
     with two pieces ``] with`` after every name sent it to the first item's options. Only tasks that name their items
     ``second item [..]`` (the shop's ``item_names="ordinal"``, the default and large presets' setting) get this
-    thought (BUILD_NOTES.md, stop 69)."""
+    thought (BUILD_NOTES.md, "multi_cart's first successes")."""
     if obs is None or cmd.name not in ("TYPE", "CLICK"):
         return ""
     items = [(m.group(1), m.end()) for m in _ITEM.finditer(instruction)]
@@ -287,7 +287,7 @@ def sort_context(instruction: str) -> str:
     Why: the thought then copies the sort the task asks for (``sort by`` is the task's own two tokens, so the copy
     circuit starts there) and writes the link's id right after the copied words, so the word that decides the id
     (``low`` / ``high`` / ``rating``) is one of the two tokens before it, which the planted previous-token heads
-    carry to the id's position (measured: BUILD_NOTES.md, issue 16: with the link named in between, 54 % of the
+    carry to the id's position (measured in BUILD_NOTES.md: with the link named in between, 54 % of the
     training episodes' sort clicks were right after 1,000 SFT steps, chance; with the id right after, 83 %)."""
     m = re.search(r"\bsort by ([^,.;]+)", instruction)
     return m.group(1).strip() if m else ""
@@ -298,7 +298,7 @@ def item_context(instruction: str) -> str:
 
     Why: which result to open is then a fixed link from the rank word to the result's id (results follow the same
     header on every results page), and the thought says the rank word again two tokens before the id (``click the
-    third result [11]``), where the planted previous-token heads carry it (measured: BUILD_NOTES.md, issue 16: rank
+    third result [11]``), where the planted previous-token heads carry it (measured in BUILD_NOTES.md: rank
     word five tokens back, 30 % of training rank clicks right, chance; two tokens back, 89 %)."""
     m = re.search(r"\badd (the \w+ item)\b", instruction)
     return m.group(1) if m else ""

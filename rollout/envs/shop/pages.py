@@ -114,7 +114,7 @@ def results(L, locale, catalog, sp) -> str:
             f"<nav class=\"pager\">{' '.join(pager)}</nav>")
     # a sorted list says so in its title: the policy's prompt always keeps the title line, and without a word that
     # only a sorted page has, the SFT model did not tell the page after its sort click from the one before it
-    # (BUILD_NOTES.md, issue 16, stop 47: the step after the sort fitted on 5 of 47 training steps, then 45 of 47)
+    # (BUILD_NOTES.md: the step after the sort fitted on 5 of 47 training steps, then 45 of 47)
     title = f"{L['search']}: {q}" + (f" ({L['sorted']})" if sp.sort != "relevance" else "")
     return layout(L, title, body, q=q, locale=locale)
 
