@@ -16,6 +16,8 @@ import time
 import numpy as np
 from absl import app, flags
 
+import recipes
+
 _RUN = flags.DEFINE_string("run", None, "a pipeline run directory (datasets/round1 and tokenizer inside)")
 _PRESET = flags.DEFINE_string("preset", "default", "the pipeline preset whose collation and model to use")
 _METHODS = flags.DEFINE_list("methods", ["sft", "tgpo", "kto"], "methods to time")
@@ -33,6 +35,7 @@ def _setup(method: str, pcfg, run: str):
     from tgpo_jax.training import loop
     from tgpo_jax.training.step import Trainer, to_global_batch
 
+    recipes.register_all()  # the preset's model.init / model.freeze (scratch-copy's planted circuit)
     cfg = pcfg[method]
     tok = load_tokenizer(os.path.join(run, "tokenizer"))
     ccfg = loop.collate_config(cfg)

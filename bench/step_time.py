@@ -67,6 +67,7 @@ import time
 from absl import app, flags
 
 from bench.sides import cpu_flags, versions
+import recipes
 
 F = flags.FLAGS
 
@@ -252,6 +253,7 @@ def build_trainer(cfg, mesh, tokenizer, train_src):
 
     if cfg.loss.reference not in ("live", "none"):
         raise app.UsageError(f"loss.reference={cfg.loss.reference}: the benchmark times live / none references only")
+    recipes.register_all()  # the config's model.init / model.freeze may name a recipe's
     model = build_model(cfg, mesh, tokenizer)
     w_d, w_u = (train_src.class_weights if cfg.loss.kto_weights == "auto"
                 else (cfg.loss.desirable_weight, cfg.loss.undesirable_weight))

@@ -23,6 +23,7 @@ import tempfile
 from absl import app, flags
 
 from bench.sides import cpu_flags
+import recipes
 
 _RUN = flags.DEFINE_string("run", None, "a training run directory (holds config.json) whose setting is replayed")
 _DEVICES = flags.DEFINE_list("devices", ["1", "2"], "CPU device counts to compare")
@@ -46,6 +47,7 @@ def run_side(n: int) -> None:
         cfg.mesh.shape = (-1, 1, 1) if _MESH.value == "data" else (1, -1, 1)
     from tgpo_jax.training.loop import train
 
+    recipes.register_all()  # the run's model.init / model.freeze may name a recipe's
     train(cfg)
     rows = [json.loads(ln) for ln in open(os.path.join(_OUT.value, "metrics.jsonl"))]
     times = [r["time"] for r in rows if "train/loss" in r]

@@ -22,9 +22,9 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         lora_rank=0, lora_alpha=16.0, lora_seed=0,
         scratch="",  # from-scratch size (tgpo_jax.models.config.SCRATCH_PRESETS: 'tiny', 'small')
         init_seed=0,
-        init="normal",  # from-scratch initialiser: normal | copy_circuit (tgpo_jax/models/copy_circuit.py)
+        init="normal",  # from-scratch initialiser: normal | copy_circuit (registered by recipes/scratch_copy)
         freeze="",  # '' | copy_circuit: leave the planted circuit's entries untouched while training
-        circuit_recency=0.0,  # copy_circuit: gated recency amplitude (0 = off; tgpo_jax/models/copy_circuit.py)
+        circuit_recency=0.0,  # copy_circuit: gated recency amplitude (0 = off; recipes/scratch_copy/circuit.py)
         circuit_recency_after=r"\[\d+\]|CLICK|TYPE|SELECT|CLEAR|HOVER|SCROLL",  # pieces that turn it on
         circuit_bigram=0.6,  # copy_circuit: weight of the second-previous-token match (0 = one-token match)
         circuit_trigram=0.0,  # copy_circuit: weight of the third-previous-token match (0 = off; BUILD_NOTES.md)

@@ -8,7 +8,7 @@ PRESETS = {
     "scratch-small": dict(model=dict(path="", scratch="small", dtype="float32", remat=False),
                           data=dict(max_len=384, max_prompt_len=320, max_completion_len=64),
                           train=dict(batch_size=8)),
-    # from-scratch ~3.8M-parameter model with the planted copy circuit (tgpo_jax/models/copy_circuit.py): the
+    # from-scratch ~3.8M-parameter model with the planted copy circuit (recipe recipes/scratch_copy): the
     # pipeline's CPU default (needs model.tokenizer, as 'tiny')
     "scratch-copy": dict(model=dict(path="", scratch="copy", init="copy_circuit", freeze="copy_circuit",
                                     dtype="float32", remat=False),

@@ -33,6 +33,7 @@ from experiment import agent_q, judge_dpo, outputs
 from experiment.names import MODEL_KINDS, display_name, first_phase, model_name, parse_name
 from experiment.pipeline_config import curve_methods, normalize, plain as _plain, shop_kwargs, validate
 from experiment.stages import Stage, StageRunner
+import recipes
 from tgpo_jax.files import write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ SPEC_DEFAULTS = {("loss", "rpo_alpha"): 0, ("loss", "decision_window"): 0, ("los
 
 class Pipeline:
     def __init__(self, cfg, *, progress: bool = True):
+        recipes.register_all()  # a preset's model.init / model.freeze may name a recipe's (scratch-copy's)
         normalize(cfg)
         validate(cfg)
         self.cfg = cfg

@@ -1,9 +1,12 @@
-"""What every entry point does first: refuse stray arguments, stay offline, log to stderr, keep compiled programs."""
+"""What every entry point does first: refuse stray arguments, stay offline, log to stderr, keep compiled programs,
+register the recipes (``recipes/``: what only one model needs, e.g. ``model.init=copy_circuit``)."""
 import logging
 import os
 import sys
 
 from absl import app
+
+import recipes
 
 # where compiled XLA programs are kept between runs: a resumed or re-run job (a killed pipeline, the next stage, the
 # next sweep point) loads its train and sampling steps instead of compiling them again. JAX_COMPILATION_CACHE_DIR
@@ -19,6 +22,7 @@ def prepare(argv) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models and tokenizers are local: never reach for a hub
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     compile_cache()
+    recipes.register_all()  # imports no jax: launch.plan still sets the CPU devices first
 
 
 def compile_cache() -> str | None:

@@ -3,7 +3,7 @@ unplanted one does not, and transformers computes the same predictions from the 
 import numpy as np
 import pytest
 
-from tgpo_jax.models import copy_circuit
+from recipes.scratch_copy import circuit
 from tgpo_jax.models.config import scratch_config
 from tgpo_jax.models.loading import flat_params, model_from_flat
 from tgpo_jax.models.transformer import init_model
@@ -36,7 +36,7 @@ def _logits(model, toks):
 def test_planted_model_copies_at_initialisation():
     cfg = scratch_config("copy", VOCAB)
     toks, starts, span = _sequences()
-    planted = _copy_accuracy(_logits(copy_circuit.init_planted(cfg, seed=1), toks), toks, starts, span)
+    planted = _copy_accuracy(_logits(circuit.init_planted(cfg, seed=1), toks), toks, starts, span)
     plain = _copy_accuracy(_logits(init_model(cfg, seed=1), toks), toks, starts, span)
     assert planted >= 0.95, planted  # measured 0.994 (0.955 with the one-token match)
     assert plain <= 0.05, plain  # chance is 1/2000
@@ -50,7 +50,7 @@ def test_two_token_match_keeps_the_copy_on_its_source_span():
     init = {k: np.asarray(v) for k, v in flat_params(init_model(cfg, seed=1)).items()}
 
     def accuracy(bigram):
-        flat = copy_circuit.plant(init, cfg, seed=1, c=copy_circuit.CircuitConfig(bigram=bigram))
+        flat = circuit.plant(init, cfg, seed=1, c=circuit.CircuitConfig(bigram=bigram))
         return _copy_accuracy(_logits(model_from_flat(cfg, flat), toks), toks, starts, span)
 
     two, one = accuracy(0.6), accuracy(0.0)
@@ -67,7 +67,7 @@ def test_three_token_match_crosses_stretches_that_recur():
 
     def accuracy(trigram, vocab, length):
         toks, starts, span = _sequences(n=32, length=length, vocab=vocab)
-        flat = copy_circuit.plant(init, cfg, seed=1, c=copy_circuit.CircuitConfig(bigram=0.7, trigram=trigram))
+        flat = circuit.plant(init, cfg, seed=1, c=circuit.CircuitConfig(bigram=0.7, trigram=trigram))
         return _copy_accuracy(_logits(model_from_flat(cfg, flat), toks), toks, starts, span)
 
     three, two = accuracy(0.5, 24, 400), accuracy(0.0, 24, 400)
@@ -75,10 +75,9 @@ def test_three_token_match_crosses_stretches_that_recur():
     assert two <= 0.65, two
     assert accuracy(0.5, VOCAB, 160) >= 0.95
     with pytest.raises(ValueError, match="trigram > 0 needs bigram"):
-        copy_circuit.check_fits(cfg, copy_circuit.CircuitConfig(bigram=0.0, trigram=0.5))
+        circuit.check_fits(cfg, circuit.CircuitConfig(bigram=0.0, trigram=0.5))
     with pytest.raises(ValueError, match="hidden_size=160 < 6"):
-        copy_circuit.check_fits(scratch_config("copy", VOCAB, hidden_size=160),
-                                copy_circuit.CircuitConfig(trigram=0.5))
+        circuit.check_fits(scratch_config("copy", VOCAB, hidden_size=160), circuit.CircuitConfig(trigram=0.5))
 
 
 def test_planted_model_is_an_ordinary_checkpoint(tmp_path, spm_tokenizer):
@@ -89,7 +88,7 @@ def test_planted_model_is_an_ordinary_checkpoint(tmp_path, spm_tokenizer):
     from tgpo_jax.models.hf_export import export_hf
 
     cfg = scratch_config("copy", len(spm_tokenizer), eos_token_id=spm_tokenizer.eos_token_id)
-    model = copy_circuit.init_planted(cfg, seed=2)
+    model = circuit.init_planted(cfg, seed=2)
     export_hf(model, str(tmp_path / "m"), spm_tokenizer)
     hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "m"), dtype=torch.float32).eval()
     toks = np.random.default_rng(0).integers(4, len(spm_tokenizer), size=(2, 96)).astype(np.int32)
@@ -104,7 +103,7 @@ def test_planted_model_is_an_ordinary_checkpoint(tmp_path, spm_tokenizer):
     (dict(num_kv_heads=1), "num_kv_heads")])
 def test_models_that_cannot_hold_the_circuit_are_refused(over, match):
     with pytest.raises(ValueError, match=match):
-        copy_circuit.check_fits(scratch_config("copy", VOCAB, **over))
+        circuit.check_fits(scratch_config("copy", VOCAB, **over))
 
 
 def test_recency_after_a_trigger_copies_from_the_nearest_match():
@@ -125,8 +124,7 @@ def test_recency_after_a_trigger_copies_from_the_nearest_match():
     def nearest_rate(recency, before_last):
         t = toks.copy()
         t[:, -2] = before_last
-        flat = copy_circuit.plant(init, cfg, seed=1, c=copy_circuit.CircuitConfig(recency=recency),
-                                  recency_tokens=[trigger])
+        flat = circuit.plant(init, cfg, seed=1, c=circuit.CircuitConfig(recency=recency), recency_tokens=[trigger])
         last = _logits(model_from_flat(cfg, flat), t)[:, -1]
         assert (np.argmax(last, -1) == np.where(last[:, c_tok] > last[:, b_tok], c_tok, b_tok)).mean() > 0.9
         return float((last[:, c_tok] > last[:, b_tok]).mean())
@@ -135,22 +133,22 @@ def test_recency_after_a_trigger_copies_from_the_nearest_match():
     assert 0.2 <= nearest_rate(20.0, toks[:, -2]) <= 0.8  # no trigger: the term is off
     assert 0.2 <= nearest_rate(0.0, trigger) <= 0.8  # no recency: the trigger alone does nothing
     with pytest.raises(ValueError, match="recency_tokens"):
-        copy_circuit.plant(init, cfg, c=copy_circuit.CircuitConfig(recency=20.0))
+        circuit.plant(init, cfg, c=circuit.CircuitConfig(recency=20.0))
 
 
 def test_recency_token_ids_are_the_id_pieces_and_verbs():
     vocab = {"[6]": 10, "\u2581CLICK": 11, "\u2581[": 12, "CLICK": 13, "\u2581CLICKS": 14, "[6": 15, "12": 16}
     tok = type("Tok", (), {"get_vocab": lambda self: vocab})()
-    assert copy_circuit.recency_token_ids(tok, r"\[\d+\]|CLICK") == [10, 11, 13]
+    assert circuit.recency_token_ids(tok, r"\[\d+\]|CLICK") == [10, 11, 13]
 
 
 def test_model_config_sets_the_circuit():
     """model.circuit_bigram / model.circuit_recency reach the planted circuit; absent keys keep its defaults."""
     import ml_collections
 
-    from tgpo_jax.training.loop import circuit_config
+    from recipes.scratch_copy import circuit_config
 
     got = circuit_config(ml_collections.ConfigDict({"circuit_bigram": 0.7, "circuit_recency": 3.0,
                                                     "circuit_trigram": 0.5}))
     assert (got.bigram, got.recency, got.trigram) == (0.7, 3.0, 0.5)
-    assert circuit_config(ml_collections.ConfigDict({})) == copy_circuit.CircuitConfig()
+    assert circuit_config(ml_collections.ConfigDict({})) == circuit.CircuitConfig()

@@ -1,18 +1,21 @@
 """The folders are the layers, and data flows one way: each package imports only the layers below it.
 
 tgpo_jax (the JAX library) < rollout (collection) < trees (dataset building) < experiment (pipeline, evaluation,
-report); serving sits on rollout and tgpo_jax. launch/ (entry points), configs/, bench/ and tests/ may import any."""
+report); serving sits on rollout and tgpo_jax. recipes (what only one model needs: its initialisation, its freeze)
+sits on tgpo_jax, rollout and trees, which never import it (the library looks a recipe's pieces up by the names it
+registers). launch/ (entry points), configs/, bench/ and tests/ may import any."""
 import ast
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROJECT = {"tgpo_jax", "rollout", "trees", "experiment", "serving", "launch", "configs", "bench"}
+PROJECT = {"tgpo_jax", "rollout", "trees", "recipes", "experiment", "serving", "launch", "configs", "bench"}
 ALLOWED = {
     "tgpo_jax": {"tgpo_jax"},
     "rollout": {"tgpo_jax", "rollout"},
     "trees": {"tgpo_jax", "rollout", "trees"},
     "serving": {"tgpo_jax", "rollout", "serving"},
-    "experiment": {"tgpo_jax", "rollout", "trees", "serving", "experiment", "configs"},
+    "recipes": {"tgpo_jax", "rollout", "trees", "recipes"},
+    "experiment": {"tgpo_jax", "rollout", "trees", "serving", "recipes", "experiment", "configs"},
 }
 
 

@@ -11,7 +11,8 @@ import subprocess
 from pyflakes import checker, messages
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ("tgpo_jax", "rollout", "trees", "experiment", "serving", "launch", "configs", "bench", "scripts", "tests")
+PACKAGES = ("tgpo_jax", "rollout", "trees", "recipes", "experiment", "serving", "launch", "configs", "bench", "scripts",
+            "tests")
 UNDEFINED = (messages.UndefinedName, messages.UndefinedLocal, messages.UndefinedExport)
 # "stop", "stops", "issue" or "issues" and a number: a tracker's reference, in a comment, docstring or string
 HISTORY = re.compile(r"\b[Ss]tops? [0-9]+\b|\b[Ii]ssues? [0-9]+\b")

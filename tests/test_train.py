@@ -308,8 +308,10 @@ def test_freeze_leaves_the_planted_circuit_alone(work, recency, trigram):
     """model.freeze=copy_circuit: Adam steps (with weight decay) move every trainable entry but no frozen one; with
     model.circuit_recency the trigger pieces' flags are planted and frozen too, with model.circuit_trigram the
     third-previous-token head."""
-    from tgpo_jax.models.copy_circuit import frozen_mask, recency_token_ids
+    import recipes
+    from recipes.scratch_copy import circuit_config, frozen_mask, recency_token_ids
 
+    recipes.register_all()
     c = tiny_config(work, "sft", "/tmp/unused", **{"model.scratch": "copy", "model.init": "copy_circuit",
                                                    "model.freeze": "copy_circuit", "optim.weight_decay": 0.1,
                                                    "model.circuit_recency": recency,
@@ -320,7 +322,7 @@ def test_freeze_leaves_the_planted_circuit_alone(work, recency, trigram):
     mesh = shd.make_mesh((1, 1, 1))
     model = loop.build_model(c, mesh, tok)
     before, after = _decayed_adam_steps(model, src, mesh, 3, update_mask=loop.update_mask(c, model))
-    frozen = frozen_mask(model.cfg, loop.circuit_config(c.model))
+    frozen = frozen_mask(model.cfg, circuit_config(c.model))
     assert set(frozen) == set(before)
     triggers = recency_token_ids(tok, r"[a-z]")
     assert len(triggers) > 5
@@ -336,6 +338,9 @@ def test_freeze_leaves_the_planted_circuit_alone(work, recency, trigram):
 
 
 def test_freeze_refuses_what_it_cannot_do(work):
+    import recipes
+
+    recipes.register_all()
     c = tiny_config(work, "sft", "/tmp/unused", **{"model.freeze": "everything"})
     tok = load_tokenizer(work["tok"])
     model = loop.build_model(c, shd.make_mesh((1, 1, 1)), tok)

@@ -222,7 +222,7 @@ def _explain(cmd: Command, obs: Observation | None, instruction: str = "") -> st
 def task_context(instruction: str, text: str) -> str:
     """The word the task writes just before ``[text]`` (two when it names an item: ``second item``), or "".
 
-    Why: the planted copy circuit (``tgpo_jax.models.copy_circuit``) starts a copy by matching the two tokens before
+    Why: the planted copy circuit (``recipes/scratch_copy/circuit.py``) starts a copy by matching the two tokens before
     the text. ``Type [`` matches every ``[`` of the task alike, so the copy of a multi-item task's
     second title started at a random bracket; ``Type item 2 [`` matches only the second item's (measured with the
     planted weights alone on held-out steps, BUILD_NOTES.md: 4 -> 76 of 80 multi_cart titles, 4 -> 20 of 20 webshop

@@ -213,7 +213,7 @@ def tiny_config(model_type: str = "llama", vocab_size: int = 256, **overrides) -
 
 # From-scratch presets (``model.scratch``): sizes over ``tiny_config``'s defaults. ``copy`` is the model the
 # pipeline's CPU default trains (about 3.8M parameters with a 2k vocabulary), shaped for the planted copy circuit
-# (``copy_circuit.py``: 64-wide heads, rope_theta 1e7 so the slow rotary pairs are position-invariant).
+# (recipes/scratch_copy/circuit.py: 64-wide heads, rope_theta 1e7 so the slow rotary pairs are position-invariant).
 SCRATCH_PRESETS = {
     "tiny": {},
     "small": dict(hidden_size=192, intermediate_size=512, num_layers=4, num_heads=6, num_kv_heads=2, head_dim=32,

@@ -24,26 +24,15 @@ from tgpo_jax.data.trajectory import examples_for
 from tgpo_jax.models.config import SCRATCH_PRESETS, scratch_config
 from tgpo_jax.models.loading import load_model
 from tgpo_jax.models.tokenizer import load_tokenizer
-from tgpo_jax.models.copy_circuit import CircuitConfig, frozen_mask, init_planted, recency_token_ids
-from tgpo_jax.models.transformer import init_model
 from tgpo_jax.training import reference as ref_lib
 from tgpo_jax.training.checkpoint import Checkpointer
 from tgpo_jax.training.logprobs import loss_positions
 from tgpo_jax.training.metrics import MetricsWriter, read_metrics
 from tgpo_jax.training.objective import LossConfig
+from tgpo_jax.training.registry import freeze_fn, init_fn
 from tgpo_jax.training.step import OptimConfig, Trainer, to_global_batch
 
 log = logging.getLogger(__name__)
-def _planted(mc, m, tokenizer):
-    """model.init=copy_circuit: the circuit, with the recency term's trigger pieces read from the tokenizer."""
-    c = circuit_config(m)
-    tokens = recency_token_ids(tokenizer, m.circuit_recency_after) if c.recency else ()
-    return init_planted(mc, seed=m.init_seed, c=c, recency_tokens=tokens)
-
-
-# from-scratch initialisers (model.init): (model config, cfg.model, tokenizer) -> Transformer
-INITS = {"normal": lambda mc, m, tokenizer: init_model(mc, seed=m.init_seed), "copy_circuit": _planted}
-FREEZES = {"copy_circuit": frozen_mask}  # entries fine-tuning leaves alone (model.freeze)
 
 
 class TrainingDiverged(RuntimeError):
@@ -136,26 +125,14 @@ def build_model(cfg, mesh, tokenizer):
                      pad_token_id=tokenizer.pad_token_id, param_dtype=m.param_dtype, **overrides)
     from tgpo_jax.models.loading import shard_model
 
-    init = m.init
-    if init not in INITS:
-        raise ValueError(f"model.init={init!r}: expected one of {sorted(INITS)}")
-    return shard_model(INITS[init](mc, m, tokenizer), mesh)
-
-
-def circuit_config(m):
-    """The planted circuit's settings from ``cfg.model`` (model.circuit_recency, model.circuit_bigram,
-    model.circuit_trigram)."""
-    return CircuitConfig(recency=float(m.get("circuit_recency", 0.0)),
-                         bigram=float(m.get("circuit_bigram", CircuitConfig.bigram)),
-                         trigram=float(m.get("circuit_trigram", CircuitConfig.trigram)))
+    return shard_model(init_fn(m.init)(mc, m, tokenizer), mesh)  # model.init: tgpo_jax/training/registry.py
 
 
 def update_mask(cfg, model):
     """model.freeze -> the Trainer's update mask (None = train every entry)."""
     if not cfg.model.freeze:
         return None
-    if cfg.model.freeze not in FREEZES:
-        raise ValueError(f"model.freeze={cfg.model.freeze!r}: expected '' or one of {sorted(FREEZES)}")
+    freeze = freeze_fn(cfg.model.freeze)  # tgpo_jax/training/registry.py
     if model.cfg.lora_rank:
         raise ValueError(f"model.freeze={cfg.model.freeze!r} freezes entries of full weights; with LoRA "
                          "(model.lora_rank > 0) the base is frozen already")
@@ -163,7 +140,7 @@ def update_mask(cfg, model):
 
     from tgpo_jax.models.loading import model_from_flat
 
-    keep = {k: ~v for k, v in FREEZES[cfg.model.freeze](model.cfg, circuit_config(cfg.model)).items()}
+    keep = {k: ~v for k, v in freeze(model.cfg, cfg.model).items()}
     return nnx.split(model_from_flat(model.cfg, keep), nnx.Param, ...)[1]
 
 

@@ -246,7 +246,8 @@ def frozen_mask(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> dict[st
               "k_proj": (cfg.hidden_size, cfg.num_kv_heads, cfg.head_dim),
               "v_proj": (cfg.hidden_size, cfg.num_kv_heads, cfg.head_dim),
               "o_proj": (cfg.num_heads, cfg.head_dim, cfg.hidden_size),
-              "gate_proj": (cfg.hidden_size, cfg.intermediate_size), "up_proj": (cfg.hidden_size, cfg.intermediate_size),
+              "gate_proj": (cfg.hidden_size, cfg.intermediate_size),
+              "up_proj": (cfg.hidden_size, cfg.intermediate_size),
               "down_proj": (cfg.intermediate_size, cfg.hidden_size)}
     for name, shape in shapes.items():
         m[f"layers/{name}"] = np.zeros((cfg.num_layers, *shape), bool)

@@ -1,0 +1,102 @@
+"""Recipes: what only one model needs lives in recipes/, registers itself with the library by name, and the
+library names none of it (the scratch-copy recipe's planted circuit and freeze are the case in point)."""
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from flax import nnx
+
+import recipes
+from recipes import scratch_copy
+from recipes.scratch_copy import circuit
+from tgpo_jax import sharding as shd
+from tgpo_jax.models.loading import _flatten, flat_params
+from tgpo_jax.training import loop, registry
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_unknown_names_list_the_known_ones_and_say_where_more_come_from():
+    recipes.register_all()
+    with pytest.raises(ValueError, match=r"model.init='nope': expected one of \['copy_circuit', 'normal'\]; "
+                                         r"a recipe registers more: recipes.register_all\(\)"):
+        registry.init_fn("nope")
+    with pytest.raises(ValueError, match=r"model.freeze='nope': expected '' or one of \['copy_circuit'\]; "
+                                         r"a recipe registers more"):
+        registry.freeze_fn("nope")
+    with pytest.raises(ValueError, match=r"unknown recipe 'nope': known recipes are \['scratch_copy'\]"):
+        recipes.get("nope")
+
+
+def test_registering_again_is_a_no_op_and_a_taken_name_is_refused(monkeypatch):
+    monkeypatch.setattr(registry, "INITS", dict(registry.INITS))
+    recipes.register_all()
+    recipes.register_all()
+    assert registry.INITS["copy_circuit"] is scratch_copy.planted
+    with pytest.raises(ValueError, match=r"model.init='normal' is registered already"):
+        registry.register_init("normal", scratch_copy.planted)
+
+
+def test_registering_imports_no_jax():
+    """launch.entry.prepare registers the recipes before launch.plan sets the number of CPU devices (jax unimported)."""
+    code = "import sys, recipes; recipes.register_all(); print(sorted(m for m in sys.modules if m.startswith('jax')))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_preset_builds_what_the_recipe_builds(spm_tokenizer_dir, spm_tokenizer):
+    """The scratch-copy preset selects the recipe; through the loop its model.init gives the very parameters of
+    planting the circuit directly (seed, circuit settings and trigger pieces all reach it), and model.freeze the
+    circuit's mask."""
+    from configs import sft
+
+    recipes.register_all()
+    c = sft.get_config("scratch-copy")
+    assert (c.model.init, c.model.freeze) == (scratch_copy.NAME, scratch_copy.NAME)
+    c.model.update(tokenizer=spm_tokenizer_dir, init_seed=3, circuit_recency=20.0, circuit_recency_after=r"[a-z]",
+                   circuit_trigram=0.5)
+    c.mesh.shape = (1, 1, 1)
+    model = loop.build_model(c, shd.make_mesh((1, 1, 1)), spm_tokenizer)
+    got = flat_params(model)
+    triggers = circuit.recency_token_ids(spm_tokenizer, r"[a-z]")
+    assert len(triggers) > 5
+    want = flat_params(circuit.init_planted(model.cfg, seed=3, recency_tokens=triggers, c=circuit.CircuitConfig(
+        recency=20.0, bigram=circuit.CircuitConfig.bigram, trigram=0.5)))
+    assert set(got) == set(want)
+    for path in want:
+        assert np.array_equal(np.asarray(got[path]), np.asarray(want[path])), path
+    assert np.all(np.asarray(got["embed"])[triggers, circuit.CircuitConfig.de + 1] == circuit.CircuitConfig.flag)
+
+    keep = {"/".join(map(str, k)): np.asarray(v) for k, v in _flatten(nnx.to_pure_dict(loop.update_mask(c, model)))}
+    frozen = circuit.frozen_mask(model.cfg, circuit.CircuitConfig(recency=20.0, trigram=0.5))
+    assert set(keep) == set(frozen)
+    for path, mask in frozen.items():
+        assert np.array_equal(keep[path], ~mask), path
+
+    c.model.init = "normal"
+    plain = flat_params(loop.build_model(c, shd.make_mesh((1, 1, 1)), spm_tokenizer))
+    assert not np.array_equal(np.asarray(plain["embed"]), np.asarray(got["embed"]))  # the check can fail
+
+
+LIBRARY_WORDS = ("copy_circuit", "circuit_recency", "circuit_bigram", "circuit_trigram", "CircuitConfig",
+                 "init_planted", "frozen_mask", "recency_token_ids", "import recipes", "from recipes")
+
+
+def test_the_library_names_nothing_of_the_circuit():
+    """tgpo_jax reads model.init / model.freeze only as names to look up; the circuit's own settings
+    (model.circuit_*) are read by the recipe alone, so no library file names them, with no exception."""
+    found = []
+    for base, dirs, files in os.walk(os.path.join(ROOT, "tgpo_jax")):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "__pycache__"))]
+        for fn in files:
+            if fn.endswith((".py", ".md", ".json", ".txt")):
+                path = os.path.join(base, fn)
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
+                found += [f"{os.path.relpath(path, ROOT)}: {w}" for w in LIBRARY_WORDS if re.search(re.escape(w), text)]
+    assert not found, "\n".join(found)
