@@ -407,17 +407,21 @@ def run_eval(cfg, tokenizer, dtype: str) -> dict:
            "padded_to": _bucket(max(len(x) for x in prompts), sampler.bucket), "chunk": sampler.chunk,
            "tokenize": strip(tok), "unconstrained": time_generate(sampler, prompts, params, seeds, reps)}
     if F.constrained:
+        from experiment.evaluate import trained_thoughts
         from rollout.policies.constrain import _piece_table, constraints_for
+        from rollout.policies.prompt import saved_prompt
 
         requests = [request_from_prompt(m, f"bench/{i}") for i, m in enumerate(messages)]
         eos = sampler.cfg.eos_token_ids or ()
+        recipes.register_all()  # the wording may be a recipe's
+        wording = trained_thoughts(saved_prompt(cfg.model.path))  # the rules of the thoughts the model trained on
         t0 = time.perf_counter()
         _piece_table(tokenizer)  # once per tokenizer (lru_cache): every token decoded
         pieces_s = time.perf_counter() - t0
         out["constrained"] = {"piece_table_once_s": pieces_s,
                               "elements": [len(r.observation.elements) for r in requests],
                               **time_generate(sampler, prompts, params, seeds, reps,
-                                              lambda: constraints_for(requests, tokenizer, eos))}
+                                              lambda: constraints_for(requests, tokenizer, eos, wording))}
     return out
 
 

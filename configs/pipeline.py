@@ -90,6 +90,11 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     c.history_thoughts = 0 if c.prompt_style == "compact" else 160
     # where page lines put element ids: "before" (as rendered) or "after" the name (rollout/policies/prompt.py)
     c.page_ids = "before"
+    # how the noisy oracle words its thoughts (rollout/policies/thoughts.py): "plain" English, elements named as the
+    # page shows them, for any model; the from-scratch copy model's presets select its recipe's wording
+    # (recipes/scratch_copy/thoughts.py), made for its planted copy circuit. Saved with each model (policy.json): the
+    # valid-argument decoding's rules follow it
+    c.thoughts = "scratch_copy" if preset in ("default", "tiny", "large", "miniwob") else "plain"
     # from-scratch models: trained on round 1; id_pieces > 0: element ids [0]..[n-1] as single pieces
     c.tokenizer = ml_collections.ConfigDict(dict(vocab_size=2000, id_pieces=0))
     c.dataset = ml_collections.ConfigDict(dict(

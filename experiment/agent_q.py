@@ -24,7 +24,7 @@ def search_stages(p) -> list[Stage]:
     collect = {k: v for k, v in _plain(c.collect).items()
                if k in ("seed", "max_steps", "step_slack", "top_p", "max_tokens", "budget_tokens", "screenshots")}
     spec = {"env": _plain(c.env), "tasks": _plain(c.tasks), "collect": collect, "search": _plain(c.search),
-            "proposer": sft, **p.prompt_spec()}
+            "proposer": sft, **p.prompt_spec(), **p.thoughts_spec()}
     n = min(c.search.tasks, c.tasks.num_train)
     return [Stage("collect-search-r1", lambda: collect_search(p), spec, (sft,), (p.search_episodes(1),),
                   f"Agent Q's search on {n} training tasks, {c.search.simulations} simulations each, "

@@ -65,6 +65,12 @@ def _parse_oracle(spec: str):
     return OracleNoise(*values)
 
 
+def trained_thoughts(saved: dict) -> str:
+    """The thought wording a model trained on, from its ``policy.json`` (``saved``): as recorded, else scratch_copy
+    for a file from before the setting (every such run's oracle wrote that wording), else (no file) plain."""
+    return saved.get("thoughts", "scratch_copy" if saved else "plain")
+
+
 def is_run_dir(path: str) -> bool:
     """A training run directory (``launch.train``'s output): ``config.json`` and ``checkpoints/``."""
     return os.path.isfile(os.path.join(path, "config.json")) and os.path.isdir(os.path.join(path, "checkpoints"))
@@ -73,7 +79,8 @@ def is_run_dir(path: str) -> bool:
 def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int = 8, step: int | None = None,
                 env: Environment | None = None, seed: int = 0, prompt_style: str | None = None,
                 thought_chars: int | None = None, page_ids: str | None = None, history_last: bool | None = None,
-                keep_recent: int | None = None, page_cut: str | None = None, constrain: bool = False) -> Policy:
+                keep_recent: int | None = None, page_cut: str | None = None, constrain: bool = False,
+                thoughts: str | None = None) -> Policy:
     """The policy named by ``model``:
 
     - ``oracle`` / ``oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>[,<recover>[,<repeat>[,<wrong_button>
@@ -91,6 +98,9 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
     the page; default False), ``keep_recent`` (history items kept before the page is cut; default
     ``prompt.KEEP_RECENT``) and ``page_cut`` (how a page too long for the budget is cut; default "end").
     ``constrain``: valid-argument decoding (``rollout/policies/constrain.py``) for model policies.
+    ``thoughts``: the oracle's thought wording (a name registered with ``rollout/policies/thoughts.py``; default
+    plain), its element ids where ``page_ids`` puts them (default "before"); for a model, the wording its thoughts
+    were trained on, which the valid-argument decoding's rules follow: given, else ``trained_thoughts``.
     """
     from tgpo_jax.models.loading import BUNDLED_ALIASES
 
@@ -100,7 +110,8 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
         if env is None:
             raise ValueError(f"--model={model!r}: the oracle policy needs the environment (env=...)")
         noise = _parse_oracle(model)
-        return OraclePolicy(env, noise, seed=seed, name=model)
+        return OraclePolicy(env, noise, seed=seed, name=model, thoughts=thoughts or "plain",
+                            page_ids=page_ids or "before")
     from rollout.policies.model import ModelPolicy
 
     from rollout.policies.prompt import (DEFAULT_THOUGHT_CHARS, KEEP_RECENT, PAGE_CUTS, PAGE_IDS, SYSTEM_PROMPTS,
@@ -110,7 +121,7 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
     style = prompt_style or saved.get("prompt_style", "full")
     if style not in SYSTEM_PROMPTS:
         raise ValueError(f"prompt_style {style!r}: expected one of {sorted(SYSTEM_PROMPTS)}")
-    thoughts = thought_chars if thought_chars is not None else int(saved.get("thought_chars", DEFAULT_THOUGHT_CHARS))
+    kept = thought_chars if thought_chars is not None else int(saved.get("thought_chars", DEFAULT_THOUGHT_CHARS))
     ids = page_ids or saved.get("page_ids", "before")
     if ids not in PAGE_IDS:
         raise ValueError(f"page_ids {ids!r}: expected one of {PAGE_IDS}")
@@ -119,9 +130,10 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
     cut = page_cut or saved.get("page_cut", "end")
     if cut not in PAGE_CUTS:
         raise ValueError(f"page_cut {cut!r}: expected one of {PAGE_CUTS}")
+    wording = thoughts or trained_thoughts(saved)
     kw = dict(params=params, budget_tokens=budget_tokens, max_batch=max_batch, system_prompt=SYSTEM_PROMPTS[style],
-              thought_chars=thoughts, page_ids=ids, history_last=last, keep_recent=recent, page_cut=cut,
-              constrain=constrain)
+              thought_chars=kept, page_ids=ids, history_last=last, keep_recent=recent, page_cut=cut,
+              constrain=constrain, thoughts=wording)
     if os.path.isdir(model) and is_run_dir(model):
         from tgpo_jax.models.loading import merged_model, with_tokenizer_eos
         from tgpo_jax.models.sampler import Sampler
@@ -153,7 +165,7 @@ def policy_for_seed(policy, seed: int):
     from rollout.policies.oracle import OraclePolicy
 
     if isinstance(policy, OraclePolicy):
-        return OraclePolicy(policy.env, policy.noise, seed=seed, name=policy.name)
+        return policy.with_seed(seed)
     if callable(policy) and not hasattr(policy, "act"):
         return policy(seed)
     return policy

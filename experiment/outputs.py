@@ -144,13 +144,14 @@ def write_run_ledger(p, evals: dict[str, dict], comparisons: list) -> str:
 
 def save_policy_file(cfg, model_dir: str) -> None:
     """``policy.json`` next to a model of the run ``cfg``: launch.evaluate / collect then prompt it as it was trained,
-    on the shop it trained on (``shop``: the catalogue's locale and seed, and the task wording ``item_names``), and
-    launch.evaluate decodes and caps its episodes as this run's evaluation did (``evaluation``)."""
+    hold its outputs to the rules of the thought wording it trained on (``thoughts``), on the shop it trained on
+    (``shop``: the catalogue's locale and seed, and the task wording ``item_names``), and launch.evaluate decodes
+    and caps its episodes as this run's evaluation did (``evaluation``)."""
     from rollout.policies.prompt import POLICY_FILE
 
     saved = {"prompt_style": cfg.prompt_style, "budget_tokens": cfg.prompt_tokens,
              "thought_chars": cfg.history_thoughts, "page_ids": cfg.page_ids, "history_last": cfg.history_last,
-             "keep_recent": cfg.keep_recent, "page_cut": cfg.page_cut}
+             "keep_recent": cfg.keep_recent, "page_cut": cfg.page_cut, "thoughts": cfg.thoughts}
     if cfg.env.name == "shop":
         saved["shop"] = shop_kwargs(cfg)
     e = cfg.eval  # how the report's held-out numbers were decoded: launch.evaluate's defaults for this model

@@ -195,10 +195,11 @@ class Pipeline:
                 spec["collect"]["constrain"] = bool(c.rounds.constrain)
                 spec["collect"]["temperature"] = self.temperature(r)  # unset: collect.temperature, as before
             if r > 1 or not policy.startswith("oracle"):  # a model policy: its prompt and sampling matter
-                spec.update(prompt_spec)
+                spec.update(prompt_spec, **self.thoughts_spec())
             else:
                 for k in ("temperature", "top_p", "max_tokens"):
                     spec["collect"].pop(k)
+                spec.update(self.thoughts_spec(oracle=True))
             out.append(Stage(f"collect-r{r}", lambda r=r: self.collect(r), spec, deps,
                              (self.episodes(r),), f"{runs} runs x "
                              f"{min(tree_tasks, c.tasks.num_train) if tree_tasks else c.tasks.num_train} training tasks"
@@ -236,7 +237,7 @@ class Pipeline:
         # its evaluation only (the report and export, which read the evaluations, re-run: experiment.stages)
         eval_cfg = {k: v for k, v in _plain(c.eval).items()
                     if not k.startswith(("curve_", "search_")) and k != "models"}
-        eval_spec = {"eval": eval_cfg, **env_spec, **prompt_spec}
+        eval_spec = {"eval": eval_cfg, **env_spec, **prompt_spec, **self.thoughts_spec()}
         for name in self.evaluated():
             deps = (name,) if name != "base" or self.scratch else ()
             out.append(Stage(f"eval-{name}", lambda n=name: self.evaluate(n), eval_spec, deps,
@@ -307,6 +308,17 @@ class Pipeline:
         spec.update({"page_cut": c.page_cut} if c.page_cut != "end" else {})
         return spec
 
+    def thoughts_spec(self, oracle: bool = False) -> dict:
+        """The thought wording (``thoughts``), in the spec of a stage that it changes: an oracle collection (its
+        thoughts; with ``oracle``, where their ids stand too, ``page_ids``) and a stage that decodes with a model
+        (the valid-argument decoding's rules follow the wording). Left out for ``scratch_copy``, the wording of every
+        run made before the setting (its ids stand after the name whatever ``page_ids``), so those runs keep their
+        stages, and a collection made with another wording never counts as one made with this."""
+        c = self.cfg
+        if c.thoughts == "scratch_copy":
+            return {}
+        return {"thoughts": c.thoughts, **({"page_ids": c.page_ids} if oracle else {})}
+
     def _spec(self, method: str) -> dict:
         t = _plain(self.cfg[method])
         for section, key in NOT_IN_SPEC:
@@ -338,7 +350,7 @@ class Pipeline:
                            env=self.env, seed=seed, step=step, prompt_style=self.cfg.prompt_style,
                            thought_chars=self.cfg.history_thoughts, page_ids=self.cfg.page_ids,
                            history_last=self.cfg.history_last, keep_recent=self.cfg.keep_recent,
-                           page_cut=self.cfg.page_cut, constrain=constrain)
+                           page_cut=self.cfg.page_cut, constrain=constrain, thoughts=self.cfg.thoughts)
 
     @staticmethod
     def with_policy(policy, coro):
@@ -373,7 +385,7 @@ class Pipeline:
                              contexts=c.contexts,
                              harness=harness, progress=self.progress)
         meta = {"split": "train", "locale": self.cfg.env.locale, "round": r, "behaviour": spec,
-                "temperature": temperature}
+                "temperature": temperature, **(self.thoughts_spec(oracle=True) if spec.startswith("oracle") else {})}
         counts = self.with_policy(policy, collect_async(self.env, self.tasks("train"), policy, ccfg, meta=meta))
         if not counts.get("success", 0) + counts.get("failure", 0) + counts.get("skipped", 0):
             raise RuntimeError(f"round {r}: every episode errored ({counts}); the errors are in "

@@ -186,6 +186,11 @@ def validate(cfg) -> None:
 
     if cfg.page_ids not in PAGE_IDS:
         raise ValueError(f"page_ids={cfg.page_ids!r}: expected one of {PAGE_IDS}")
+    import recipes
+    from rollout.policies.thoughts import thoughts
+
+    recipes.register_all()  # a preset's thoughts may name a recipe's wording
+    thoughts(cfg.thoughts)  # one no recipe registers: ValueError naming the known ones
     if cfg.keep_recent < 0:
         raise ValueError(f"keep_recent={cfg.keep_recent}: the history items kept before the page is cut must be >= 0")
     if cfg.page_cut not in PAGE_CUTS:

@@ -34,6 +34,12 @@ def define(*, split: str, runs: int, runs_help: str, temperature: float, tempera
     flags.DEFINE_enum("item_names", None, list(ITEM_NAMES), "shop: how multi_cart tasks name their items "
                       "('item 2 [..]' or 'second item [..]'); default: --model's (policy.json), else number")
     flags.DEFINE_integer("runs", runs, runs_help)
+    # how the oracle words its thoughts; for a model, the wording it trained on (policy.json)
+    flags.DEFINE_string("thoughts", None, "the oracle's thought wording: plain, or a recipe's (scratch_copy, the "
+                        "from-scratch copy model's); a model's, whose rules the valid-argument decoding follows: "
+                        "default --model's (policy.json), else plain")
+    flags.DEFINE_enum("page_ids", None, ["before", "after"], "where element ids stand in a page line: a model's "
+                      "prompt and the oracle's plain thoughts; default: --model's (policy.json), else before")
     # how each episode runs
     flags.DEFINE_integer("contexts", c.contexts, "parallel browser contexts")
     flags.DEFINE_integer("max_steps", h.max_steps, "steps per episode")

@@ -78,15 +78,22 @@ def make_policy(env):
             f"{F.wrong_button},{F.wrong_sort}" if F.policy == "oracle"
             else F.model)
     params = SamplingParams(temperature=F.temperature, max_tokens=F.max_tokens, seed=F.seed)
-    policy = load_policy(spec, params=params, budget_tokens=F.budget_tokens * 2, max_batch=F.max_batch, env=env,
-                         seed=F.seed)
+    try:
+        policy = load_policy(spec, params=params, budget_tokens=F.budget_tokens * 2, max_batch=F.max_batch, env=env,
+                             seed=F.seed, page_ids=F.page_ids, thoughts=F.thoughts)
+    except ValueError as e:  # an unknown thought wording
+        raise app.UsageError(str(e)) from None
     if F.policy == "oracle":
         policy.name = "oracle"  # the rates are in the metadata; a collection made before keeps resuming
         noise = dataclasses.asdict(policy.noise)
         for rate in ("wrong_button", "wrong_sort"):  # collections made before a rate existed keep resuming
             if not noise[rate]:
                 del noise[rate]
-        return policy, {"noise": noise}
+        # the wording, as the pipeline's stage spec says it: every collection made before the setting was worded
+        # scratch_copy, so one resumed with it keeps going, and one made with another wording is never resumed so
+        wording = {} if policy.thoughts == "scratch_copy" else {"thoughts": policy.thoughts,
+                                                                 "page_ids": policy.page_ids}
+        return policy, {"noise": noise, **wording}
     return policy, {"model": F.model}
 
 

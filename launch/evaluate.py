@@ -80,7 +80,8 @@ def main(argv):
     try:
         prompt_tokens = F.prompt_tokens or trained.get("budget_tokens") or F.budget_tokens * 2
         policy = load_policy(F.model, params=params, budget_tokens=prompt_tokens, max_batch=F.max_batch,
-                             step=F.step, env=env, prompt_style=F.prompt_style, constrain=run["constrain"])
+                             step=F.step, env=env, prompt_style=F.prompt_style, constrain=run["constrain"],
+                             page_ids=F.page_ids, thoughts=F.thoughts)
     except (FileNotFoundError, ValueError) as e:
         raise app.UsageError(str(e)) from None
     meta = {"model": F.model, "step": F.step, "locale": browser_flags.locale(env),

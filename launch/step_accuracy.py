@@ -2,7 +2,9 @@
 (experiment/step_accuracy.py): which decisions does it get wrong? A minute where a browser evaluation takes several.
 
   python -m launch.collect --split=test --num_tasks=60 --runs=1 --wrong_choice=0 --loop=0 --malformed=0 \
-      --premature_stop=0 --out=data/heldout-oracle
+      --premature_stop=0 --thoughts=scratch_copy --out=data/heldout-oracle
+  # (--thoughts as the model's run worded its oracle's thoughts, its policy.json's "thoughts"; with plain ones,
+  # --page_ids as its page_ids)
   python -m launch.step_accuracy --model=runs/pipeline/models/sft --episodes=data/heldout-oracle
   # one decision on the model's own training episodes: does it fit it? (the thoughts' first words are counted)
   python -m launch.step_accuracy --model=runs/pipeline/models/sft --episodes=runs/pipeline/episodes \

@@ -3,11 +3,12 @@
 The library (``tgpo_jax``) trains any model; a model that needs more than that (its own initialisation, the entries
 its fine-tuning must leave alone, and the settings they read) keeps all of it in one recipe package here rather than
 spread over the library and the layers above it. A recipe registers its pieces under the names a preset's config
-selects (``model.init``, ``model.freeze``: ``tgpo_jax/training/registry.py``); the library looks them up by name and
-never imports a recipe.
+selects (``model.init``, ``model.freeze``: ``tgpo_jax/training/registry.py``; ``thoughts``:
+``rollout/policies/thoughts.py``); the library and rollout look them up by name and never import a recipe.
 
 - ``scratch_copy``: the from-scratch 'copy' model (configs/models.py ``scratch-copy``) with its planted copy
-  circuit (``model.init=copy_circuit``) and the circuit's freeze (``model.freeze=copy_circuit``).
+  circuit (``model.init=copy_circuit``), the circuit's freeze (``model.freeze=copy_circuit``) and the noisy oracle's
+  thoughts worded for the circuit (``thoughts=scratch_copy``, registered with ``rollout/policies/thoughts.py``).
 
 Entry points (``launch.entry.prepare``, ``experiment.pipeline.Pipeline``, the benchmarks that build a model) call
 ``register_all()`` before they build or train anything; registering imports no jax.
@@ -28,6 +29,6 @@ def get(name: str) -> ModuleType:
 
 
 def register_all() -> None:
-    """Register every recipe's initialisers and freezes with the training loop (repeating it is a no-op)."""
+    """Register every recipe's pieces (initialisers, freezes, thought wordings; repeating it is a no-op)."""
     for name in RECIPES:
         get(name).register()

@@ -125,6 +125,8 @@ def test_every_pipeline_preset_is_valid(preset):
     validate(c)
     # the shop presets that train the copy model write ids after names (BUILD_NOTES.md); others as rendered
     assert c.page_ids == ("after" if preset in ("default", "large") else "before")
+    # the copy model's presets word the oracle's thoughts for its circuit (its recipe's), the pretrained one plainly
+    assert c.thoughts == ("plain" if preset == "smollm2" else "scratch_copy")
     assert c.page_cut == ("text_first" if preset in ("default", "large", "smollm2") else "end")
     # multi_cart's items named "second item [..]" with the circuit's three-piece match (BUILD_NOTES.md)
     assert c.env.item_names == ("ordinal" if preset in ("default", "large") else "number")
@@ -135,9 +137,13 @@ def test_every_pipeline_preset_is_valid(preset):
         assert c[m].data.distance_strict == (preset in ("default", "large", "smollm2"))
     # the pretrained preset trains its model's top 10 layers (of SmolLM2-135M's 30), the others every layer
     assert {c[m].model.get("train_layers", 0) for m in ("sft", "dpo", "tgpo")} == {10 if preset == "smollm2" else 0}
-    c.page_ids = "middle"
+    c.page_ids, thoughts, c.thoughts = "middle", c.thoughts, "nope"
     with pytest.raises(ValueError, match="page_ids"):
         validate(c)
+    c.page_ids = "before"
+    with pytest.raises(ValueError, match=r"thoughts='nope': expected one of \['plain', 'scratch_copy'\]"):
+        validate(c)
+    c.thoughts = thoughts
     c.page_ids, c.keep_recent = "before", -1
     with pytest.raises(ValueError, match="keep_recent"):
         validate(c)
@@ -234,6 +240,33 @@ def test_the_prompt_layout_changes_the_data_not_the_tokenizer():
     for changed in (prints(history_last=True), prints(keep_recent=2), prints(page_cut="text_first")):
         assert changed["tokenizer"] == plain["tokenizer"] and changed["base"] == plain["base"]
         assert changed["dataset-r1"] != plain["dataset-r1"] and changed["eval-sft"] != plain["eval-sft"]
+
+
+def test_the_thought_wording_is_in_the_spec_of_what_it_changes():
+    """The oracle's wording decides the round-1 collection's thoughts (and the plain wording's ids where page_ids puts
+    them), and the valid-argument decoding's rules when a model decodes: a collection made with one wording never
+    counts as one made with another. scratch_copy, the wording of every run made before the setting, stays out of
+    the specs: those runs keep their stages."""
+    from configs.pipeline import get_config
+    from experiment.stages import fingerprints
+
+    def stages(preset="tiny", **kw):
+        from experiment.pipeline import Pipeline
+
+        c = get_config(preset)
+        c.update(kw)
+        return {s.name: s for s in Pipeline(c, progress=False).stages()}
+
+    copy, plain, after = stages(), stages(thoughts="plain"), stages(thoughts="plain", page_ids="after")
+    assert "thoughts" not in copy["collect-r1"].spec and "thoughts" not in copy["eval-sft"].spec
+    assert plain["collect-r1"].spec["thoughts"] == "plain" and plain["collect-r1"].spec["page_ids"] == "before"
+    assert after["collect-r1"].spec["page_ids"] == "after" and plain["eval-sft"].spec["thoughts"] == "plain"
+    prints = {k: fingerprints(list(v.values())) for k, v in (("copy", copy), ("plain", plain))}
+    assert prints["copy"]["collect-r1"] != prints["plain"]["collect-r1"]
+    assert prints["copy"]["dataset-r1"] != prints["plain"]["dataset-r1"]  # downstream of the collection
+    smollm2 = stages("smollm2")
+    assert smollm2["collect-r1"].spec["thoughts"] == "plain"
+    assert "thoughts" not in stages("smollm2", thoughts="scratch_copy")["collect-r1"].spec
 
 
 def test_trajectory_dpo_is_a_stage_on_round_one_episodes_that_leaves_the_other_stages_alone():

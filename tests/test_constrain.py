@@ -63,7 +63,8 @@ NAMED = StepStrings(ids=STEP.ids, options=STEP.options, typed=STEP.typed, names=
     ('Thought: Set combobox "size"[6] to size [M].\nCommand: SELECT [6] [S', False),  # not the value it set
 ])
 def test_a_setting_names_its_combobox_and_one_of_its_options(text, viable):
-    assert OutputGrammar(NAMED).viable(text) is viable
+    """The scratch_copy wording's settings (``setting_form``)."""
+    assert OutputGrammar(NAMED, setting_form=True).viable(text) is viable
 
 
 def test_a_combobox_set_on_this_page_is_not_named_again():
@@ -108,8 +109,61 @@ NO_OPTIONS = StepStrings(ids=frozenset({"2", "9"}), options={}, typed=STEP.typed
     (STEP, 'Thought: Set combobox ""[6] to [M].\nCommand: SELECT [6] [M]', True, True),  # unnamed: no name check
 ])
 def test_a_thought_that_starts_with_set_is_a_setting_of_a_combobox_left_to_set(step, text, viable, complete):
-    g = OutputGrammar(step)
+    """The scratch_copy wording's settings (``setting_form``)."""
+    g = OutputGrammar(step, setting_form=True)
     assert g.viable(text) is viable and g.complete(text) is complete
+
+
+@pytest.mark.parametrize("step,text", [
+    (NAMED, 'Thought: Set combobox "size"[6] to color ['),  # another option's name
+    (NAMED, 'Thought: Set combobox l'),  # a setting that does not go on to a quoted name
+    (NAMED, 'Thought: Setting'),
+    (NAMED, 'Thought: Set combobox "size"[6] to size [M].\nCommand: SC'),  # a setting, then not a SELECT
+    (ALL_SET, 'Thought: Set'),  # every combobox set here
+    (NO_OPTIONS, 'Thought: Set'),  # nothing to set on the page
+])
+def test_the_setting_form_rules_hold_only_for_a_wording_registered_with_them(step, text):
+    """Without ``setting_form`` (the plain wording) a thought may start with ``Set`` and word a setting as it likes;
+    the rules every wording keeps still hold."""
+    assert not OutputGrammar(step, setting_form=True).viable(text)
+    assert OutputGrammar(step).viable(text)
+
+
+@pytest.mark.parametrize("text,viable,complete", [
+    # the element the thought names, its id before the role (page_ids "before") or after the name ("after")
+    ('Thought: Click [9] button "Buy Now".\nCommand: CLICK [9]', True, True),
+    ('Thought: Click [9] button "Buy Now".\nCommand: CLICK [7]', False, False),  # not the element it named
+    ('Thought: Click button "Buy Now"[9].\nCommand: CLICK [7]', False, False),
+    ('Thought: Set [6] combobox "size" to [M].\nCommand: SELECT [6] [M]', True, True),
+    ('Thought: Set [6] combobox "size" to [M].\nCommand: SELECT [7] [red]', False, False),
+    ('Thought: Set [6] combobox "size" to [M].\nCommand: SELECT [6] [S', False, False),  # not the value it set
+    ('Thought: Set combobox "size"[6] to [M].\nCommand: SELECT [6] [S', False, False),
+    ('Thought: Set combobox "size"[6] to [M].\nCommand: SELECT [6] [M]', True, True),
+    ('Thought: Set [6] combobox "wei', False, False),  # no combobox of that name on the page
+    ('Thought: The task asks for the second item, and [9] link "Mug" is the second result: click it.\n'
+     'Command: CLICK [9]', True, True),
+    ('Thought: Type [Noah Rossi] into [2] textbox "Search".\nCommand: TYPE [2] [Noah Rossi]', True, True),
+    ('Thought: Type [Noah Rossi] into [2] textbox "Search".\nCommand: TYPE [3] [Noah Rossi]', False, False),
+    ('Thought: Type [Noah Smith', False, False),  # a string the task does not quote
+])
+def test_plain_thoughts_keep_the_rules_of_every_wording(text, viable, complete):
+    g = OutputGrammar(NAMED)
+    assert g.viable(text) is viable and g.complete(text) is complete
+
+
+def test_constraints_take_the_setting_form_from_the_registered_wording(spm_tokenizer):
+    import recipes
+    from rollout.policies.constrain import constraints_for
+
+    recipes.get("scratch_copy").register()
+    task = Task("t", "shop", "webshop", "buy [mug] with size [M]", "/", 5, "test")
+    page = Observation("/item/1", "Mug", "", (Element("6", "combobox", "size", options=("S", "M")),))
+    req = PolicyRequest(task, page, (), 0, "t/0", 0)
+    eos = (spm_tokenizer.eos_token_id,)
+    assert not constraints_for([req], spm_tokenizer, eos)[0].grammar.setting_form  # plain, the default
+    assert constraints_for([req], spm_tokenizer, eos, "scratch_copy")[0].grammar.setting_form
+    with pytest.raises(ValueError, match=r"thoughts='nope': expected one of \[.*'plain'.*\]; a recipe registers"):
+        constraints_for([req], spm_tokenizer, eos, "nope")
 
 
 def test_select_is_not_offered_on_a_page_without_options():

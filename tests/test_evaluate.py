@@ -154,6 +154,34 @@ def test_load_policy_dispatch_and_errors(shop, tmp_path):
         load_policy(str(tmp_path / "empty"), params=p)
 
 
+def test_the_oracle_and_a_saved_model_carry_their_thought_wording(shop, tmp_path):
+    """The oracle words its thoughts as told (plain by default, its ids where page_ids puts them), keeps that under
+    another seed; a pipeline model's policy.json records the wording it trained on, and one from before the setting
+    reads as scratch_copy (every such run's wording)."""
+    import recipes
+    from configs.pipeline import get_config
+    from experiment.evaluate import policy_for_seed, trained_thoughts
+    from experiment.outputs import save_policy_file
+    from rollout.policies.prompt import saved_prompt
+    from tgpo_jax.models.sampler import SamplingParams
+
+    recipes.register_all()
+    p = SamplingParams(temperature=0.0)
+    o = load_policy("oracle", params=p, env=shop)
+    assert (o.thoughts, o.page_ids) == ("plain", "before")
+    c = load_policy("oracle:0.1,0.2,0,0.05", params=p, env=shop, thoughts="scratch_copy", page_ids="after")
+    s = policy_for_seed(c, 3)
+    assert (s.seed, s.noise, s.thoughts, s.page_ids) == (3, c.noise, "scratch_copy", "after")
+    with pytest.raises(ValueError, match=r"thoughts='nope': expected one of \[.*'plain'"):
+        load_policy("oracle", params=p, env=shop, thoughts="nope")
+    with pytest.raises(ValueError, match="page_ids='middle'"):
+        load_policy("oracle", params=p, env=shop, page_ids="middle")
+    for preset, wording in (("default", "scratch_copy"), ("smollm2", "plain")):
+        save_policy_file(get_config(preset), str(tmp_path))
+        assert saved_prompt(str(tmp_path))["thoughts"] == trained_thoughts(saved_prompt(str(tmp_path))) == wording
+    assert trained_thoughts({}) == "plain" and trained_thoughts({"prompt_style": "compact"}) == "scratch_copy"
+
+
 def _cli(*args):
     import subprocess
     import sys

@@ -1,11 +1,12 @@
-"""The oracle's thoughts: each repeats what the page and the task say in the order that lets a model copy the
-command's argument from them (docs/method.md §1, the oracle's thoughts), and the valid-argument decoding accepts them."""
+"""The from-scratch copy model's oracle thoughts (the scratch_copy recipe's wording, recipes/scratch_copy/thoughts.py):
+each repeats what the page and the task say in the order that lets a model copy the command's argument from them
+(docs/method.md §1, the oracle's thoughts), and the valid-argument decoding accepts them."""
 from rollout.core import Observation
 
 
 def test_oracle_thought_repeats_the_page_line_and_the_task_option():
     from rollout.core import Command, Element
-    from rollout.policies.oracle import _explain
+    from recipes.scratch_copy.thoughts import explain as _explain
 
     obs = Observation(url="http://shop/item/3", title="t", text="", elements=(
         Element(id="6", role="combobox", name="color", value="black", options=("black", "red")),
@@ -20,7 +21,7 @@ def test_oracle_thought_leads_typed_text_with_the_words_the_task_puts_before_it(
     bracket (``Type item 2 [`` / ``Type second item [`` match only the second item's)."""
     from rollout.core import Command, Element
     from rollout.envs.shop.env import ShopEnv
-    from rollout.policies.oracle import _explain, task_context
+    from recipes.scratch_copy.thoughts import explain as _explain, task_context
 
     box = Observation(url="http://shop/", title="t", text="", elements=(
         Element(id="2", role="textbox", name="Search"),))
@@ -41,17 +42,18 @@ def test_oracle_thought_leads_typed_text_with_the_words_the_task_puts_before_it(
 def test_oracle_sort_thought_leads_with_the_tasks_words_for_the_sort():
     from rollout.core import Command, Element
     from rollout.envs.shop.env import ShopEnv
-    from rollout.policies.oracle import _explain, sort_context
+    from recipes.scratch_copy.thoughts import explain as _explain
+    from rollout.policies.thoughts import task_sort
 
     page = Observation(url="http://shop/search", title="t", text="", elements=(
         Element(id="6", role="link", name="Sort: Price low to high"), Element(id="7", role="link", name="Sort: Rating"),
         Element(id="9", role="link", name="Mug")))
     tasks = [t for t in ShopEnv(n_train=30, n_test=2).tasks("train") if t.family == "procedure"]
     task = next(t for t in tasks if t.goal["sort"] == "price_asc")
-    assert sort_context(task.instruction) == "price from low to high"
+    assert task_sort(task.instruction) == "price from low to high"
     assert _explain(Command("CLICK", "6"), page, task.instruction) == \
         'Click to sort by price from low to high [6].'  # the sort's last word right before the id it decides
-    assert sort_context("Search for [x], sort by rating, and add the first item to the cart.") == "rating"
+    assert task_sort("Search for [x], sort by rating, and add the first item to the cart.") == "rating"
     assert _explain(Command("CLICK", "9"), page, task.instruction) == 'Click link "Mug"[9].'  # not a sort link
     assert _explain(Command("CLICK", "7"), page, "Buy [a mug].") == 'Click link "Sort: Rating"[7].'  # no sort asked
     # another sort than the task's (the noisy oracle's wrong sort): the plain thought, not the task's sort before it
@@ -63,7 +65,8 @@ def test_oracle_sort_thought_leads_with_the_tasks_words_for_the_sort():
 def test_oracle_result_thought_leads_with_the_tasks_rank_and_names_the_id():
     from rollout.core import Command, Element
     from rollout.envs.shop.env import ShopEnv
-    from rollout.policies.oracle import _explain, item_context
+    from recipes.scratch_copy.thoughts import explain as _explain
+    from rollout.policies.thoughts import task_item
 
     page = Observation(url="http://shop/search", title="t", text="", elements=(
         Element(id="7", role="link", name="Sort: Rating", href="http://shop/search?q=x&sort=rating"),
@@ -72,7 +75,7 @@ def test_oracle_result_thought_leads_with_the_tasks_rank_and_names_the_id():
     task = next(t for t in ShopEnv(n_train=30, n_test=2).tasks("train") if t.family == "procedure")
     k = int(task.goal["position"])
     rank = ("first", "second", "third")[k - 1]
-    assert item_context(task.instruction) == f"the {rank} item"
+    assert task_item(task.instruction) == f"the {rank} item"
     right = str(8 + k)  # the k-th product link
     assert _explain(Command("CLICK", right), page, task.instruction) == \
         f"To add the {rank} item, click the {rank} result [{right}]."  # the rank word two tokens before the id
@@ -80,7 +83,7 @@ def test_oracle_result_thought_leads_with_the_tasks_rank_and_names_the_id():
     wrong = str(9 + k % 3)
     assert _explain(Command("CLICK", wrong), page, task.instruction) == f'Click link "Mug {k % 3}"[{wrong}].'
     assert _explain(Command("CLICK", "9"), page, "Buy [a mug].") == 'Click link "Mug 0"[9].'  # no rank asked
-    assert item_context("i am looking for [a mug]") == ""
+    assert task_item("i am looking for [a mug]") == ""
 
 
 def test_oracle_thought_after_adding_an_item_copies_the_task_on_to_the_next_item_or_the_lists_end():
@@ -91,7 +94,7 @@ def test_oracle_thought_after_adding_an_item_copies_the_task_on_to_the_next_item
     from rollout.envs.shop.env import ShopEnv
     from rollout.envs.shop.pages import LABELS_EN
     from rollout.policies.constrain import OutputGrammar, StepStrings, quoted_strings
-    from rollout.policies.oracle import _explain, done_context
+    from recipes.scratch_copy.thoughts import done_context, explain as _explain
 
     task = next(t for t in ShopEnv(n_train=60, n_test=2, item_names="ordinal").tasks("train")
                 if t.family == "multi_cart" and len(t.goal["items"]) == 3)
@@ -131,7 +134,8 @@ def test_oracle_thought_after_adding_an_item_copies_the_task_on_to_the_next_item
     assert _explain(Command("TYPE", "2", titles[1]), added(titles[0]), plain) == \
         f'Type item 2 [{titles[1]}] into textbox "Search"[2].'
     # the valid-argument decoding accepts both thoughts with their commands, prefix by prefix
-    grammar = OutputGrammar(StepStrings(ids=frozenset({"2", "5"}), options={}, typed=quoted_strings(ins)))
+    grammar = OutputGrammar(StepStrings(ids=frozenset({"2", "5"}), options={}, typed=quoted_strings(ins)),
+                            setting_form=True)
     for cmd, page in ((Command("TYPE", "2", titles[1]), added(titles[0])), (Command("CLICK", "5"), added(titles[2]))):
         out = f"Thought: {_explain(cmd, page, ins)}\nCommand: {cmd.render()}"
         assert grammar.complete(out) and all(grammar.viable(out[:i]) for i in range(len(out)))
@@ -143,7 +147,7 @@ def test_oracle_thought_for_a_form_field_names_the_field_first_and_its_word_lead
     from rollout.core import Command, Element
     from rollout.envs.shop.env import ShopEnv
     from rollout.policies.constrain import OutputGrammar, StepStrings, quoted_strings
-    from rollout.policies.oracle import _explain
+    from recipes.scratch_copy.thoughts import explain as _explain
 
     task = next(t for t in ShopEnv(n_train=20, n_test=2).tasks("train") if t.family == "multi_cart")
     name, addr = task.goal["name"], task.goal["address"]
@@ -157,7 +161,8 @@ def test_oracle_thought_for_a_form_field_names_the_field_first_and_its_word_lead
     assert _explain(Command("TYPE", "6", name), form, ins) == f'Type name [{name}] into textbox "Address"[6].'
     first = task.goal["items"][0]["title"]
     assert _explain(Command("TYPE", "2", first), form, ins) == f'Type item 1 [{first}] into textbox "Search"[2].'
-    grammar = OutputGrammar(StepStrings(ids=frozenset({"2", "5", "6"}), options={}, typed=quoted_strings(ins)))
+    grammar = OutputGrammar(StepStrings(ids=frozenset({"2", "5", "6"}), options={}, typed=quoted_strings(ins)),
+                            setting_form=True)
     out = f"Thought: {_explain(Command('TYPE', '6', addr), form, ins)}\nCommand: TYPE [6] [{addr}]"
     assert grammar.complete(out) and all(grammar.viable(out[:i]) for i in range(len(out)))
 
@@ -167,7 +172,7 @@ def test_option_value_has_the_same_tokens_in_task_thought_and_command(tmp_path):
     there: `color: red` tokenised the value as ``▁red``, the command's `[red]` as ``red``."""
     from rollout.core import Command, Element
     from rollout.envs.shop.tasks import _opt_phrase
-    from rollout.policies.oracle import _explain
+    from recipes.scratch_copy.thoughts import explain as _explain
     from tgpo_jax.models.tokenizer import load_tokenizer, train_sentencepiece
 
     # a tokenizer whose merges make "\u2581red" a piece, as the one trained on collected episodes does
@@ -204,7 +209,7 @@ def test_oracle_thought_of_a_sorting_task_first_copies_the_results_title():
     (``(sorted)`` or not) is then the token right before the decision to sort or to open a result; a page whose title
     does not carry the task's query, a wrong click and a task without a sort keep the plain thoughts."""
     from rollout.core import Command, Element
-    from rollout.policies.oracle import _explain
+    from recipes.scratch_copy.thoughts import explain as _explain
 
     task = "Search for [red mug], sort by price from low to high, and add the second item to the cart."
     links = (Element(id="6", role="link", name="Sort: Price low to high", href="http://shop/search?q=red+mug"),

@@ -100,3 +100,30 @@ def test_the_library_names_nothing_of_the_circuit():
                     text = f.read()
                 found += [f"{os.path.relpath(path, ROOT)}: {w}" for w in LIBRARY_WORDS if re.search(re.escape(w), text)]
     assert not found, "\n".join(found)
+
+
+# the copy wording's own forms and helpers (recipes/scratch_copy/thoughts.py): the task's lead word glued before a
+# typed string, the field first, the option's name before its value, the id right after the sort's words or the rank
+# word, the results title copied first, the task copied on after an added item
+COPY_WORDING = ("task_context", "done_context", "sort_context", "item_context", "Click to sort by",
+                "click the {rank} result", "Fill {what} with", "to {choose}", "{obs.title}. {click}", "_HEADING")
+
+
+def test_rollout_holds_none_of_the_copy_wording():
+    """The oracle's copy-circuit wording lives in the recipe alone; rollout keeps the plain wording and what any
+    wording reads from a task (its sort, its item rank)."""
+    from recipes.scratch_copy import thoughts
+
+    found = []
+    for base, dirs, files in os.walk(os.path.join(ROOT, "rollout")):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "__pycache__"))]
+        for fn in files:
+            if fn.endswith(".py"):
+                path = os.path.join(base, fn)
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
+                found += [f"{os.path.relpath(path, ROOT)}: {w}" for w in COPY_WORDING if w in text]
+    assert not found, "\n".join(found)
+    with open(thoughts.__file__, encoding="utf-8") as f:
+        text = f.read()
+    assert all(w in text for w in COPY_WORDING if w not in ("sort_context", "item_context"))

@@ -1,9 +1,11 @@
 """The from-scratch 'copy' model's recipe: the planted copy circuit (``circuit.py``) as ``model.init=copy_circuit``
 and its freeze as ``model.freeze=copy_circuit``, with the settings both read from ``cfg.model``
-(``model.circuit_recency``, ``model.circuit_recency_after``, ``model.circuit_bigram``, ``model.circuit_trigram``).
+(``model.circuit_recency``, ``model.circuit_recency_after``, ``model.circuit_bigram``, ``model.circuit_trigram``),
+and the noisy oracle's thoughts worded for that circuit (``thoughts.py``) as ``thoughts=scratch_copy``.
 
-``register()`` hands both to the training loop's registry (``tgpo_jax/training/registry.py``); the preset that
-selects them is configs/models.py ``scratch-copy``.
+``register()`` hands the first two to the training loop's registry (``tgpo_jax/training/registry.py``) and the
+wording to the oracle's (``rollout/policies/thoughts.py``); the presets that select them are configs/models.py
+``scratch-copy`` and configs/pipeline.py's ``default``, ``large``, ``tiny`` and ``miniwob`` (``thoughts``).
 """
 from __future__ import annotations
 
@@ -33,8 +35,12 @@ def freeze(mc, m):
 
 
 def register() -> None:
-    """Make ``model.init=copy_circuit`` and ``model.freeze=copy_circuit`` known to the training loop."""
+    """Make ``model.init=copy_circuit`` and ``model.freeze=copy_circuit`` known to the training loop, and
+    ``thoughts=scratch_copy`` to the oracle (with the valid-argument decoding's rules for its setting thoughts)."""
+    from recipes.scratch_copy import thoughts
+    from rollout.policies.thoughts import register_thoughts
     from tgpo_jax.training.registry import register_freeze, register_init
 
     register_init(NAME, planted)
     register_freeze(NAME, freeze)
+    register_thoughts(thoughts.NAME, thoughts.thought, setting_form=True)

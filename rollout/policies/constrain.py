@@ -12,20 +12,27 @@ group the model writes must be a string the step offers, as it writes it:
   task quotes (free when the task quotes none); SELECT's value is an option of that element; SCROLL's is UP or DOWN; STOP's and GOTO's are
   free. EOS is allowed only once the command is complete;
 - the command acts on the element its own thought names: when the thought holds element ids (``Click button
-  "Buy Now"[9].``), the command's element is one of them. Why: a trained model may decide right in the thought and
-  then write another element's id in the command (a combobox's ``[8]`` after ``"Buy Now"[9]``, from the many SELECTs
-  on product pages), and the step then does something the model did not decide;
-- a thought that sets a combobox names it as the oracle's thoughts do: ``combobox "size"`` is one of the page's
-  comboboxes, not one the trailing SELECT steps already set on this page, and after its id and ``to`` come its own
-  name and one of its options (``Set combobox "size"[6] to size [M]``). Why: the from-scratch model wrote another
-  option's name there, so the value's copy started at that option's place in the task, and it set the same
-  comboboxes again and again to the step limit (held-out SFT +10 points over two seeds' models, BUILD_NOTES.md);
+  "Buy Now"[9].`` or ``Click [9] button "Buy Now".``, as the page shows ids), the command's element is one of them.
+  Why: a trained model may decide right in the thought and then write another element's id in the command (a
+  combobox's ``[8]`` after ``"Buy Now"[9]``, from the many SELECTs on product pages), and the step then does
+  something the model did not decide;
+- each ``combobox "…"`` a thought names is one of the page's comboboxes, not one the trailing SELECT steps already
+  set on this page. Why: the oracle sets each once per visit, and a model that set them again looped over them to
+  the step limit (BUILD_NOTES.md);
+- a SELECT sets the value its own thought set (``… combobox "size"[6] to [M]``, ``… [6] combobox "size" to [M]``).
+
+A wording that names its settings in a form of its own (registered with ``setting_form``,
+``rollout/policies/thoughts.py``: the from-scratch copy model's, ``thoughts=scratch_copy``) is held to that form
+too (``OutputGrammar(setting_form=True)``; ``constraints_for`` reads the switch from the run's ``thoughts``):
+
+- after a combobox's id and ``to`` come its own name and one of its options (``Set combobox "size"[6] to size
+  [M]``). Why: the from-scratch model wrote another option's name there, so the value's copy started at that
+  option's place in the task (with the rule above, held-out SFT +10 points over two seeds' models, BUILD_NOTES.md);
 - a thought that starts with ``Set`` is one of those settings (``Set <role> "<name>"``), so it starts so only
   while the page has a combobox left to set, and its command is a SELECT. Why: with every combobox set, a model
   that had not fitted the product page's last decision still began ``Set combobox`` and, with no name left to
   write, went on in free text (``Set combobox lookflavor keyboard] into …``) to a command the thought never
-  decided (BUILD_NOTES.md);
-- a SELECT sets the value its own thought set.
+  decided (BUILD_NOTES.md).
 
 Which string, which element and which verb remain the model's choice (the likeliest allowed token at each step,
 the same as WebShop's baselines choosing among the page's available actions). Used only at decoding (evaluation,
@@ -40,6 +47,7 @@ from typing import Callable, Iterable
 
 from rollout.commands import parse_command
 from rollout.core import COMMANDS, ActionError, PolicyRequest
+from rollout.policies.thoughts import DEFAULT, thoughts as registered_thoughts
 
 # element id groups and free-text groups per verb ("id", then the argument's kind)
 _GROUPS = {"CLICK": ("id",), "CLEAR": ("id",), "TYPE": ("id", "typed"), "SELECT": ("select", "option"),
@@ -122,16 +130,19 @@ def step_strings(request: PolicyRequest) -> StepStrings:
 
 class OutputGrammar:
     """Character-level check of an output prefix: ``viable(text)`` is True while ``text`` can still become a
-    valid thought + command for this step; ``complete(text)`` when it is one (EOS may follow)."""
+    valid thought + command for this step; ``complete(text)`` when it is one (EOS may follow). ``setting_form``:
+    the thoughts' wording names its settings as ``Set <role> "<name>"[id] to <name> [<option>]`` (the module's
+    docstring)."""
 
-    def __init__(self, strings: StepStrings, split=None):
+    def __init__(self, strings: StepStrings, split=None, setting_form: bool = False):
+        self.setting_form = setting_form
         all_options = [o for opts in strings.options.values() for o in opts]
         self.ids, self.scroll = _Pool(strings.ids), _Pool(("UP", "DOWN"))
         self.selects = _Pool(strings.options)  # SELECT acts on an element with options
         self.typed = _Pool(strings.typed, split) if strings.typed else None
         self.options = {i: _Pool(o, split) for i, o in strings.options.items()}
         self.names, self.split = strings.names, split
-        # the comboboxes a thought may name: the page's, less those set on this page already (oracle.py sets each
+        # the comboboxes a thought may name: the page's, less those set on this page already (the oracle sets each
         # once per visit; a model that set one again looped over them to the step limit, BUILD_NOTES.md)
         self.boxes = _Pool(n for n in set(strings.names.values()) if n not in strings.set_here)
         # a combobox left to set: a named one not set here, or one with no name (the name check cannot apply)
@@ -168,8 +179,8 @@ class OutputGrammar:
                 group += ch
                 if ch == "\n" or group not in self.any.prefixes:
                     return False
-        return ((group is None or group in self.any.ends) and self._boxes(text) and self._setting(text)
-                and self._set_lead(text))
+        return ((group is None or group in self.any.ends) and self._boxes(text)
+                and (not self.setting_form or (self._setting(text) and self._set_lead(text))))
 
     @staticmethod
     def _body(thought: str) -> str:
@@ -180,7 +191,8 @@ class OutputGrammar:
     _LEAD = re.compile(r' \w*(?: (?:"([^"\n]*)(")?)?)?')  # `` <role> "<name>"`` after ``Set``, or a prefix of it
 
     def _set_lead(self, thought: str) -> bool:
-        """A thought that starts with ``Set`` names a combobox left to set, as ``Set <role> "<name>"``."""
+        """``setting_form``: a thought that starts with ``Set`` names a combobox left to set, as ``Set <role>
+        "<name>"``."""
         body = self._body(thought)
         if not body.startswith("Set"):
             return True
@@ -195,8 +207,8 @@ class OutputGrammar:
         return not self.names or name in (self.boxes.strings if closed else self.boxes.prefixes)
 
     def _sets(self, thought: str) -> bool:
-        """Whether the thought is a setting (``Set …``): its command is then a SELECT."""
-        return self._body(thought).startswith("Set ")
+        """Whether the thought is a setting in ``setting_form``'s wording (``Set …``): its command is then a SELECT."""
+        return self.setting_form and self._body(thought).startswith("Set ")
 
     def _boxes(self, text: str) -> bool:
         """Each ``combobox "…"`` of the thought names one of the page's comboboxes, not one set on this page."""
@@ -211,9 +223,9 @@ class OutputGrammar:
 
     def _setting(self, text: str) -> bool:
         """After a combobox's id and ``to`` (``Set combobox "size"[6] to ``), the thought names that combobox again
-        and one of its options (``size [M]``), as the oracle's thoughts do. Why: the from-scratch model wrote another
-        option's name there (``"count"[8] to color [``), and the value's copy then starts at that option's place in
-        the task (BUILD_NOTES.md)."""
+        and one of its options (``size [M]``), as the ``setting_form`` wording does. Why: the from-scratch model wrote
+        another option's name there (``"count"[8] to color [``), and the value's copy then starts at that option's
+        place in the task (BUILD_NOTES.md)."""
         for m in self._SET.finditer(text):
             name = self.names.get(m.group(1))
             if not name:
@@ -239,10 +251,15 @@ class OutputGrammar:
     def _decided(self, thought: str) -> tuple[frozenset[str], dict[str, str], bool]:
         return self._named(thought), self._settings(thought), self._sets(thought)
 
+    # a combobox's id and the value its thought sets it to, the id after the name or before the role
+    _SETTINGS = (re.compile(r'"[^"\n]*"\[([^\[\]\n]+)\] to [^\[\n]*\[([^\[\]\n]+)\]'),
+                 re.compile(r'\[([^\[\]\n]+)\] \w+ "[^"\n]*" to [^\[\n]*\[([^\[\]\n]+)\]'))
+
     def _settings(self, thought: str) -> dict[str, str]:
-        """The values the thought sets its comboboxes to (``"size"[6] to size [M]`` -> {"6": "M"})."""
-        found = re.finditer(r'"[^"\n]*"\[([^\[\]\n]+)\] to [^\[\n]*\[([^\[\]\n]+)\]', thought)
-        return {m.group(1): m.group(2) for m in found if m.group(1) in self.names}
+        """The values the thought sets its comboboxes to (``"size"[6] to size [M]``, ``"size"[6] to [M]`` or
+        ``[6] combobox "size" to [M]`` -> {"6": "M"})."""
+        return {m.group(1): m.group(2) for rx in self._SETTINGS for m in rx.finditer(thought)
+                if m.group(1) in self.names}
 
     def _command(self, body: str, named: frozenset[str] = frozenset(),
                  settings: dict[str, str] | None = None, sets: bool = False) -> tuple[bool, bool]:
@@ -343,11 +360,15 @@ class GrammarConstraint:
             self.text += self.pieces[token]
 
 
-def constraints_for(requests, tokenizer, eos_ids: Iterable[int]) -> list[GrammarConstraint]:
-    """One grammar constraint per request, for ``Sampler.generate(..., constraints=...)``."""
+def constraints_for(requests, tokenizer, eos_ids: Iterable[int], thoughts: str = DEFAULT) -> list[GrammarConstraint]:
+    """One grammar constraint per request, for ``Sampler.generate(..., constraints=...)``; ``thoughts``: the wording
+    the model's thoughts were trained on (a name registered with ``rollout/policies/thoughts.py``), whose
+    ``setting_form`` switches the setting rules on."""
+    form = registered_thoughts(thoughts).setting_form
     pieces = _piece_table(tokenizer)
     # control tokens (BOS, chat markers) never appear in an output; special tokens that are text (element id
     # pieces such as ``[7]``) do
     special = {t for t in getattr(tokenizer, "all_special_ids", ()) or () if not re.fullmatch(r"\[\d+\]", pieces[t])}
     split = token_bounds(tokenizer, pieces)
-    return [GrammarConstraint(OutputGrammar(step_strings(r), split), pieces, eos_ids, special) for r in requests]
+    return [GrammarConstraint(OutputGrammar(step_strings(r), split, setting_form=form), pieces, eos_ids, special)
+            for r in requests]

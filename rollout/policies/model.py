@@ -8,7 +8,8 @@ The behaviour log-prob of an output is the sum of the sampler's per-token log-pr
 included when the model ended with it: the trainer scores actions with their EOS too). Generation ends at EOS,
 a stop string of ``params.stop``, or ``max_tokens``; with ``stop_after_command`` (default) an output that runs on
 past its ``Command:`` line is cut after that line's newline token, and only the tokens up to it are counted.
-With ``constrain`` every bracketed group is one the step offers (``constrain.py``).
+With ``constrain`` every bracketed group is one the step offers (``constrain.py``; ``thoughts``, the wording the model's
+thoughts were trained on, says which rules hold them).
 """
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ class ModelPolicy:
     def __init__(self, sampler, tokenizer, *, params, budget_tokens: int = 2048, max_batch: int = 8,
                  name: str = "model", stop_after_command: bool = True, thought_chars: int = 160,
                  system_prompt: str = SYSTEM_PROMPT, page_ids: str = "before", history_last: bool = False,
-                 keep_recent: int = KEEP_RECENT, page_cut: str = "end", constrain: bool = False):
+                 keep_recent: int = KEEP_RECENT, page_cut: str = "end", constrain: bool = False,
+                 thoughts: str = "plain"):
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.sampler = sampler
@@ -79,6 +81,11 @@ class ModelPolicy:
         self.keep_recent = keep_recent
         self.page_cut = page_cut
         self.constrain = constrain  # valid-argument decoding (constrain.py)
+        self.thoughts = thoughts  # the thought wording the model trained on: the decoding's rules for it
+        if constrain:
+            from rollout.policies.thoughts import thoughts as registered
+
+            registered(thoughts)  # an unknown wording fails here, not at the first step
         self.generate_calls = 0  # batches run so far
         self._queue: asyncio.Queue | None = None
         self._worker: asyncio.Task | None = None
@@ -170,7 +177,8 @@ class ModelPolicy:
 
             eos = self.sampler.cfg.eos_token_ids or ()
             completions = self.sampler.generate(prompts, params, row_seeds=seeds,
-                                                constraints=constraints_for(requests, self.tokenizer, eos))
+                                                constraints=constraints_for(requests, self.tokenizer, eos,
+                                                                            self.thoughts))
         else:
             completions = self.sampler.generate(prompts, params, row_seeds=seeds)
         dt = time.perf_counter() - t0

@@ -1,4 +1,6 @@
-"""The noisy oracle: follows the task's optimal plan with configurable rates of realistic mistakes.
+"""The noisy oracle: follows the task's optimal plan with configurable rates of realistic mistakes. Each command's
+thought is worded by the run's thought writer (``thoughts``: ``rollout/policies/thoughts.py``); the mistakes, and so
+the commands, do not depend on the wording.
 
 Mistakes (each drawn per step from the episode's own RNG, so trajectories depend only on the
 collection seed and the episode key — not on scheduling or the number of parallel contexts):
@@ -30,12 +32,11 @@ import copy
 import dataclasses
 import hashlib
 import random
-import re
 
 from rollout.commands import format_output
 from rollout.core import Command, Environment, Observation, PolicyOutput, PolicyRequest
-from rollout.envs.shop.tasks import ORDINALS_EN
-from rollout.harness.observe import quote as _quote
+from rollout.policies.prompt import PAGE_IDS
+from rollout.policies.thoughts import DEFAULT, thought_writer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,12 +62,29 @@ MALFORMED = ("{verb} {id}", "{verb_lower} on element {id}", "PRESS [{id}]", "{ve
 
 
 class OraclePolicy:
-    def __init__(self, env: Environment, noise: OracleNoise = OracleNoise(), seed: int = 0, name: str = "oracle"):
+    """``thoughts``: the wording of its thoughts (a name registered with ``rollout/policies/thoughts.py``: ``plain``,
+    or a recipe's); ``page_ids``: where the run's prompt puts element ids (``prompt.PAGE_IDS``), so that a thought
+    names an element as the page the model reads does."""
+
+    def __init__(self, env: Environment, noise: OracleNoise = OracleNoise(), seed: int = 0, name: str = "oracle",
+                 thoughts: str = DEFAULT, page_ids: str = "before"):
         self.env = env
         self.noise = noise
         self.seed = seed
         self.name = name
+        if page_ids not in PAGE_IDS:
+            raise ValueError(f"page_ids={page_ids!r}; expected one of {PAGE_IDS}")
+        self.thoughts, self.page_ids = thoughts, page_ids
+        self._write = thought_writer(thoughts)
         self._episodes: dict[str, dict] = {}
+
+    def with_seed(self, seed: int) -> "OraclePolicy":
+        """The same oracle (noise, name, wording) drawing its mistakes from ``seed``."""
+        return OraclePolicy(self.env, self.noise, seed=seed, name=self.name, thoughts=self.thoughts,
+                            page_ids=self.page_ids)
+
+    def _thought(self, cmd: Command, obs: Observation | None, instruction: str = "") -> str:
+        return self._write(cmd, obs, instruction, page_ids=self.page_ids)
 
     def _state(self, key: str, step: int) -> dict:
         st = self._episodes.get(key)
@@ -137,14 +155,13 @@ class OraclePolicy:
     def _out(self, cmd: Command, obs: Observation, thought: str | None, mistake: str | None = None,
              task=None) -> PolicyOutput:
         instruction = task.instruction if task is not None else ""
-        return PolicyOutput(format_output(thought or _explain(cmd, obs, instruction), cmd),
+        return PolicyOutput(format_output(thought or self._thought(cmd, obs, instruction), cmd),
                             info={"mistake": mistake} if mistake else {})
 
-    @staticmethod
-    def _garble(cmd: Command, rng: random.Random) -> str:
+    def _garble(self, cmd: Command, rng: random.Random) -> str:
         form = MALFORMED[rng.randrange(len(MALFORMED))]
         text = form.format(verb=cmd.name, verb_lower=cmd.name.lower(), id=cmd.id or "1")
-        return f"Thought: {_explain(cmd, None)}\n" + (f"Command: {text}" if text else "")
+        return f"Thought: {self._thought(cmd, None)}\n" + (f"Command: {text}" if text else "")
 
     @staticmethod
     def _detour(obs: Observation, rng: random.Random) -> Command | None:
@@ -162,160 +179,3 @@ class OraclePolicy:
     def forget(self, episode_key: str) -> None:
         self._episodes.pop(episode_key, None)
 
-
-def _explain(cmd: Command, obs: Observation | None, instruction: str = "") -> str:
-    """A short, plan-style explanation of a command (Agent Q's thought). Names are quoted as the page quotes them
-    and followed by the element's id with no space between (``link "Sort: Rating"[7]``, as ``page_ids="after"`` writes
-    the page: the id then follows the name's last word and its closing quote, the two tokens the copy circuit
-    matches, and the command repeats the thought), typed text is
-    written as the task and the command write it (``[text]``), led by the word(s) the task puts before it
-    (``Type item 2 [text]``, ``Type second item [text]``, see ``task_context``; into a form field whose label ends
-    with that word, the field first: ``Fill textbox "Address"[6] with address [text].``), a chosen option as the task
-    names it (``color [red]``), after the combobox it sets (``Set combobox "color"[6] to color [red].``: the element
-    is decided first, by the page, and its name then leads the value as in the task; with the value first the model
-    named the commonest option, "color", and copied that option's value into another combobox, BUILD_NOTES.md) and a
-    sort
-    link's id right after the task's own words for the sort (``Click to sort by price from high to low [7].``, see
-    ``sort_context``) and a result's id right after its rank word (``To add the third item, click the third result
-    [11].``, see ``item_context``; on a task that sorts both start with the results page's title, whose end says
-    whether the list is sorted), so a thought repeats the page and the task token for token, and the words that
-    decide an id are the one or two tokens before it."""
-    el = obs.by_id(cmd.id) if (obs is not None and cmd.id) else None
-    what = f"{el.role} {_quote(el.name)}[{el.id}]" if el is not None else (f"element {cmd.id}" if cmd.id else "")
-    done = done_context(instruction, obs, cmd)
-    if done:
-        return f"{done} into {what}." if cmd.name == "TYPE" else f"{done} Click {what}."
-    choose = f"{el.name} [{cmd.arg}]" if el is not None and el.name else f"[{cmd.arg}]"
-    lead = task_context(instruction, str(cmd.arg)) if cmd.name == "TYPE" else ""
-    if lead and el is not None and el.name and el.name.lower().split()[-1] == lead.lower():
-        # a form field whose label ends with the task's word for the value (checkout's "Full name" / "Address"):
-        # the field first, decided by the page, then its word leads the value, as a combobox's name does (typed
-        # with the word first, one seed wrote `Type name [..] into textbox "Address"` on 7 of 16; BUILD_NOTES.md)
-        return f"Fill {what} with {lead} [{cmd.arg}]."
-    # the sort and rank thoughts only where the link is the task's sort or the result at the task's rank: a wrong
-    # click (the noisy oracle's mistakes) gets the plain thought, so no thought says what its command does not do
-    # (with "click the third result [15]" before a wrong product, the model went back from the right one: BUILD_NOTES.md)
-    sorting = sort_context(instruction)
-    goal = sorting if cmd.name == "CLICK" and el is not None and el.name.startswith("Sort:") else ""
-    if goal and _sort_words(goal) != _sort_words(el.name[len("Sort:"):]):
-        goal = ""
-    nth = item_context(instruction) if cmd.name == "CLICK" and el is not None and _is_result(el) else ""
-    rank = nth.split()[1] if nth else ""
-    if rank and not _is_at_rank(obs, el, rank):
-        nth = rank = ""
-    click = (f"Click to sort by {goal} [{el.id}]." if goal else
-             f"To add {nth}, click the {rank} result [{el.id}]." if nth else f"Click {what}.")
-    query = re.search(r"\[([^\]]+)\]", instruction)
-    if sorting and (goal or nth) and query and query.group(1) in obs.title:
-        # a task that sorts: the thought first copies the results page's title, whose end says whether the list is
-        # sorted ("Search: <q> (sorted)"), so sort again or open a result is decided by the token just copied, not
-        # by a mark far back in the prompt (a seed that had not fitted it clicked the sort link again to the step cap;
-        # docs/method.md §1)
-        click = f"{obs.title}. {click}"
-    return {"CLICK": click,
-            "TYPE": f"Type {lead + ' ' if lead else ''}[{cmd.arg}] into {what}.",
-            "SELECT": f"Set {what} to {choose}.", "CLEAR": f"Clear {what}.",
-            "SCROLL": f"Scroll {str(cmd.arg).lower()} to see more.", "GOTO": f"Open {cmd.arg}.",
-            "GO_BACK": "Go back to the previous page.", "STOP": "The task is complete."}[cmd.name]
-
-
-def task_context(instruction: str, text: str) -> str:
-    """The word the task writes just before ``[text]`` (two when it names an item: ``second item``), or "".
-
-    Why: the planted copy circuit (``recipes/scratch_copy/circuit.py``) starts a copy by matching the two tokens before
-    the text. ``Type [`` matches every ``[`` of the task alike, so the copy of a multi-item task's
-    second title started at a random bracket; ``Type item 2 [`` matches only the second item's (measured with the
-    planted weights alone on held-out steps, BUILD_NOTES.md: 4 -> 76 of 80 multi_cart titles, 4 -> 20 of 20 webshop
-    queries with ``model.circuit_bigram`` 0.7); with ``item_names="ordinal"`` the task writes ``second item [``,
-    matched alike."""
-    i = instruction.find(f"[{text}]")
-    words = instruction[:i].split() if i > 0 else []
-    if not words:
-        return ""
-    two = words[-1].isdigit() or words[-1] == "item"
-    return " ".join(words[-2:]) if two and len(words) > 1 else words[-1]
-
-
-_HEADING = re.compile(r'^heading "(\w+) ([^"\n]*)"$', re.M)
-_ITEM = re.compile(r"\bitem \[([^\]\n]+)\]")
-
-
-def done_context(instruction: str, obs: Observation | None, cmd: Command) -> str:
-    """On a page whose heading reports one of the task's items by name (``heading "Added <item> to your cart"``:
-    a word, then the name the task writes as ``<nth> item [<item>]``), that word and name, then the task's own text
-    after the name up to the item after it (``"Added Sierra Lite Plug Charger] with count [3 pack]; third item
-    [Lumen Nova Boots]``) or to the end of the list (``… count [4 pack].``), when the command is the one that text
-    leads to: TYPE of that next item, or a CLICK where the list has ended. Otherwise "".
-
-    Why: after adding an item the model typed the item it had just added again, to the step limit (multi_cart 0 of
-    33 held-out for every SFT seed, BUILD_NOTES.md): which item comes next is a decision some 300 tokens
-    away. Written this way the thought starts as a copy of the heading (``"Added`` are the page's own two pieces,
-    where the planted copy circuit starts), the name's last word is followed by the task's continuation, and
-    whether another item follows is the task's next piece (``];`` or ``].``), a copy too. The copy crosses the
-    option phrases and ``; second item [`` only with the circuit's three-piece match (``model.circuit_trigram``):
-    with two pieces ``] with`` after every name sent it to the first item's options. Only tasks that name their items
-    ``second item [..]`` (the shop's ``item_names="ordinal"``, the default and large presets' setting) get this
-    thought (BUILD_NOTES.md, "multi_cart's first successes")."""
-    if obs is None or cmd.name not in ("TYPE", "CLICK"):
-        return ""
-    items = [(m.group(1), m.end()) for m in _ITEM.finditer(instruction)]
-    for h in _HEADING.finditer(obs.text):
-        word, said = h.group(1), h.group(2)
-        found = [(name, end) for name, end in items if said == name or said.startswith(name + " ")]
-        if not found:
-            continue
-        name, end = max(found, key=lambda f: len(f[0]))
-        rest, depth = instruction[end:], 0  # the task after the name's closing bracket
-        for i, ch in enumerate(rest):
-            depth += (ch == "[") - (ch == "]")
-            if depth == 0 and ch in ";.":
-                break
-        else:
-            return ""
-        if ch == ".":
-            return f'"{word} {name}]{rest[:i + 1]}' if cmd.name == "CLICK" else ""
-        nxt = re.match(r";\s*\w+ item \[([^\]]*)\]", rest[i:])
-        if nxt and cmd.name == "TYPE" and cmd.arg == nxt.group(1):
-            return f'"{word} {name}]{rest[:i]}{nxt.group(0)}'
-        return ""
-    return ""
-
-
-def sort_context(instruction: str) -> str:
-    """The task's words after ``sort by`` up to the next comma or full stop (``price from high to low``), or "".
-
-    Why: the thought then copies the sort the task asks for (``sort by`` is the task's own two tokens, so the copy
-    circuit starts there) and writes the link's id right after the copied words, so the word that decides the id
-    (``low`` / ``high`` / ``rating``) is one of the two tokens before it, which the planted previous-token heads
-    carry to the id's position (measured in BUILD_NOTES.md: with the link named in between, 54 % of the
-    training episodes' sort clicks were right after 1,000 SFT steps, chance; with the id right after, 83 %)."""
-    m = re.search(r"\bsort by ([^,.;]+)", instruction)
-    return m.group(1).strip() if m else ""
-
-
-def item_context(instruction: str) -> str:
-    """The task's words for the rank of the item to add (``the third item``), or "".
-
-    Why: which result to open is then a fixed link from the rank word to the result's id (results follow the same
-    header on every results page), and the thought says the rank word again two tokens before the id (``click the
-    third result [11]``), where the planted previous-token heads carry it (measured in BUILD_NOTES.md: rank
-    word five tokens back, 30 % of training rank clicks right, chance; two tokens back, 89 %)."""
-    m = re.search(r"\badd (the \w+ item)\b", instruction)
-    return m.group(1) if m else ""
-
-
-def _is_at_rank(obs: Observation, el, rank: str) -> bool:
-    """Whether ``el`` is the page's ``rank``-th product link (``third``: the shop's task words for a rank)."""
-    results = [e.id for e in obs.elements if _is_result(e)]
-    k = ORDINALS_EN.index(rank) if rank in ORDINALS_EN else len(results)
-    return k < len(results) and results[k] == el.id
-
-
-def _sort_words(text: str) -> list[str]:
-    """A sort's words without the filler (``price from low to high`` and the link's ``Price low to high`` agree)."""
-    return [w for w in text.lower().split() if w != "from"]
-
-
-def _is_result(el) -> bool:
-    """A product link of a results list (the shop's item pages)."""
-    return el.role == "link" and "/item/" in (el.href or "")

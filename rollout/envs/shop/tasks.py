@@ -249,7 +249,8 @@ class TaskMaker:
                 # item_names="ordinal": "second item [B]"; the ordinal is one piece, so the planted copy circuit's
                 # three-piece match crosses "]; second item [" to the right name ("item 2" splits as ▁item ▁ 2:
                 # ambiguous after every name), and the oracle's thought after an added item copies the task on
-                # (rollout/policies/oracle.py:done_context; the default and large presets: BUILD_NOTES.md)
+                # (the scratch_copy recipe's wording, recipes/scratch_copy/thoughts.py; the default and large
+                # presets: BUILD_NOTES.md)
                 parts = [(f"{ORDINALS_EN[j]} item " if self.item_names == "ordinal" else f"item {j + 1} ")
                          + typed(it["title"])
                          + (f" with {_opt_phrase(self.catalog, it['options'], False)}" if it["options"] else "")

@@ -1,0 +1,137 @@
+"""How the noisy oracle words its thoughts: named thought writers, one of which a run selects (``thoughts``).
+
+A writer is ``fn(cmd, obs, instruction="", page_ids="before") -> str``: the thought line before the command
+``cmd`` on the page ``obs`` (None for a malformed output's thought, which names no page) of the task
+``instruction``, with ``page_ids`` the run's setting for where a page line puts its element's id
+(``prompt.PAGE_IDS``). Whatever the wording, a thought says what its command does and nothing it does not: a sort
+or rank thought only where the command clicks the task's sort or the result at the task's rank, so a wrong click
+(the noisy oracle's mistakes) gets the plain ``Click <element>.``.
+
+Built in: ``plain``, plain English for any model, pretrained ones first: an element as the prompt's page shows it
+under ``page_ids`` (``[7] link "Sort: Rating"`` or ``link "Sort: Rating"[7]``), typed text and a chosen option in
+brackets as the command writes them (``[red]``), and where the command is one of the task's decisions, the
+decision and its reason (``Sort by price from low to high, as the task asks: click [6] link "Sort: Price low to
+high".``; ``The task asks for the second item, and [10] link "Mug 1" is the second result: click it.``).
+
+A model that needs its own wording registers it from its recipe (``recipes/``) with ``register_thoughts``, and with
+it whether the valid-argument decoding holds that wording's settings to their form (``setting_form``,
+``rollout/policies/constrain.py``); this module never imports a recipe. The task-reading helpers below (the sort
+the task asks for, the item rank it asks for, whether a link is that sort or the result at that rank) serve every
+writer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Callable
+
+from rollout.core import Command, Observation
+from rollout.envs.shop.tasks import ORDINALS_EN
+from rollout.harness.observe import format_node
+from rollout.policies.prompt import page_form
+
+DEFAULT = "plain"
+HINT = "a recipe registers more: recipes.register_all(), or recipes.get(name).register() (recipes/)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Thoughts:
+    """A registered wording: its writer, and whether the valid-argument decoding holds a thought that sets a
+    combobox to that wording's own form (``constrain.OutputGrammar``'s ``setting_form``)."""
+    write: Callable[..., str]
+    setting_form: bool = False
+
+
+# ---------------------------------------------------------------- what the task asks for
+def task_sort(instruction: str) -> str:
+    """The task's words for the order it asks for, after ``sort by`` up to the next comma or full stop
+    (``price from high to low``), or ""."""
+    m = re.search(r"\bsort by ([^,.;]+)", instruction)
+    return m.group(1).strip() if m else ""
+
+
+def task_item(instruction: str) -> str:
+    """The task's words for the rank of the item to add (``the third item``), or ""."""
+    m = re.search(r"\badd (the \w+ item)\b", instruction)
+    return m.group(1) if m else ""
+
+
+def sort_words(text: str) -> list[str]:
+    """A sort's words without the filler (``price from low to high`` and the link's ``Price low to high`` agree)."""
+    return [w for w in text.lower().split() if w != "from"]
+
+
+def is_result(el) -> bool:
+    """A product link of a results list (the shop's item pages)."""
+    return el.role == "link" and "/item/" in (el.href or "")
+
+
+def is_at_rank(obs: Observation, el, rank: str) -> bool:
+    """Whether ``el`` is the page's ``rank``-th product link (``third``: the shop's task words for a rank)."""
+    results = [e.id for e in obs.elements if is_result(e)]
+    k = ORDINALS_EN.index(rank) if rank in ORDINALS_EN else len(results)
+    return k < len(results) and results[k] == el.id
+
+
+def sort_asked(cmd: Command, el, instruction: str) -> str:
+    """The task's sort words (``task_sort``) when ``cmd`` clicks the sort link ``el`` that is that sort, else ""."""
+    goal = task_sort(instruction) if cmd.name == "CLICK" and el is not None and el.name.startswith("Sort:") else ""
+    return goal if goal and sort_words(goal) == sort_words(el.name[len("Sort:"):]) else ""
+
+
+def item_asked(cmd: Command, obs: Observation | None, el, instruction: str) -> str:
+    """The task's words for the item to add (``task_item``: ``the third item``) when ``cmd`` clicks the result
+    ``el`` at that rank, else ""."""
+    nth = task_item(instruction) if cmd.name == "CLICK" and el is not None and is_result(el) else ""
+    return nth if nth and is_at_rank(obs, el, nth.split()[1]) else ""
+
+
+# ---------------------------------------------------------------- the plain wording
+def element_ref(el, page_ids: str = "before") -> str:
+    """An element as the prompt's page line names it under ``page_ids`` (``[7] link "Sort: Rating"`` or ``link
+    "Sort: Rating"[7]``): the harness's line head, moved by the prompt's own ``page_form``."""
+    return page_form(format_node({"id": el.id, "role": el.role, "name": el.name}), page_ids)
+
+
+def plain(cmd: Command, obs: Observation | None, instruction: str = "", page_ids: str = "before") -> str:
+    """The ``plain`` writer (see the module's docstring)."""
+    el = obs.by_id(cmd.id) if (obs is not None and cmd.id) else None
+    what = element_ref(el, page_ids) if el is not None else (f"element {cmd.id}" if cmd.id else "")
+    if cmd.name == "CLICK":
+        sort, nth = sort_asked(cmd, el, instruction), item_asked(cmd, obs, el, instruction)
+        if sort:
+            return f"Sort by {sort}, as the task asks: click {what}."
+        if nth:
+            return f"The task asks for {nth}, and {what} is the {nth.split()[1]} result: click it."
+        return f"Click {what}."
+    return {"TYPE": f"Type [{cmd.arg}] into {what}.", "SELECT": f"Set {what} to [{cmd.arg}].",
+            "CLEAR": f"Clear {what}.", "SCROLL": f"Scroll {str(cmd.arg).lower()} to see more.",
+            "GOTO": f"Open {cmd.arg}.", "GO_BACK": "Go back to the previous page.",
+            "STOP": "The task is complete."}[cmd.name]
+
+
+# ---------------------------------------------------------------- the registry
+THOUGHTS: dict[str, Thoughts] = {"plain": Thoughts(plain)}
+
+
+def register_thoughts(name: str, fn: Callable[..., str], *, setting_form: bool = False) -> None:
+    """``thoughts=name`` words the oracle's thoughts with ``fn``; ``setting_form``: the valid-argument decoding holds
+    a setting thought to ``fn``'s form. Registering the same again is a no-op, another one under a taken name an
+    error."""
+    entry = Thoughts(fn, setting_form)
+    if THOUGHTS.get(name, entry) != entry:
+        raise ValueError(f"thoughts={name!r} is registered already (by {THOUGHTS[name].write.__module__}); "
+                         "pick another name")
+    THOUGHTS[name] = entry
+
+
+def thoughts(name: str) -> Thoughts:
+    """The wording registered as ``name``; ValueError naming the known ones otherwise."""
+    if name not in THOUGHTS:
+        raise ValueError(f"thoughts={name!r}: expected one of {sorted(THOUGHTS)}; {HINT}")
+    return THOUGHTS[name]
+
+
+def thought_writer(name: str) -> Callable[..., str]:
+    """The writer registered as ``name``: ``fn(cmd, obs, instruction="", page_ids="before") -> str``."""
+    return thoughts(name).write
