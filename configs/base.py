@@ -44,8 +44,6 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         kto_reachable=False,  # plain KTO: no items at nodes from which no successful end is reachable (§6)
         sft_shortest=False,  # SFT imitates only the successful branches nearest a goal (drops undone detours)
         copy_swap=0.0,  # probability of swapping each copied string per draw (tgpo_jax/data/augment.py; 0 = off)
-        decision_weight=1.0,  # SFT: loss weight of decision tokens vs copies (tgpo_jax/data/decisions.py; 1 = off)
-        head_weight=1.0, head_words=1,  # SFT: loss weight of the thought's first words (collate.head_span; 1 = off)
         family_balance=False,  # SFT: every task family weighs alike in the loss (data/pipeline.py:family_weights)
         shuffle_seed=0,
     ))

@@ -19,6 +19,11 @@
            tasks; float32 on CPUs without bf16 units (model.dtype 'auto')
   miniwob  learning in minutes: SFT of the 'copy' model on three MiniWoB++ tasks (focus-text, click-button,
            click-link), evaluated on held-out seeds (the slow learning test, tests/test_learning.py)
+The shop is the same whatever model a preset trains, its tasks' wording included (env.item_names "ordinal"); what
+only the from-scratch 'copy' model needs (its planted circuit and the circuit's freeze, element ids as tokenizer
+pieces, the noisy oracle's thoughts worded for the circuit) is its recipe, recipes/scratch_copy, which the default,
+large, tiny and miniwob presets select (model.init / model.freeze copy_circuit, tokenizer.id_pieces, thoughts
+scratch_copy).
 Any preset runs on your own site with ``--config.env.name=tasks --config.env.tasks=FILE.jsonl`` (docs/tasks.md):
 the task families and title it picks for its own environment, and the shop's env.item_names, then do not apply.
 
@@ -52,11 +57,10 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     c.title = SHOP_TITLE  # with env.name=tasks: "… on <task file>"
     # name: shop | miniwob | tasks (your own site: env.tasks = a JSONL task file, docs/tasks.md; env.origin = where
     # the site is served, for the file's relative start URLs)
-    # item_names (shop, en): multi_cart names its items "item 2 [..]" (number) or "second item [..]" (ordinal: with
-    # model.circuit_trigram the copy that decides the next item; the default and large presets, BUILD_NOTES.md,
-    # "multi_cart's first successes")
+    # item_names (shop, en): multi_cart names its items "second item [..]" ("ordinal", the shop's wording for every
+    # model); "number" ("item 2 [..]", the wording before it) only re-creates the tasks of runs made with it
     c.env = ml_collections.ConfigDict(dict(name="shop", locale="en", seed=0, tasks="", origin="",
-                                           item_names="number"))
+                                           item_names="ordinal"))
     c.tasks = ml_collections.ConfigDict(dict(
         families=(),  # task families of both splits ('' / () = all: webshop, procedure, multi_cart)
         num_train=30,  # first N training tasks (families interleaved)
@@ -95,7 +99,8 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     # (recipes/scratch_copy/thoughts.py), made for its planted copy circuit. Saved with each model (policy.json): the
     # valid-argument decoding's rules follow it
     c.thoughts = "scratch_copy" if preset in ("default", "tiny", "large", "miniwob") else "plain"
-    # from-scratch models: trained on round 1; id_pieces > 0: element ids [0]..[n-1] as single pieces
+    # from-scratch models: trained on round 1; id_pieces > 0: element ids [0]..[n-1] as single pieces (the
+    # scratch_copy recipe's, recipes/scratch_copy: what its planted copy circuit matches on)
     c.tokenizer = ml_collections.ConfigDict(dict(vocab_size=2000, id_pieces=0))
     c.dataset = ml_collections.ConfigDict(dict(
         merge="either", phash_threshold=0, guard=True, alpha=3.0, q_aggregate="mean", gamma=0.9, l_min="env",
@@ -214,12 +219,12 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         # 7 of 17), TGPO after it 62 / 62 / 28 -> 54 / 52 / 56 (+3.3 [-15, +26]) (docs/method.md §7; BUILD_NOTES.md).
         # The preference methods' SFT term can take it too (data.family_balance): no change measured
         c.sft.data.family_balance = True
-        # multi_cart's items as "second item [..]" and the planted circuit's three-piece match: after adding an item
-        # the oracle's thought copies the task on to the next item or the list's end, and a checkout field's thought
-        # names the field first: SFT 52 / 54 / 34 -> 56 / 64 / 44 % on seeds 0-2 (+8.0 [-3.3, +18.7]), multi_cart 0
-        # -> 6 of 48 (BUILD_NOTES.md, "multi_cart's first successes"); on `large` SFT 59 / 64 / 43 %, multi_cart
-        # 0 -> 16 of 99
-        c.env.item_names = "ordinal"
+        # the planted circuit's three-piece match (circuit_trigram), on the shop's "second item [..]" wording of
+        # multi_cart's items: after adding an item the oracle's thought copies the task on to the next item or the
+        # list's end, and a checkout field's thought names the field first: SFT 52 / 54 / 34 -> 56 / 64 / 44 % on
+        # seeds 0-2 (+8.0 [-3.3, +18.7]), multi_cart 0 -> 6 of 48 (BUILD_NOTES.md, "multi_cart's first successes",
+        # measured against the "item 2 [..]" wording with the two-piece match); on `large` SFT 59 / 64 / 43 %,
+        # multi_cart 0 -> 16 of 99
         for m in MODEL_KINDS:
             t = c[m]
             t.model.update(circuit_recency=20, circuit_bigram=0.7, circuit_trigram=0.5)

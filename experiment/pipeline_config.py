@@ -18,7 +18,7 @@ def shop_kwargs(cfg) -> dict:
     policy.json record."""
     from rollout.envs.shop.env import shop_defaults
 
-    # a setting a saved config predates (item_names) takes the shop's default
+    # a setting the config lacks takes the shop's default
     kw = {k: cfg.env.get(k, d) for k, d in shop_defaults().items()}
     return {**kw, "seed": int(kw["seed"])}
 
@@ -55,8 +55,8 @@ def for_environment(cfg) -> None:
     """Settings a preset made for its own environment apply there only. With another ``env.name`` (any preset on
     your task file) the preset's task families (the tiny preset's shop family ``procedure``, the miniwob preset's
     MiniWoB tasks) become every family, and its title the default (which then names the task file); off the shop,
-    the shop's item wording ``env.item_names`` takes its default, so no stage records it. Families or a title given
-    on the command line that differ from the preset's are kept (``validate`` checks the families)."""
+    the shop's item wording ``env.item_names`` takes its default (no stage records it there). Families or a title
+    given on the command line that differ from the preset's are kept (``validate`` checks the families)."""
     own = cfg.get("preset_env")
     if own is not None and cfg.env.name != own.name:
         if names(cfg.tasks.families) == names(own.families):
@@ -165,7 +165,7 @@ def validate(cfg) -> None:
         raise ValueError("env.name='tasks' needs env.tasks = a JSONL task file (docs/tasks.md), and env.tasks is only "
                          f"read with it (env.name={cfg.env.name!r}, env.tasks={cfg.env.tasks!r})")
     task_file_families(cfg)
-    if cfg.env.get("item_names", "number") not in ITEM_NAMES:
+    if cfg.env.get("item_names", ITEM_NAMES[0]) not in ITEM_NAMES:
         raise ValueError(f"env.item_names={cfg.env.item_names!r}: expected {' or '.join(ITEM_NAMES)} (how multi_cart "
                          "names its items)")
     if cfg.tasks.num_train < 1 or cfg.tasks.num_test < 1:

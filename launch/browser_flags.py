@@ -31,8 +31,9 @@ def define(*, split: str, runs: int, runs_help: str, temperature: float, tempera
     flags.DEFINE_enum("locale", None, ["en", "zh"], "shop catalogue locale; default: --model's (policy.json), else en")
     flags.DEFINE_integer("shop_seed", None, "shop catalogue and task seed (the pipeline's env.seed); default: "
                          "--model's (policy.json), else 0")
-    flags.DEFINE_enum("item_names", None, list(ITEM_NAMES), "shop: how multi_cart tasks name their items "
-                      "('item 2 [..]' or 'second item [..]'); default: --model's (policy.json), else number")
+    flags.DEFINE_enum("item_names", None, list(ITEM_NAMES), "shop: how multi_cart tasks name their items: "
+                      "'second item [..]' (ordinal, the shop's wording) or 'item 2 [..]' (number, the tasks of a model "
+                      "trained before it); default: --model's (policy.json), else ordinal")
     flags.DEFINE_integer("runs", runs, runs_help)
     # how the oracle words its thoughts; for a model, the wording it trained on (policy.json)
     flags.DEFINE_string("thoughts", None, "the oracle's thought wording: plain, or a recipe's (scratch_copy, the "

@@ -128,8 +128,8 @@ def test_every_pipeline_preset_is_valid(preset):
     # the copy model's presets word the oracle's thoughts for its circuit (its recipe's), the pretrained one plainly
     assert c.thoughts == ("plain" if preset == "smollm2" else "scratch_copy")
     assert c.page_cut == ("text_first" if preset in ("default", "large", "smollm2") else "end")
-    # multi_cart's items named "second item [..]" with the circuit's three-piece match (BUILD_NOTES.md)
-    assert c.env.item_names == ("ordinal" if preset in ("default", "large") else "number")
+    # one shop for every model: multi_cart's items named "second item [..]" whatever the preset trains
+    assert c.env.item_names == "ordinal"
     assert c.sft.model.get("circuit_trigram", 0.0) == (0.5 if preset in ("default", "large") else 0.0)
     # the preference pairs' distance rules, agree and strict, on the shop presets (BUILD_NOTES.md)
     for m in ("dpo", "tgpo"):
@@ -498,14 +498,18 @@ def test_family_balance_is_in_a_stage_spec_only_when_on():
     assert collate_config(q.train_config("sft", "sft", "base", 1)).family_balance
 
 
-def test_item_names_change_multi_cart_tasks_only_and_the_default_keeps_the_stage_specs():
-    """env.item_names=ordinal names multi_cart's items "second item [..]" (the same tasks otherwise); at its default
-    the collection's spec has no such key, so runs from before the option resume instead of collecting again."""
+def test_item_names_change_multi_cart_tasks_only_and_the_stage_specs_tell_the_wordings_apart():
+    """The shop words multi_cart's items "second item [..]" (its default, every preset's); "number" re-creates the
+    "item 2 [..]" tasks of runs made with it (the same tasks otherwise). A stage's spec names the wording where it
+    words tasks and is not "number": runs made before the setting (number) and the default's and large's runs
+    (which recorded "ordinal") keep their stages, and a collection made with one wording never counts as one made
+    with the other; off the shop, and on the shop without multi_cart, the spec has no such key."""
     from configs.pipeline import get_config
     from experiment.pipeline import Pipeline
     from rollout.envs.shop.env import ShopEnv
 
-    number, ordinal = (ShopEnv(n_train=30, n_test=2, item_names=n).tasks("train") for n in ("number", "ordinal"))
+    ordinal, number = (ShopEnv(n_train=30, n_test=2, item_names=n).tasks("train") for n in ("ordinal", "number"))
+    assert [t.instruction for t in ShopEnv(n_train=30, n_test=2).tasks("train")] == [t.instruction for t in ordinal]
     assert [t.goal for t in number] == [t.goal for t in ordinal]
     for a, b in zip(number, ordinal):
         if a.family != "multi_cart":
@@ -517,13 +521,17 @@ def test_item_names_change_multi_cart_tasks_only_and_the_default_keeps_the_stage
     with pytest.raises(ValueError, match="item_names='2nd'"):
         ShopEnv(item_names="2nd")
 
-    def collect_spec(**env):
-        c = get_config("tiny")
+    def env_spec(preset="tiny", families=None, **env):
+        c = get_config(preset)
         c.env.update(env)
+        if families is not None:
+            c.tasks.families = families
         return next(s for s in Pipeline(c).stages() if s.name == "collect-r1").spec["env"]
 
-    assert "item_names" not in collect_spec()
-    assert collect_spec(item_names="ordinal")["item_names"] == "ordinal"
+    assert env_spec("default")["item_names"] == "ordinal"  # as the default's runs recorded it
+    assert env_spec(families=())["item_names"] == "ordinal"
+    assert "item_names" not in env_spec(families=(), item_names="number")  # as runs before the setting
+    assert "item_names" not in env_spec()  # the tiny preset's procedure tasks: no item to name
 
 
 PYDOCS = "docs/pydocs_tasks.jsonl"  # the worked example's task file (docs/tasks.md): one family, 'search'
@@ -554,7 +562,7 @@ def test_every_pipeline_preset_runs_on_a_task_file(preset):
     from rollout.envs.taskfile import TaskFileEnv
 
     c = _on_task_file(preset)
-    assert c.tasks.families == () and c.env.item_names == "number"
+    assert c.tasks.families == () and c.env.item_names == "ordinal"
     assert c.title == "tgpo-jax: TGPO on pydocs_tasks.jsonl"
     env = TaskFileEnv(PYDOCS, c.env.origin)  # not started: no site needed to select
     train = select_tasks(env, "train", c.tasks.num_train, (), c.tasks.families)
@@ -581,7 +589,7 @@ def test_task_families_given_on_a_task_file_are_kept_and_checked():
     c = get_config("default")
     c.env.name = "miniwob"
     normalize(c)
-    assert c.env.item_names == "number"  # a shop setting, off the shop
+    assert c.env.item_names == "ordinal"  # a shop setting, off the shop: its default
 
 
 def test_train_layers_is_in_a_stage_spec_only_when_set_and_reaches_the_model():
@@ -597,3 +605,47 @@ def test_train_layers_is_in_a_stage_spec_only_when_set_and_reaches_the_model():
     q, on = _plan(methods=("sft", "tgpo"), sft=c.sft)
     assert on["sft"].spec["train"]["model"]["train_layers"] == 2 and on["sft"].spec != off["sft"].spec
     assert model_overrides(q.train_config("sft", "sft", "base", 1).model)["train_layers"] == 2
+
+
+def test_the_retired_sft_weightings_are_refused_and_runs_made_with_them_keep_their_stages(tmp_path):
+    """data.decision_weight, data.head_weight and data.head_words (SFT loss weightings tried for the from-scratch
+    model, measured and not kept) are gone: a command line that sets one fails before any work, naming it. The
+    training stages' specs still hold them at the one value every run had, so a run whose markers recorded them
+    keeps its stages, and one made with another value is reported as changed."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from experiment.pipeline import SPEC_RETIRED
+    from experiment.stages import StageRunner, StaleStage, fingerprints
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-m", "launch.pipeline", "--config=configs/pipeline.py:tiny",
+                        "--config.sft.data.decision_weight=2", f"--config.out={tmp_path / 'never'}"],
+                       cwd=root, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "'decision_weight'" in r.stderr.splitlines()[-1], r.stderr[-2000:]
+    assert not (tmp_path / "never").exists()
+    p, stages = _plan(methods=("sft", "tgpo"))
+    assert not any(k in p.cfg[m].data for m in ("sft", "tgpo") for _, k in SPEC_RETIRED)
+    assert SPEC_RETIRED == {("data", "decision_weight"): 1.0, ("data", "head_weight"): 1.0, ("data", "head_words"): 1}
+    for m in ("sft", "tgpo"):  # as configs/base.py set them: 1.0, 1.0, 1 (the fingerprint hashes their JSON)
+        data = stages[m].spec["train"]["data"]
+        assert json.dumps([data["decision_weight"], data["head_weight"], data["head_words"]]) == "[1.0, 1.0, 1]"
+
+    def mark(specs):
+        out = [dataclasses.replace(s, spec=specs.get(s.name, s.spec)) for s in stages.values()]
+        for s, fp in zip(out, fingerprints(out).values()):
+            os.makedirs(tmp_path / "stages", exist_ok=True)
+            (tmp_path / "stages" / f"{s.name}.json").write_text(json.dumps(
+                {"name": s.name, "fingerprint": fp, "spec": s.spec, "deps": list(s.deps), "status": "done"}))
+
+    mark({})  # a finished run whose markers hold the fields
+    runner = StageRunner(str(tmp_path), list(stages.values()), log=lambda _: None)
+    runner.check()
+    assert {r["state"] for r in runner.status()} == {"done"}
+    spec = json.loads(json.dumps(stages["sft"].spec))
+    spec["train"]["data"]["decision_weight"] = 3.0
+    mark({"sft": spec})
+    with pytest.raises(StaleStage, match=r"sft \(done\): train\.data\.decision_weight: 3\.0 -> 1\.0"):
+        StageRunner(str(tmp_path), list(stages.values()), log=lambda _: None).check()

@@ -150,7 +150,7 @@ def test_the_shop_follows_the_model_unless_a_flag_says_otherwise(tmp_path, caplo
 
     from launch.browser_flags import shop_settings
 
-    default = {"locale": "en", "seed": 0, "item_names": "number"}
+    default = {"locale": "en", "seed": 0, "item_names": "ordinal"}
     # the settings the pipeline records for its models (policy.json's shop) are the ones read back here
     from configs.pipeline import get_config
     from experiment.pipeline_config import shop_kwargs
@@ -161,8 +161,8 @@ def test_the_shop_follows_the_model_unless_a_flag_says_otherwise(tmp_path, caplo
     model.mkdir()
     assert shop_settings({}, str(model)) == default  # no policy.json
     assert shop_settings({}, None) == default and shop_settings({}, "bundled") == default
-    (model / "policy.json").write_text(json.dumps({"prompt_style": "compact", "item_names": "ordinal"}))  # older
-    assert shop_settings({}, str(model)) == {**default, "item_names": "ordinal"}
+    (model / "policy.json").write_text(json.dumps({"prompt_style": "compact", "item_names": "number"}))  # older
+    assert shop_settings({}, str(model)) == {**default, "item_names": "number"}  # its tasks' wording re-created
     trained = {"locale": "zh", "seed": 3, "item_names": "ordinal"}
     (model / "policy.json").write_text(json.dumps({"prompt_style": "compact", "shop": trained}))
     assert shop_settings({}, str(model)) == trained

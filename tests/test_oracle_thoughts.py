@@ -96,7 +96,7 @@ def test_oracle_thought_after_adding_an_item_copies_the_task_on_to_the_next_item
     from rollout.policies.constrain import OutputGrammar, StepStrings, quoted_strings
     from recipes.scratch_copy.thoughts import done_context, explain as _explain
 
-    task = next(t for t in ShopEnv(n_train=60, n_test=2, item_names="ordinal").tasks("train")
+    task = next(t for t in ShopEnv(n_train=60, n_test=2).tasks("train")
                 if t.family == "multi_cart" and len(t.goal["items"]) == 3)
     titles = [it["title"] for it in task.goal["items"]]
     elements = (Element(id="2", role="textbox", name="Search"), Element(id="5", role="link", name="View cart"))
@@ -129,8 +129,9 @@ def test_oracle_thought_after_adding_an_item_copies_the_task_on_to_the_next_item
     assert done_context(odd, added("Kettle"), Command("TYPE", "2", "Kettle Pro")) == \
         '"Added Kettle] with size [1.5 L]; second item [Kettle Pro]'
     assert done_context(odd, added("Kettle Pro"), Command("CLICK", "5")) == '"Added Kettle Pro].'
-    # the default phrasing (item_names="number": "item 2 [..]") keeps the plain thoughts: the lever is opt-in
-    plain = next(t for t in ShopEnv(n_train=60, n_test=2).tasks("train") if t.task_id == task.task_id).instruction
+    # the older wording (item_names="number": "item 2 [..]", a saved model's tasks) keeps the plain thoughts
+    plain = next(t for t in ShopEnv(n_train=60, n_test=2, item_names="number").tasks("train")
+                 if t.task_id == task.task_id).instruction
     assert _explain(Command("TYPE", "2", titles[1]), added(titles[0]), plain) == \
         f'Type item 2 [{titles[1]}] into textbox "Search"[2].'
     # the valid-argument decoding accepts both thoughts with their commands, prefix by prefix
@@ -160,7 +161,7 @@ def test_oracle_thought_for_a_form_field_names_the_field_first_and_its_word_lead
     # the value typed into the other field: the field's word is not the task's word before it, the plain thought
     assert _explain(Command("TYPE", "6", name), form, ins) == f'Type name [{name}] into textbox "Address"[6].'
     first = task.goal["items"][0]["title"]
-    assert _explain(Command("TYPE", "2", first), form, ins) == f'Type item 1 [{first}] into textbox "Search"[2].'
+    assert _explain(Command("TYPE", "2", first), form, ins) == f'Type first item [{first}] into textbox "Search"[2].'
     grammar = OutputGrammar(StepStrings(ids=frozenset({"2", "5", "6"}), options={}, typed=quoted_strings(ins)),
                             setting_form=True)
     out = f"Thought: {_explain(Command('TYPE', '6', addr), form, ins)}\nCommand: TYPE [6] [{addr}]"

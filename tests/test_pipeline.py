@@ -113,7 +113,8 @@ def test_collect_cli_prompts_a_pipeline_model_as_it_was_trained(run, tmp_path):
     with open(os.path.join(model, POLICY_FILE)) as f:
         saved = json.load(f)
     assert saved["page_ids"] == "before" and saved["history_last"] is False and saved["page_cut"] == "end"
-    assert saved["shop"] == {"locale": "en", "seed": 0, "item_names": "number"}  # the shop launch.evaluate / collect default to
+    # the shop launch.evaluate / collect default to
+    assert saved["shop"] == {"locale": "en", "seed": 0, "item_names": "ordinal"}
     assert saved["evaluation"] == {"constrain": True, "max_tokens": 24, "max_steps": 6, "step_slack": 6}
     with open(os.path.join(model, POLICY_FILE), "w") as f:
         json.dump({**saved, "page_ids": "after", "history_last": True, "page_cut": "text_first"}, f)

@@ -83,13 +83,40 @@ def test_the_preset_builds_what_the_recipe_builds(spm_tokenizer_dir, spm_tokeniz
     assert not np.array_equal(np.asarray(plain["embed"]), np.asarray(got["embed"]))  # the check can fail
 
 
+def test_the_recipes_id_pieces_train_the_tokenizer_the_id_option_trained(tmp_path):
+    """tokenizer.id_pieces = n through the recipe (``scratch_copy.id_pieces``, the library's ``extra_pieces``) trains
+    the very tokenizer the library's own id option did: SentencePiece trained as it trained it (the chat symbols,
+    then the ids ``[0]`` .. ``[n-1]`` as user-defined symbols), byte for byte, the ids at 6 .. n + 5."""
+    import io
+
+    import sentencepiece as spm
+
+    from tgpo_jax.models.tokenizer import train_sentencepiece
+
+    assert scratch_copy.id_pieces(0) == [] and scratch_copy.id_pieces(3) == ["[0]", "[1]", "[2]"]
+    corpus = [f"[{i}] button \"Buy\"\nCommand: SELECT [{i}] [red]\nTYPE [2] [12 oz] then [1x]" for i in range(30)] * 5
+    got = train_sentencepiece(corpus, str(tmp_path / "tok"), vocab_size=360, extra_pieces=scratch_copy.id_pieces(20))
+    buf = io.BytesIO()  # the id option's training: its arguments, the ids written out here
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus), model_writer=buf, vocab_size=360, model_type="bpe",
+        pad_id=0, bos_id=1, eos_id=2, unk_id=3,
+        user_defined_symbols=["<|im_start|>", "<|im_end|>"] + ["[%d]" % i for i in range(20)],
+        byte_fallback=True, character_coverage=1.0, normalization_rule_name="identity",
+        remove_extra_whitespaces=False, split_digits=True, allow_whitespace_only_pieces=True, minloglevel=2)
+    with open(os.path.join(got, "tokenizer.model"), "rb") as f:
+        assert f.read() == buf.getvalue()
+    sp = spm.SentencePieceProcessor(model_proto=buf.getvalue())
+    assert [sp.id_to_piece(i) for i in range(4, 26)] == ["<|im_start|>", "<|im_end|>"] + [f"[{i}]" for i in range(20)]
+
+
 LIBRARY_WORDS = ("copy_circuit", "circuit_recency", "circuit_bigram", "circuit_trigram", "CircuitConfig",
-                 "init_planted", "frozen_mask", "recency_token_ids", "import recipes", "from recipes")
+                 "init_planted", "frozen_mask", "recency_token_ids", "import recipes", "from recipes", "id_pieces")
 
 
 def test_the_library_names_nothing_of_the_circuit():
     """tgpo_jax reads model.init / model.freeze only as names to look up; the circuit's own settings
-    (model.circuit_*) are read by the recipe alone, so no library file names them, with no exception."""
+    (model.circuit_*) and its tokenizer's id pieces (tokenizer.id_pieces) are read by the recipe alone, so no library
+    file names them, with no exception."""
     found = []
     for base, dirs, files in os.walk(os.path.join(ROOT, "tgpo_jax")):
         dirs[:] = [d for d in dirs if not d.startswith((".", "__pycache__"))]

@@ -43,9 +43,12 @@ def test_missing_tokenizer_is_a_clear_error(tmp_path):
         load_tokenizer(str(tmp_path / "nowhere"))
 
 
-def test_id_pieces_make_element_ids_single_tokens_and_leave_free_text_brackets(tmp_path):
+def test_extra_pieces_are_single_tokens_and_leave_the_rest_of_the_text_alone(tmp_path):
+    """``extra_pieces`` (here element ids, as the scratch_copy recipe gives them) are each one token wherever they
+    occur; the free text beside them keeps its own opening bracket and round-trips."""
     corpus = [f"[{i}] button \"Buy\"\nCommand: SELECT [{i}] [red]\nTYPE [2] [12 oz] then [1x]" for i in range(30)] * 5
-    tok = load_tokenizer(train_sentencepiece(corpus, str(tmp_path / "ids"), vocab_size=400, id_pieces=50))
+    ids = [f"[{i}]" for i in range(50)]
+    tok = load_tokenizer(train_sentencepiece(corpus, str(tmp_path / "ids"), vocab_size=400, extra_pieces=ids))
     pieces = tok.convert_ids_to_tokens(tok("SELECT [6] [red]\n[12] button", add_special_tokens=False)["input_ids"])
     assert "[6]" in pieces and "[12]" in pieces  # one token per element id
     assert not any(p.startswith(("[6", "▁[6", "[12", "▁[12")) and p not in ("[6]", "[12]") for p in pieces)
@@ -54,3 +57,6 @@ def test_id_pieces_make_element_ids_single_tokens_and_leave_free_text_brackets(t
     assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text  # round trip
     plain = load_tokenizer(train_sentencepiece(corpus, str(tmp_path / "plain"), vocab_size=340))
     assert "[6]" not in plain.convert_ids_to_tokens(plain("SELECT [6] [red]", add_special_tokens=False)["input_ids"])
+    for bad in (["[1]", "[1]"], ["<|im_end|>"], [""]):
+        with pytest.raises(ValueError, match="extra_pieces: expected distinct, non-empty symbols"):
+            train_sentencepiece(corpus, str(tmp_path / "bad"), vocab_size=400, extra_pieces=bad)

@@ -197,14 +197,14 @@ def sft_loss(
     token_logps: Array,  # [N, T] log πθ of each target token
     loss_mask: Array,  # [N, T] bool/0-1, True on action tokens only (prompt tokens never carry loss)
     focal_gamma: float = 0.0,
-    token_weight: Array | None = None,  # [N, T] >= 0 per-token weight (decision weight); None = all 1
+    token_weight: Array | None = None,  # [N, T] >= 0 per-token weight (family balance); None = all 1
 ) -> tuple[Array, Metrics]:
     """Token-mean negative log-likelihood over the masked (action) tokens.
 
     ``focal_gamma`` > 0: the focal form -(1 - p)^γ log p (Lin et al. 2017). Why: most action tokens are copies the
     model gets right early (p → 1), and their mean hides the few decision tokens it still gets wrong; the focal
     weight leaves those the gradient (docs/method.md §7). ``token_weight``: a weighted mean instead,
-    Σ w·(-log p) / Σ w over the mask (the decision weight: ``tgpo_jax/data/decisions.py``). The metrics' ``nll``
+    Σ w·(-log p) / Σ w over the mask (each task family's weight: ``data.family_balance``). The metrics' ``nll``
     and ``ppl`` are the plain mean."""
     mask = jnp.asarray(loss_mask).astype(bool)
     n_tokens = jnp.sum(mask).astype(jnp.float32)

@@ -1,7 +1,8 @@
 """The from-scratch 'copy' model's recipe: the planted copy circuit (``circuit.py``) as ``model.init=copy_circuit``
 and its freeze as ``model.freeze=copy_circuit``, with the settings both read from ``cfg.model``
 (``model.circuit_recency``, ``model.circuit_recency_after``, ``model.circuit_bigram``, ``model.circuit_trigram``),
-and the noisy oracle's thoughts worded for that circuit (``thoughts.py``) as ``thoughts=scratch_copy``.
+the element ids its tokenizer keeps as single pieces (``id_pieces``, from ``tokenizer.id_pieces``), and the noisy
+oracle's thoughts worded for that circuit (``thoughts.py``) as ``thoughts=scratch_copy``.
 
 ``register()`` hands the first two to the training loop's registry (``tgpo_jax/training/registry.py``) and the
 wording to the oracle's (``rollout/policies/thoughts.py``); the presets that select them are configs/models.py
@@ -32,6 +33,16 @@ def planted(mc, m, tokenizer):
 def freeze(mc, m):
     """model.freeze=copy_circuit: path -> True where fine-tuning leaves the planted circuit alone."""
     return frozen_mask(mc, circuit_config(m))
+
+
+def id_pieces(n: int) -> list[str]:
+    """The element ids ``[0]`` .. ``[n-1]`` as user-defined tokenizer symbols (``tokenizer.id_pieces`` = n; 0: none),
+    for the library's SentencePiece training (``extra_pieces``). Why: the circuit copies a command's value
+    (``SELECT [6] [red]``) by matching the tokens before it; with the id split into ``[``, digits and ``]``, ``[``
+    opened ids and free text alike, and that match tied with every ``[`` of the prompt. As single pieces, ``▁[``
+    opens only free text, and the ids are pieces that turn the circuit's recency term on
+    (``model.circuit_recency_after``; BUILD_NOTES.md, "Id pieces and a gated recency term")."""
+    return [f"[{i}]" for i in range(int(n))]
 
 
 def register() -> None:

@@ -30,21 +30,20 @@ def thought(cmd: Command, obs: Observation | None, instruction: str = "", page_i
 
 
 def explain(cmd: Command, obs: Observation | None, instruction: str = "") -> str:
-    """A short, plan-style explanation of a command (Agent Q's thought). Names are quoted as the page quotes them
-    and followed by the element's id with no space between (``link "Sort: Rating"[7]``, as ``page_ids="after"`` writes
-    the page: the id then follows the name's last word and its closing quote, the two tokens the copy circuit
-    matches, and the command repeats the thought), typed text is
-    written as the task and the command write it (``[text]``), led by the word(s) the task puts before it
-    (``Type item 2 [text]``, ``Type second item [text]``, see ``task_context``; into a form field whose label ends
-    with that word, the field first: ``Fill textbox "Address"[6] with address [text].``), a chosen option as the task
-    names it (``color [red]``), after the combobox it sets (``Set combobox "color"[6] to color [red].``: the element
-    is decided first, by the page, and its name then leads the value as in the task; with the value first the model
-    named the commonest option, "color", and copied that option's value into another combobox, BUILD_NOTES.md) and a
-    sort link's id right after the task's own words for the sort (``Click to sort by price from high to low [7].``)
-    and a result's id right after its rank word (``To add the third item, click the third result [11].``; on a task
-    that sorts both start with the results page's title, whose end says whether the list is sorted), so a thought
-    repeats the page and the task token for token, and the words that decide an id are the one or two tokens before
-    it.
+    """A short, plan-style explanation of a command (Agent Q's thought). Names are quoted as the page quotes them and
+    followed by the element's id with no space between (``link "Sort: Rating"[7]``, as ``page_ids="after"`` writes the
+    page: the id then follows the name's last word and its closing quote, the two tokens the copy circuit matches, and
+    the command repeats the thought), typed text is written as the task and the command write it (``[text]``), led by
+    the word(s) the task puts before it (``Type second item [text]``, or ``Type item 2 [text]`` in the older wording,
+    see ``task_context``; into a form field whose label ends with that word, the field first: ``Fill textbox
+    "Address"[6] with address [text].``), a chosen option as the task names it (``color [red]``), after the combobox it
+    sets (``Set combobox "color"[6] to color [red].``: the element is decided first, by the page, and its name then
+    leads the value as in the task; with the value first the model named the commonest option, "color", and copied that
+    option's value into another combobox, BUILD_NOTES.md) and a sort link's id right after the task's own words for the
+    sort (``Click to sort by price from high to low [7].``) and a result's id right after its rank word (``To add the
+    third item, click the third result [11].``; on a task that sorts both start with the results page's title, whose end
+    says whether the list is sorted), so a thought repeats the page and the task token for token, and the words that
+    decide an id are the one or two tokens before it.
 
     Why the sort's words: the thought then copies the sort the task asks for (``sort by`` is the task's own two
     tokens, so the copy circuit starts there) and writes the link's id right after the copied words, so the word that
@@ -97,8 +96,8 @@ def task_context(instruction: str, text: str) -> str:
     the text. ``Type [`` matches every ``[`` of the task alike, so the copy of a multi-item task's
     second title started at a random bracket; ``Type item 2 [`` matches only the second item's (measured with the
     planted weights alone on held-out steps, BUILD_NOTES.md: 4 -> 76 of 80 multi_cart titles, 4 -> 20 of 20 webshop
-    queries with ``model.circuit_bigram`` 0.7); with ``item_names="ordinal"`` the task writes ``second item [``,
-    matched alike."""
+    queries with ``model.circuit_bigram`` 0.7); the shop's tasks write ``second item [`` (the older wording,
+    ``item_names="number"``, ``item 2 [``), matched alike."""
     i = instruction.find(f"[{text}]")
     words = instruction[:i].split() if i > 0 else []
     if not words:
@@ -125,8 +124,9 @@ def done_context(instruction: str, obs: Observation | None, cmd: Command) -> str
     whether another item follows is the task's next piece (``];`` or ``].``), a copy too. The copy crosses the
     option phrases and ``; second item [`` only with the circuit's three-piece match (``model.circuit_trigram``):
     with two pieces ``] with`` after every name sent it to the first item's options. Only tasks that name their items
-    ``second item [..]`` (the shop's ``item_names="ordinal"``, the default and large presets' setting) get this
-    thought (BUILD_NOTES.md, "multi_cart's first successes")."""
+    ``second item [..]`` (the shop's wording) get this thought: the ordinal is one piece, so the three-piece match
+    crosses ``]; second item [`` to the right name, while ``item 2`` (the older wording, ``item_names="number"``)
+    splits as ``▁item ▁ 2``, the same pieces after every name (BUILD_NOTES.md, "multi_cart's first successes")."""
     if obs is None or cmd.name not in ("TYPE", "CLICK"):
         return ""
     items = [(m.group(1), m.end()) for m in _ITEM.finditer(instruction)]

@@ -15,7 +15,6 @@ merge across the boundary) and ends with EOS, trained once.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Sequence
 
 import numpy as np
@@ -43,9 +42,6 @@ class CollateConfig:
     max_pairs: int = 6  # P: pairs per example
     max_items: int = 8  # I: KTO items per example
     kl_slot: bool = True  # KTO: add a mismatched completion for the KL estimate
-    decision_weight: float = 1.0  # SFT: loss weight of decision tokens vs copies (decisions.py; 1 = token mean)
-    head_weight: float = 1.0  # SFT: loss weight of the thought's first head_words words (1 = token mean)
-    head_words: int = 1
     # SFT and the preference methods' SFT term: each task family (the record's meta "family") weighs alike in that
     # loss, whatever its share of the steps (pipeline.family_weights; docs/method.md §7 "family balance")
     family_balance: bool = False
@@ -62,14 +58,9 @@ class CollateConfig:
             raise ValueError(f"layout {self.layout!r}: expected one of {LAYOUTS}")
         if self.method == "traj_dpo" and self.layout != "plain":
             raise ValueError("method traj_dpo needs layout 'plain': every step of a trajectory pair has its own prompt")
-        if not self.decision_weight > 0:
-            raise ValueError(f"decision_weight={self.decision_weight}: must be > 0 (1 = every token alike)")
         if self.family_balance and not (self.method == "sft" or self.sft_slots):
             raise ValueError(f"family_balance weighs SFT's loss or the SFT term; method {self.method!r} without "
                              "the SFT term (loss.sft_alpha) has no use for it")
-        if not self.head_weight > 0 or self.head_words < 1:
-            raise ValueError(f"head_weight={self.head_weight}, head_words={self.head_words}: expected a weight > 0 "
-                             "(1 = every token alike) and at least one word")
         if self.margin_decisions and self.method not in ("dpo", "tgpo"):
             raise ValueError(f"margin_decisions is a DPO / TGPO setting (method {self.method!r})")
         if self.pairs.kto_reachable and self.method != "kto":  # KTO-Tree's labels come from Q, not from the runs
@@ -136,7 +127,8 @@ def empty_example(cfg: CollateConfig) -> dict[str, np.ndarray]:
         "pred": np.zeros((r, l), np.int32),  # index of the token whose hidden state predicts this one
         "slot": np.full((r, l), -1, np.int32),  # slot of a loss-carrying token, -1 elsewhere
         "slot_pos": np.zeros((r, l), np.int32),  # index of a loss-carrying token within its action
-        # SFT loss weight of a loss-carrying token (DPO / TGPO with margin_decisions: 1 decision, 0 copy), 0 elsewhere
+        # loss weight of a loss-carrying token, 0 elsewhere: 1 (SFT: its family's weight with family_balance, set by
+        # data/pipeline.py; DPO / TGPO with margin_decisions: 1 decision, 0 copy)
         "token_weight": np.zeros((r, l), np.float32),
         "slot_valid": np.zeros((s,), bool),
         "slot_behaviour": np.zeros((s,), np.float32),
@@ -174,48 +166,13 @@ def _place(ex_: dict, row: int, start: int, ids: Sequence[int], segment: int, po
     return start + n
 
 
-def token_weights(prompt: Sequence[int], seqs, cfg: CollateConfig, heads=None) -> dict[int, np.ndarray | float]:
-    """{slot: per-token loss weight}. SFT: ``decision_weight`` on decision tokens, 1 on copies, times ``head_weight``
-    on the thought's first words; ``heads``: {slot: ``head_span``} (None: no thought). DPO / TGPO with
-    ``margin_decisions``: 1 on decision tokens, 0 on copies (the pair margin's tokens)."""
-    if cfg.margin_decisions:
-        table = continuations(prompt)
-        return {slot: decision_mask(prompt, ids, table).astype(np.float32) for slot, ids in seqs}
-    if cfg.method != "sft" or (cfg.decision_weight == 1.0 and cfg.head_weight == 1.0):
+def token_weights(prompt: Sequence[int], seqs, cfg: CollateConfig) -> dict[int, np.ndarray | float]:
+    """{slot: per-token loss weight}: 1 on every token, except DPO / TGPO with ``margin_decisions``: 1 on decision
+    tokens, 0 on copies (the pair margin's tokens, ``decisions.py``)."""
+    if not cfg.margin_decisions:
         return {slot: 1.0 for slot, _ in seqs}
-    table = continuations(prompt) if cfg.decision_weight != 1.0 else None
-    out = {}
-    for slot, ids in seqs:
-        w = (np.where(decision_mask(prompt, ids, table), cfg.decision_weight, 1.0) if table is not None
-             else np.ones(len(ids))).astype(np.float32)
-        span = (heads or {}).get(slot)
-        if span is not None:
-            w[span[0]:span[1]] *= cfg.head_weight
-        out[slot] = w
-    return out
-
-
-def head_span(action: str, tokenizer, words: int = 1, ids: Sequence[int] | None = None) -> tuple[int, int] | None:
-    """Token indices [start, end) of the first ``words`` words after ``Thought:`` in ``action`` as ``action_ids``
-    tokenises it (``ids``, when the caller has them), or None (no thought, or the prefix's tokens are not a prefix
-    of the action's).
-
-    Why: in the oracle's thoughts the first word is the step's decision (``Set`` a combobox or ``Click`` the
-    button; ``Click to sort`` or ``To add`` a result), and the rest follows from it by copies; a token mean gives that
-    one token 1/25 of an action's loss, and SFT runs left it unfitted on their own training steps (docs/method.md §7,
-    "head weight")."""
-    m = re.match(r"\s*Thought:", action)
-    if m is None:
-        return None
-    w = re.match(r"(?:\s+\S+){%d}" % words, action[m.end():])
-    if w is None:
-        return None
-    tok = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
-    full = list(tok(action) if ids is None else ids)
-    before, through = tok(action[:m.end()]), tok(action[:m.end() + w.end()])
-    if full[:len(through)] != through or through[:len(before)] != before:
-        return None
-    return len(before), len(through)
+    table = continuations(prompt)
+    return {slot: decision_mask(prompt, ids, table).astype(np.float32) for slot, ids in seqs}
 
 
 def build_example(node: NodeRecord, tokenizer, cfg: CollateConfig, *, index: int = -1,
@@ -244,9 +201,7 @@ def build_example(node: NodeRecord, tokenizer, cfg: CollateConfig, *, index: int
         seqs.append((kl, list(kl_completion[: cfg.max_completion_len])))
         out["kl_slot"][0] = kl
 
-    heads = ({slot_of[b]: head_span(node.branches[b].action, tokenizer, cfg.head_words, comps[b]) for b in kept}
-             if cfg.method == "sft" and cfg.head_weight != 1.0 else None)
-    weights = token_weights(prompt, seqs, cfg, heads)
+    weights = token_weights(prompt, seqs, cfg)
     if cfg.layout == "packed":
         end = _place(out, 0, 0, prompt, 0, 0, 0, -1)
         for slot, ids in seqs:

@@ -1,10 +1,10 @@
-"""Which completion tokens are decisions, and which are copies (docs/method.md §7, "decision weight").
+"""Which completion tokens are decisions, and which are copies (docs/method.md §7, "Copies out of the margin").
 
 An agent's action is mostly copied text (a query, a title, an id the page writes after a name) around a few tokens
-that decide (the thought's first word, which element, which result). A token-mean loss is dominated by the copies,
-which a small model gets right early; the decisions stay at chance (BUILD_NOTES.md, "Decision probe").
-``decision_mask`` marks, without knowing the grammar, the tokens that no copy from the context explains, by the rule
-an induction head follows:
+that decide (the thought's first word, which element, which result). A pair margin over whole actions moves the
+copies as much as the decisions; with ``loss.margin_copies`` False DPO / TGPO read the decisions alone
+(collation's ``margin_decisions``). ``decision_mask`` marks, without knowing the grammar, the tokens that no copy
+from the context explains, by the rule an induction head follows:
 
 take the longest suffix (up to ``max_n`` tokens) of the context before ``y[k]`` (the prompt, then the completion so
 far) that occurred earlier in it; ``y[k]`` is a *copy* when every earlier occurrence of that suffix is followed by

@@ -52,20 +52,22 @@ def chat_ids(tokenizer, messages: Sequence[dict], add_generation_prompt: bool = 
 
 
 def train_sentencepiece(texts: Iterable[str], out_dir: str, vocab_size: int = 1024,
-                        model_type: str = "bpe", id_pieces: int = 0) -> str:
+                        model_type: str = "bpe", extra_pieces: Sequence[str] = ()) -> str:
     """Train a SentencePiece model on ``texts`` and write it as a HF tokenizer directory.
 
     Identity normalisation and kept whitespace, so text (observations, newlines in chat turns)
-    round-trips exactly; byte fallback, so no input is ever unknown. Ids: 0 pad, 1 bos, 2 eos, 3 unk.
-    ``id_pieces`` > 0 makes ``[0]`` .. ``[id_pieces - 1]`` single pieces (element ids), so ``[`` followed by text
-    opens only free text (what the planted copy circuit matches on; BUILD_NOTES.md).
+    round-trips exactly; byte fallback, so no input is ever unknown. Ids: 0 pad, 1 bos, 2 eos, 3 unk, then the chat
+    symbols, then ``extra_pieces``: user-defined symbols, each always one piece wherever it occurs (what a model's
+    recipe needs whole, e.g. element ids ``[0]`` .. ``[n-1]``).
     """
     import sentencepiece as spm
     from transformers import LlamaTokenizer
 
     texts = list(texts)
     # byte fallback reserves 256 pieces; every distinct character and the special symbols need one more
-    special = CHAT_SPECIAL + [f"[{i}]" for i in range(id_pieces)]
+    special = CHAT_SPECIAL + list(extra_pieces)
+    if len(set(special)) != len(special) or not all(special):
+        raise ValueError(f"extra_pieces: expected distinct, non-empty symbols other than {CHAT_SPECIAL}")
     needed = 256 + len(set("".join(texts))) + 4 + len(special)
     if vocab_size < needed:
         raise ValueError(f"vocab_size={vocab_size} is too small for this corpus: byte fallback and its "

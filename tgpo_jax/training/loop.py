@@ -57,8 +57,7 @@ def collate_config(cfg) -> CollateConfig:
     return CollateConfig(method=cfg.method, layout=d.layout, max_len=d.max_len, max_prompt_len=d.max_prompt_len,
                          max_completion_len=d.max_completion_len, max_branches=d.max_branches,
                          max_pairs=d.max_pairs, max_items=d.max_items, kl_slot=d.kl_slot,
-                         decision_weight=d.decision_weight, head_weight=d.head_weight,
-                         head_words=d.head_words, family_balance=d.get("family_balance", False), pairs=pairs,
+                         family_balance=d.get("family_balance", False), pairs=pairs,
                          sft_slots=cfg.loss.sft_alpha > 0, margin_decisions=not cfg.loss.get("margin_copies", True))
 
 

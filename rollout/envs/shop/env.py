@@ -23,7 +23,7 @@ class ShopEnv(Environment):
     name = "shop"
 
     def __init__(self, seed: int = 0, num_products: int = 1200, locale: str = "en", n_train: int = 2000,
-                 n_test: int = 200, max_results: int = 50, item_names: str = "number"):
+                 n_test: int = 200, max_results: int = 50, item_names: str = "ordinal"):
         self.seed, self.locale = seed, locale
         self.catalog = Catalog(seed, num_products, locale)
         self.searcher = ShopSearch(self.catalog, max_results=max_results)

@@ -11,8 +11,10 @@
   + type). Success = the cart's set of items is exactly {the k-th result of X under S, by the server's own search};
   done stays False (the agent STOPs; optimal_steps counts the STOP).
 - ``multi_cart``: 2–3 given products with given options, added to the cart, then checkout with a given name and
-  address. Success = the first order was placed from the cart and holds exactly those items+options (quantity 1
-  each) with that name and address; done once an order is placed.
+  address ('Buy these items in one order: first item [A] with size [M]; second item [B]. Add them to the cart, then
+  check out with full name [N] and address [D] and place the order.'). Success = the first order was placed from
+  the cart and holds exactly those items+options (quantity 1 each) with that name and address; done once an order
+  is placed.
 
 Splits, disjoint in what an agent must generalise over:
 - products: a product is a *test* product iff sha1("shop-split-<seed>-<id>") % 6 == 0; every target product of a
@@ -46,8 +48,10 @@ TOWNS_EN = ("Springfield", "Riverton", "Lakeside", "Hillcrest", "Brookfield", "F
             "Ashford", "Milton", "Kingston", "Newport")
 PRICE_BOUNDS = (10, 20, 30, 40, 50, 60, 70, 80, 100, 120, 150, 200, 250, 300, 400, 500)
 ORDINALS_EN = ("first", "second", "third")
-# how an English multi_cart task names its items: "item 2 [B]" (number) or "second item [B]" (ordinal)
-ITEM_NAMES = ("number", "ordinal")
+# how an English multi_cart task names its items: "second item [B]" (ordinal, the shop's wording, as the procedure
+# family names its rank: "add the second item"), or "item 2 [B]" (number: the wording before it, kept only to re-create
+# the tasks a saved model was trained and evaluated on, its policy.json's item_names)
+ITEM_NAMES = ("ordinal", "number")
 ORDINALS_ZH = ("第一件", "第二件", "第三件")
 SORT_WORDS_EN = {"price_asc": "sort by price from low to high", "price_desc": "sort by price from high to low",
                  "rating": "sort by rating"}
@@ -97,7 +101,7 @@ class TaskMaker:
     """Task lists per split: ``counts[split]`` tasks of each family (fewer where the pool runs out), seeded."""
 
     def __init__(self, catalog, search, seed: int, n_train: int = 2000, n_test: int = 200,
-                 item_names: str = "number"):
+                 item_names: str = "ordinal"):
         if item_names not in ITEM_NAMES:
             raise ValueError(f"item_names={item_names!r}: expected one of {', '.join(ITEM_NAMES)}")
         self.catalog, self.search, self.seed, self.item_names = catalog, search, seed, item_names
@@ -246,11 +250,7 @@ class TaskMaker:
                 text = (f"请在一个订单中购买以下商品：{'；'.join(parts)}。将它们加入购物车后结算，"
                         f"姓名填写“{name}”，地址填写“{addr}”，然后提交订单。")
             else:
-                # item_names="ordinal": "second item [B]"; the ordinal is one piece, so the planted copy circuit's
-                # three-piece match crosses "]; second item [" to the right name ("item 2" splits as ▁item ▁ 2:
-                # ambiguous after every name), and the oracle's thought after an added item copies the task on
-                # (the scratch_copy recipe's wording, recipes/scratch_copy/thoughts.py; the default and large
-                # presets: BUILD_NOTES.md)
+                # "second item [B]" (item_names="number", a saved model's older tasks: "item 2 [B]")
                 parts = [(f"{ORDINALS_EN[j]} item " if self.item_names == "ordinal" else f"item {j + 1} ")
                          + typed(it["title"])
                          + (f" with {_opt_phrase(self.catalog, it['options'], False)}" if it["options"] else "")
