@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+import recipes
 from rollout.collect import CollectConfig, collect
 from rollout.envs.shop.env import ShopEnv
 from rollout.harness.runner import HarnessConfig
@@ -22,11 +23,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def noisy_episodes(tmp_path_factory):
+    """The copy model's thought wording: its settings copy the task's option names, the copy spans checked below."""
+    recipes.register_all()
     out = str(tmp_path_factory.mktemp("episodes"))
     with ShopEnv(seed=0) as env:
         tasks = [t for t in env.tasks("train") if t.family in ("webshop", "procedure")][:3]
         noise = OracleNoise(wrong_choice=0.2, loop=0.15, malformed=0.05)
-        counts = collect(env, tasks, OraclePolicy(env, noise, seed=5),
+        counts = collect(env, tasks, OraclePolicy(env, noise, seed=5, thoughts="scratch_copy"),
                          CollectConfig(out_dir=out, runs=6, seed=5, contexts=4, progress=False,
                                        harness=HarnessConfig(screenshots=False)))
     assert counts["success"] > 0 and counts["failure"] > 0, counts
