@@ -16,9 +16,8 @@
            71 / 71 / 62, TGPO 69 / 68 / 65 (BUILD_NOTES.md, "the whole `large` preset in one command")
   smollm2  the bundled SmolLM2-135M-Instruct (its own tokenizer and chat template), its top 10 layers fine-tuned, on
            the shop's three families: the compact prompt at 512 of its tokens, SFT then DPO and TGPO, 100 held-out
-           tasks; float32 on CPUs without bf16 units (model.dtype 'auto'). Held out on an AVX2-only AMD EPYC, one
-           seed, with the copy model's thought wording (before the preset's plain thoughts): SFT 22 %, DPO 19 %,
-           TGPO 17 % (results/smollm2-sft-dpo-tgpo-top10-seed0.json)
+           tasks; float32 on CPUs without bf16 units (model.dtype 'auto'); held-out results in
+           results/smollm2-sft-dpo-tgpo-top10-seed0.json (made with the copy model's thought wording)
   miniwob  learning in minutes: SFT of the 'copy' model on three MiniWoB++ tasks (focus-text, click-button,
            click-link), evaluated on held-out seeds (the slow learning test, tests/test_learning.py)
 The shop is the same whatever model a preset trains, its tasks' wording included (env.item_names "ordinal"); what
