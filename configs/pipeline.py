@@ -1,25 +1,18 @@
 """The main job's configuration (launch/pipeline.py). Presets after ':':
 
   default  the embedded default: local shop (all three task families), the from-scratch 'copy' model (3.8M
-           parameters with a planted copy circuit, its own SentencePiece vocabulary), SFT and TGPO, CPU, 30
-           minutes on 2 cores (16.1 measured end to end on an AMD EPYC with bf16 units, 23.1 on an Intel one, the
-           success-vs-steps curves included); held-out success in BUILD_NOTES.md
-           ("Learning on held-out tasks"). (The bundled SmolLM2-135M does
-           not fit that budget on a CPU; see BUILD_NOTES.md, "Which model learns on a CPU".)
+           parameters with a planted copy circuit, its own SentencePiece vocabulary), SFT and TGPO, CPU, made for
+           30 minutes on 2 cores (the bundled SmolLM2-135M does not fit that budget on a CPU)
   tiny     the same stages in a few minutes (CI's end-to-end test)
-  large    the learning-result configuration (400 training tasks, trees on 100, the paper's five methods, three
-           training seeds, 100 held-out tasks, SFT in two phases): held out on an AMD EPYC, seeds 0 / 1 / 2,
-           SFT 72 / 54 / 68 %, KTO 48 / 44 / 60, KTO-Tree 59 / 55 / 57, DPO 68 / 67 / 65, TGPO 70 / 67 / 64, in
-           2.25 h of stages on 2 cores (one command; DPO and TGPO re-run by it with the strict distances;
-           one-phase SFT 65 / 51 / 48 there); with one-phase SFT and the earlier thoughts (before the sort decision
-           became a copy) on an Intel machine SFT 68 / 70 / 57, KTO 57 / 59 / 61, KTO-Tree 59 / 66 / 66, DPO
-           71 / 71 / 62, TGPO 69 / 68 / 65 (BUILD_NOTES.md, "the whole `large` preset in one command")
+  large    the learning-result configuration: 400 training tasks, trees on 100, the paper's five methods, three
+           training seeds, 100 held-out tasks, SFT in two phases (about 2.25 h of stages on 2 cores)
   smollm2  the bundled SmolLM2-135M-Instruct (its own tokenizer and chat template), its top 10 layers fine-tuned, on
            the shop's three families: the compact prompt at 512 of its tokens, SFT then DPO and TGPO, 100 held-out
-           tasks; float32 on CPUs without bf16 units (model.dtype 'auto'); held-out results in
-           results/smollm2-sft-dpo-tgpo-top10-seed0.json (made with the copy model's thought wording)
+           tasks; float32 on CPUs without bf16 units (model.dtype 'auto')
   miniwob  learning in minutes: SFT of the 'copy' model on three MiniWoB++ tasks (focus-text, click-button,
            click-link), evaluated on held-out seeds (the slow learning test, tests/test_learning.py)
+What each preset measured is in results/ (the report stage's ledger entries) and BUILD_NOTES.md; the comments below
+say why a setting is what it is, and name the BUILD_NOTES.md section that holds its measurement.
 The shop is the same whatever model a preset trains, its tasks' wording included (env.item_names "ordinal"); what
 only the from-scratch 'copy' model needs (its planted circuit and the circuit's freeze, element ids as tokenizer
 pieces, the noisy oracle's thoughts worded for the circuit) is its recipe, recipes/scratch_copy, which the default,
@@ -144,9 +137,9 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         models=(),  # Table 1's rows; () = base and every trained model (later rounds are added)
         seeds=(0,), runs=1, contexts=4, max_steps=40, step_slack=6, temperature=0.0, top_p=1.0, max_tokens=64,
         max_batch=8,
-        # valid-argument decoding: every bracketed group is an id, option or quoted string the step offers
-        # (rollout/policies/constrain.py); default SFT 18 -> 26 % held-out; a combobox named as the oracle names it
-        # and not set twice on a page: SFT +10 [+2, +20] points over two seeds, same models (BUILD_NOTES.md)
+        # valid-argument decoding: every bracketed group is an id, option or quoted string the step offers, a
+        # combobox is named as the oracle names it and not set twice on a page (rollout/policies/constrain.py);
+        # it lifts the same models' held-out success (BUILD_NOTES.md, "Valid-argument decoding")
         constrain=True,
         redundancy="either",
         # success vs training steps: the first seed's model of each curve method ('*' alone: each trained method
@@ -177,7 +170,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     c.pretrain = importlib.import_module("configs.sft").get_config(model_preset)
     c.pretrain.train.output_dir = "runs/base"
     c.pretrain.data.update(max_prompt_len=32)
-    c.pretrain_window = 0  # off by default: 200 steps did not teach copying (BUILD_NOTES.md)
+    c.pretrain_window = 0  # off by default: 200 steps of it did not teach copying
     for m in MODEL_KINDS + ("pretrain",):
         t = c[m]
         t.train.progress = True
@@ -197,35 +190,26 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c.tasks.update(num_train=160, num_test=50)
         c.collect.update(runs=1)
         # wrong clicks undone at once (GO_BACK, then the right choice): one run holds the pair at the decision and
-        # still succeeds (~45 % more successful episodes). SFT 36 / 38 / 46 % on seeds 2 / 3 / 1 (20 / 50 / 46
-        # without); TGPO - SFT -4 / +8 / -16 points: inconclusive (BUILD_NOTES.md)
-        # (wrong buttons, the seventh rate at 0.5, gave each run the pair "Buy Now" / "Add to cart" and did not repair
-        # seed 2's webshop (0 of 17 still), with SFT -2 [-14, +8] on its episodes: not kept; BUILD_NOTES.md)
+        # still succeeds, so more episodes train SFT (wrong buttons, the seventh rate, were measured and not kept)
         c.collect.policy = "oracle:0.15,0.1,0.05,0.02,1.0"
-        # the copy levers measured in BUILD_NOTES.md: ids right after names, ids as single pieces, the
-        # gated recency term and the two-token match of the planted circuit, SFT on the shortest successful branches
-        # 384-token prompts, in large too: 512 made an SFT step 1.48x slower (0.90 -> 0.61 s here), and with page_cut
-        # text_first below 384 keeps the command's element (BUILD_NOTES.md)
+        # the copy model's levers: ids right after names, ids as single pieces, the gated recency term and the
+        # two-token match of the planted circuit, SFT on the shortest successful branches. 384-token prompts, in
+        # large too: 512 makes an SFT step half as slow again, and with page_cut text_first 384 keeps the command's
+        # element
         c.prompt_tokens = 384
         c.page_ids = "after"
         # a page over the budget loses its text-only lines first: multi_cart product pages keep their comboboxes and
-        # buttons (the command's element shown in 173 of 188 steps, 100 with the end cut); SFT 46 / 50 / 44 % on
-        # seeds 1 / 2 / 3 (seeds 1 / 2 with the end cut: 46 / 42; BUILD_NOTES.md); on another machine of
-        # this kind seed 1 gives 22 % (the same code trains bit for bit alike there: the float rounding moved it)
+        # buttons, which the end cut loses
         c.page_cut = "text_first"
         c.tokenizer.update(vocab_size=2200, id_pieces=200)
         c.sft.data.sft_shortest = True
         # every task family weighs alike in SFT's loss (multi_cart held half the steps, and three "Add to cart" for
-        # each "Buy Now"): SFT 52 / 58 / 34 -> 54 / 60 / 50 % on seeds 0-2 (+6.7 [-4.0, +18.0]; seed 2's webshop 0 ->
-        # 7 of 17), TGPO after it 62 / 62 / 28 -> 54 / 52 / 56 (+3.3 [-15, +26]) (docs/method.md §7; BUILD_NOTES.md).
-        # The preference methods' SFT term can take it too (data.family_balance): no change measured
+        # each "Buy Now", so webshop's "Buy Now" was drowned out; docs/method.md §7). The preference methods' SFT
+        # term can take it too (data.family_balance): no change measured there
         c.sft.data.family_balance = True
         # the planted circuit's three-piece match (circuit_trigram), on the shop's "second item [..]" wording of
         # multi_cart's items: after adding an item the oracle's thought copies the task on to the next item or the
-        # list's end, and a checkout field's thought names the field first: SFT 52 / 54 / 34 -> 56 / 64 / 44 % on
-        # seeds 0-2 (+8.0 [-3.3, +18.7]), multi_cart 0 -> 6 of 48 (BUILD_NOTES.md, "multi_cart's first successes",
-        # measured against the "item 2 [..]" wording with the two-piece match); on `large` SFT 59 / 64 / 43 %,
-        # multi_cart 0 -> 16 of 99
+        # list's end, which the two-piece match cannot find (BUILD_NOTES.md, "multi_cart's first successes")
         for m in MODEL_KINDS:
             t = c[m]
             t.model.update(circuit_recency=20, circuit_bigram=0.7, circuit_trigram=0.5)
@@ -233,12 +217,10 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
             t.train.update(batch_size=8)
             t.optim.update(warmup_fraction=0.05, schedule="cosine")
         c.sft.optim.learning_rate = 2e-3
-        # 600 -> 900: 16 -> 20 % held-out SFT success in an early configuration; 900 -> 750 for the 30-minute budget
-        # (the default measured 31.5 min end to end with 900; BUILD_NOTES.md)
+        # more steps kept helping SFT; 750 is what the 30-minute budget leaves
         c.sft.train.max_steps = 750
         c.sft.data.copy_swap = 0.75  # new strings in the copied spans every epoch (tgpo_jax/data/augment.py)
-        # 8 browser contexts, so the greedy model decodes batches of up to 8: the same 50 outcomes as with 4, in
-        # 230 s instead of 282 beside another run (BUILD_NOTES.md)
+        # 8 browser contexts, so the greedy model decodes batches of up to 8: the same outcomes as with 4, sooner
         c.eval.contexts = 8
         if preset == "default":  # the 30-minute budget: SFT and TGPO only, evaluated on 50 held-out tasks
             c.methods = ("sft", "tgpo")
@@ -252,49 +234,36 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         for m in PREFERENCE + BASELINES:
             c[m].optim.learning_rate = 2e-4
         for m in ("dpo", "tgpo"):
-            # β 0.01 and no chosen-branch anchor (before: β 0.5, which ended seed 1's collapse in an earlier
-            # configuration, and the anchor, DPO 22 -> 42 %, TGPO 24 -> 36 % then). Chosen among five TGPO variants on
-            # `large`'s held-out tasks 0-99, then confirmed on tasks 100-199, which no choice had seen:
-            # over the 200 tasks and three seeds TGPO 62.7 -> 68.2 % (+5.5 [+0.5, +11.0]), DPO 62.3 -> 67.8 (+5.5
-            # [-0.3, +12.0]); on the default TGPO 62 / 64 / 60 % beside SFT's 54 / 60 / 54 on seeds 0-2
-            # (BUILD_NOTES.md, "β 0.01 without the chosen-branch anchor, confirmed")
+            # β 0.01 and no chosen-branch anchor: chosen among five TGPO variants on `large`'s held-out tasks 0-99,
+            # then confirmed on tasks 100-199, which no choice had seen (BUILD_NOTES.md, "β 0.01 without the
+            # chosen-branch anchor, confirmed")
             c[m].loss.update(beta=0.01, rpo_alpha=0.0)
-            # an SFT term over every successful step (the nodes without pairs too), one pass: TGPO 48 / 46 / 46 %
-            # beside SFT's 46 / 44 / 42 on seeds 1 / 3 / 2, pooled +2.7 [-3.3, +8.7]; with page_cut text_first
-            # TGPO 48 / 50 / 40 beside SFT's 46 / 50 / 44 (seeds 1 / 2 / 3): -0.7 [-6.7, +5.3]; seed 1 on another
-            # machine: TGPO 14 beside SFT 22 (BUILD_NOTES.md)
+            # an SFT term over every successful step (the nodes without pairs too), one pass: the pairs alone
+            # move the few nodes they sit at and let the rest drift
             c[m].loss.sft_alpha = 1.0
             c[m].data.sft_shortest = True
             c[m].train.num_epochs = 1
-            # pairs whose chosen branch is the longer way (an undone detour preferred by the mean) left out: TGPO
-            # 56 / 60 / 30 -> 62 / 62 / 28 % on seeds 0-2, and +6.0 [-0.3, +14.3] over six seed-datasets
-            # (docs/method.md §5; BUILD_NOTES.md). DPO gets it too, so both learn from the same pairs
+            # pairs whose chosen branch is the longer way (an undone detour preferred by the mean) left out
+            # (docs/method.md §5). DPO gets it too, so both learn from the same pairs
             c[m].data.distance_agree = True
-            # and pairs of branches equally far from a goal (docs/method.md §5). On `large`, from the same
-            # two-phase SFT, seeds 0-2: TGPO 69 / 59 / 62 -> 70 / 67 / 64 % on held-out tasks 0-99, and on tasks
-            # 100-199, which no choice had seen, 69 / 56 / 66 -> 67 / 68 / 68; over the 200 +3.8 [-0.8, +10.0]
-            # (seed spread 63.5 ± 14.3 -> 67.3 ± 3.1); DPO 67.0 -> 66.7 (-0.3 [-4.3, +3.7]). On the
-            # default (246 -> 217 pairs), seeds 0-2, 100 held-out tasks: TGPO 52 / 51 / 49 -> 51 / 52 / 50 (+0.3
-            # [-1.3, +2.0]) (BUILD_NOTES.md, "`distance_strict` for DPO" and "the strict distances on the default")
+            # and pairs of branches equally far from a goal (docs/method.md §5): they steadied TGPO across seeds
+            # on `large` (BUILD_NOTES.md, "`distance_strict` for DPO" and "the strict distances on the default")
             c[m].data.distance_strict = True
-            # (kept at their defaults, measured on three seeds of the default: data.margin 0.1 drops 78 of
-            # the 246 pairs, TGPO -5.3 [-18.0, +4.0]; weight_norm dataset_mean +1.3 [+0.0, +5.3], the same as DPO;
-            # dataset.q_aggregate sum -1.3 [-12.0, +7.3]; BUILD_NOTES.md, "why TGPO does not beat DPO")
+            # (data.margin, weight_norm and dataset.q_aggregate stay at their defaults: the alternatives measured
+            # no better; BUILD_NOTES.md, "why TGPO does not beat DPO")
         for m in BASELINES:  # the baselines as our step-level DPO on the trees: its beta and anchor, one pass
             c[m].loss.update(beta=c.dpo.loss.beta, rpo_alpha=c.dpo.loss.rpo_alpha)
             c[m].train.num_epochs = 1
     if preset == "large":
-        # the paper's five methods; the control sft_more (in an earlier configuration their lift over SFT on seed 1
-        # was its extra pass) is added with --config.methods=...,sft_more: after the two-phase SFT below it is a third
-        # pass, ~0.3 h more with its evaluations (from the two-phase SFT run's stage times; BUILD_NOTES.md)
+        # the paper's five methods; the control sft_more (the preference methods' extra pass, as SFT) is added
+        # with --config.methods=...,sft_more: after the two-phase SFT below it is a third pass, ~0.3 h more
         c.methods = ("sft", "kto", "kto_tree", "dpo", "tgpo")
         c.tasks.update(num_train=400, num_test=100)
         c.collect.update(runs=2, tree_tasks=100)  # K = 2 runs on 100 tasks for trees, one on the rest
         c.train_seeds = (0, 1, 2)  # seed = initialisation + data order; greedy evaluation
         c.sft.train.max_steps = 1000
-        # SFT in two phases, the second with the control's recipe (426 more steps, ~3.5 min a seed here): SFT
-        # 65 / 51 / 48 -> 72 / 54 / 68 % on seeds 0-2 (+10.0 [+0.0, +21.0]; webshop +8 / +4 / +13 tasks), over the
-        # preset's 60 % target (BUILD_NOTES.md, "SFT in two phases on `large`")
+        # SFT in two phases, the second with the control's recipe (a few minutes a seed): a stronger SFT for
+        # every method to start from (BUILD_NOTES.md, "SFT in two phases on `large`")
         c.sft_continue = True
         # one pass, as DPO and TGPO get (two passes of KTO and KTO-Tree would add ~75 min over three seeds)
         for m in ("kto", "kto_tree"):
@@ -377,7 +346,8 @@ def _control(c) -> None:
     """sft_more, the control for the preference methods' SFT term: SFT from SFT with TGPO's learning rate, schedule,
     batch and SFT items (its shortest successful branches, no copy-swap, as TGPO's data), the SFT loss alone; with
     max_steps 0 it makes TGPO's number of updates (experiment/pipeline.py:Pipeline.planned_steps).
-    On the large preset's seed 1 this control alone lifted SFT 28 -> 62 %, as DPO / TGPO's 63 / 64 (BUILD_NOTES.md).
+    On `large` this control alone once lifted SFT as far as DPO and TGPO went (BUILD_NOTES.md, "the control as a
+    pipeline method").
     Set here, after the presets: an override of tgpo's schedule on the command line must name sft_more too."""
     t, s = c.tgpo, c.sft_more
     s.optim.update(**{k: t.optim[k] for k in ("learning_rate", "warmup_steps", "warmup_fraction", "schedule",

@@ -11,7 +11,6 @@ import re
 import urllib.error
 import urllib.request
 from html import escape
-from html.parser import HTMLParser
 from urllib.parse import urlencode, urljoin, urlsplit
 
 import numpy as np
@@ -23,6 +22,7 @@ from rollout.envs.shop.catalog import Catalog
 from rollout.envs.shop.score import webshop_score
 from rollout.envs.shop.search import BM25Index, tokenize
 from rollout.envs.shop.tasks import product_split
+from thought_cases import PageReader
 
 
 @pytest.fixture(scope="module")
@@ -65,66 +65,9 @@ def item_ids(html: str) -> list[int]:
 
 
 # ---------------------------------------------------------------- a tiny form-driving "browser"
-class _Parser(HTMLParser):
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.nodes, self.labels, self.forms = [], {}, []
-        self._form = None
-        self._open = None  # node collecting text (a, button, label, option)
-
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        if tag == "form":
-            self._form = {"action": a.get("action", ""), "fields": []}
-            self.forms.append(self._form)
-        elif tag == "a" and "href" in a:
-            self._open = {"kind": "link", "href": a["href"], "text": ""}
-            self.nodes.append(self._open)
-        elif tag == "button":
-            self._open = {"kind": "button", "text": "", "form": self._form,
-                          "formaction": a.get("formaction")}
-            self.nodes.append(self._open)
-        elif tag == "label":
-            self._open = {"kind": "label", "for": a.get("for"), "text": ""}
-        elif tag == "input":
-            node = {"kind": "input", "type": a.get("type", "text"), "name": a.get("name"), "id": a.get("id"),
-                    "value": a.get("value", ""), "aria": a.get("aria-label"), "ph": a.get("placeholder")}
-            if self._form is not None:
-                self._form["fields"].append(node)
-            if node["type"] == "text":
-                self.nodes.append(node)
-        elif tag == "select":
-            node = {"kind": "select", "name": a.get("name"), "id": a.get("id"), "aria": a.get("aria-label"),
-                    "options": [], "value": None}
-            self._select = node
-            if self._form is not None:
-                self._form["fields"].append(node)
-            self.nodes.append(node)
-        elif tag == "option":
-            self._open = {"kind": "option", "text": "", "selected": "selected" in a}
-
-    def handle_data(self, data):
-        if self._open is not None:
-            self._open["text"] += data
-
-    def handle_endtag(self, tag):
-        if tag == "form":
-            self._form = None
-        elif tag == "label" and self._open and self._open["kind"] == "label":
-            self.labels[self._open["for"]] = self._open["text"].strip()
-            self._open = None
-        elif tag == "option" and self._open and self._open["kind"] == "option":
-            sel = self._select
-            sel["options"].append(self._open["text"].strip())
-            if self._open["selected"] or sel["value"] is None:
-                sel["value"] = self._open["text"].strip()
-            self._open = None
-        elif tag in ("a", "button"):
-            self._open = None
-
-
 class MiniBrowser:
-    """Just enough of a browser for the shop: GET links and forms, a cookie, a history, and Observations."""
+    """Just enough of a browser for the shop: GET links and forms, a cookie, a history, and Observations of the
+    interactive elements (the page read by thought_cases.PageReader)."""
 
     def __init__(self, origin: str, sid: str):
         self.origin, self.sid, self.history = origin, sid, []
@@ -135,10 +78,10 @@ class MiniBrowser:
         if self.url is not None:
             self.history.append(self.url)
         self.url = final
-        p = _Parser()
+        p = PageReader()
         p.feed(body)
-        self.nodes = p.nodes
-        for n in p.nodes:
+        self.nodes = [n for n in p.nodes if n["kind"] in ("link", "button", "input", "select")]
+        for n in self.nodes:
             if n["kind"] in ("input", "select"):
                 n["label"] = n.get("aria") or p.labels.get(n.get("id")) or n.get("ph") or ""
 
