@@ -94,24 +94,26 @@ def test_adding_a_model_to_evaluate_keeps_the_other_evaluations():
 
 
 def test_the_default_curves_follow_the_evaluated_methods():
-    """The default preset plots success vs steps for each method it trains and evaluates (eval.curve_methods '*'):
-    only those first-seed models keep snapshots, adding a method adds its curve alone, and a named curve method
-    that is not trained is still an error."""
+    """The default preset draws no success-vs-steps curves unless asked (no snapshots kept, no curve stages); with
+    eval.curve_methods '*' it plots each method it trains and evaluates: only those first-seed models keep
+    snapshots, adding a method adds its curve alone, and a named curve method that is not trained is an error."""
     from experiment.stages import fingerprints
 
-    p, st = _plan("default")
+    p0, st0 = _plan("default")
+    assert not [n for n in st0 if n.startswith("curve-")] and "report" in st0
+    assert p0.train_config("sft", "sft", "base", 1).train.curve_points == 0
+    curves = dict(curve_methods=("*",))
+    p, st = _plan("default", eval=curves)
     assert [n for n in st if n.startswith("curve-")] == ["curve-sft", "curve-tgpo"]
     assert st["curve-tgpo"].deps == ("tgpo",) and "curve-tgpo" in st["report"].deps
     assert p.train_config("sft", "sft", "base", 1).train.curve_points == 4
-    p2, more = _plan("default", methods=("sft", "dpo", "tgpo"), eval=dict(models=("sft", "dpo", "tgpo")))
+    p2, more = _plan("default", methods=("sft", "dpo", "tgpo"), eval=dict(models=("sft", "dpo", "tgpo"), **curves))
     assert [n for n in more if n.startswith("curve-")] == ["curve-sft", "curve-dpo", "curve-tgpo"]
     assert fingerprints(p2.stages())["curve-sft"] == fingerprints(p.stages())["curve-sft"]
     assert p2.train_config("dpo", "dpo", "sft", 1).train.curve_points == 4
-    p3, some = _plan("default", methods=("sft", "dpo"), eval=dict(models=("sft",)))
+    p3, some = _plan("default", methods=("sft", "dpo"), eval=dict(models=("sft",), **curves))
     assert [n for n in some if n.startswith("curve-")] == ["curve-sft"]
     assert "dpo" in some and p3.train_config("dpo", "dpo", "sft", 1).train.curve_points == 0  # no snapshots kept
-    _, none = _plan("default", eval=dict(curve_methods=()))
-    assert not [n for n in none if n.startswith("curve-")]
     with pytest.raises(ValueError, match=r"eval.curve_methods \['tgpo'\]: expected trained methods"):
         _plan("default", methods=("sft",), eval=dict(models=("sft",), curve_methods=("tgpo",)))
 
@@ -408,7 +410,7 @@ def test_two_phase_sft_trains_the_control_recipe_on_from_the_first_phase(monkeyp
     assert calls == [("sft_more-s1", "sft_more", 1, "sft-s1", 1)]
     _plan("default", sft_continue=True, eval=dict(curve_methods=("tgpo",)))
     with pytest.raises(ValueError, match="sft_continue with SFT's curve"):
-        _plan("default", sft_continue=True)  # the default's curves: every evaluated method, SFT's too
+        _plan("default", sft_continue=True, eval=dict(curve_methods=("*",)))  # every evaluated method's, SFT's too
 
 
 def test_the_control_makes_as_many_updates_as_tgpo(tmp_path):
