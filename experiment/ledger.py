@@ -11,7 +11,9 @@ Keys: ``command`` (the command line as run), ``commit`` (``git rev-parse HEAD`` 
 rounding and bf16 speed, ``tgpo_jax.hardware.cpu_flags``), ``preset``, ``held_out_tasks``, ``seeds`` (training seeds),
 ``decoding``, ``methods`` (method key -> success_rate in [0, 1], avg_steps, redundant_steps: Table 1's values, the mean
 over training seeds; ``success_by_family`` where the episodes name task families) and ``comparisons`` (Table 1's
-paired comparisons with their 95 % intervals, the report's own numbers).
+paired comparisons with their 95 % intervals, the report's own numbers), and ``stage_seconds`` (each finished
+stage's recorded seconds, the report's own left out, and their sum ``stages_total_s``: what the run cost on the
+machine ``cpu_flags`` names; a stage done by an earlier invocation keeps the seconds it took then).
 """
 from __future__ import annotations
 
@@ -111,14 +113,22 @@ def comparison_entry(c: stats.Comparison, keys: Mapping[str, str]) -> dict:
 
 def build_ledger(groups: Mapping[str, Mapping[int, dict]], comparisons: Sequence[stats.Comparison], *,
                  command: str, commit: str | None, dirty: bool | None, cpu_flags: str | None, preset: str,
-                 seeds: Sequence[int], decoding: Mapping | None = None) -> dict:
+                 seeds: Sequence[int], decoding: Mapping | None = None,
+                 stage_seconds: Mapping[str, float] | None = None) -> dict:
     """The ledger of one run (keys in the module docstring). ``groups``: method key -> {training seed: evaluation}
     (``key_groups``); ``comparisons``: the report's ``results.comparisons``, whose sides are display labels."""
     keys = {method_label(k): k for k in groups}
     return {"command": command, "commit": commit, "dirty": dirty, "cpu_flags": cpu_flags, "preset": preset,
             "held_out_tasks": held_out_tasks(groups), "seeds": [int(s) for s in seeds],
             "decoding": dict(decoding or {}), "methods": method_entries(groups),
-            "comparisons": [comparison_entry(c, keys) for c in comparisons]}
+            "comparisons": [comparison_entry(c, keys) for c in comparisons],
+            "stage_seconds": {k: round(float(v), 1) for k, v in (stage_seconds or {}).items()},
+            "stages_total_s": round(sum(float(v) for v in (stage_seconds or {}).values()), 1)}
+
+
+def finished_stage_seconds(status: Sequence[Mapping]) -> dict[str, float]:
+    """Stage name -> recorded seconds of the stages ``StageRunner.status()`` calls done (current fingerprint)."""
+    return {r["stage"]: float(r["seconds"]) for r in status if r["state"] == "done" and r.get("seconds") is not None}
 
 
 def ledger_name(preset: str, commit: str | None) -> str:

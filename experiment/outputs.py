@@ -138,7 +138,8 @@ def write_run_ledger(p, evals: dict[str, dict], comparisons: list) -> str:
     entry = ledger.build_ledger(ledger.key_groups(evals, p.seeds[0]), comparisons, command=ledger.command_line(),
                                 commit=commit, dirty=ledger.git_dirty() if commit else None,
                                 cpu_flags=ledger.cpu_flags(), preset=str(p.cfg.get("preset") or "pipeline"),
-                                seeds=p.seeds, decoding=decoding)
+                                seeds=p.seeds, decoding=decoding,
+                                stage_seconds=ledger.finished_stage_seconds(p.runner().status()))
     return ledger.write_ledger(p.path("report", "results"), entry)
 
 

@@ -102,7 +102,12 @@ def test_the_report_stage_writes_the_ledger(tmp_path, monkeypatch):
     monkeypatch.setattr(ledger, "git_dirty", lambda: True)
     cfg = ml_collections.ConfigDict({"preset": "tiny", "eval": {"temperature": 0.0, "top_p": 1.0, "constrain": True,
                                                                 "seeds": (0,), "runs": 1}})
-    p = types.SimpleNamespace(cfg=cfg, seeds=(0, 1), path=lambda *parts: os.path.join(str(tmp_path), *parts))
+    status = [{"stage": "collect-r1", "state": "done", "seconds": 155.04}, {"stage": "sft", "state": "done",
+               "seconds": 3000.0}, {"stage": "tgpo", "state": "stale", "seconds": 800.0},
+              {"stage": "eval-sft", "state": "todo", "seconds": None}, {"stage": "report", "state": "running",
+                                                                         "seconds": None}]
+    p = types.SimpleNamespace(cfg=cfg, seeds=(0, 1), path=lambda *parts: os.path.join(str(tmp_path), *parts),
+                              runner=lambda: types.SimpleNamespace(status=lambda: status))
     path = write_run_ledger(p, EVALS, results.comparisons(LABEL_GROUPS))
     assert path == os.path.join(str(tmp_path), "report", "results", "tiny-01234567.json")
     assert os.listdir(os.path.dirname(path)) == ["tiny-01234567.json"]  # no temporary file left
@@ -112,4 +117,6 @@ def test_the_report_stage_writes_the_ledger(tmp_path, monkeypatch):
     assert saved["decoding"] == {"greedy": True, "temperature": 0.0, "top_p": 1.0, "constrain": True,
                                  "eval_seeds": [0], "runs_per_task": 1}
     assert saved["methods"]["sft"]["success_rate"] == pytest.approx(0.625)
+    # what the run cost: the stages finished with the current configuration, the stale and unfinished ones left out
+    assert saved["stage_seconds"] == {"collect-r1": 155.0, "sft": 3000.0} and saved["stages_total_s"] == 3155.0
     assert ledger.ledger_name("tiny", None) == "tiny"
