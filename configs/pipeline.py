@@ -331,6 +331,9 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
             t.optim.update(warmup_fraction=0.05, schedule="cosine")
         c.sft.optim.learning_rate = 2e-4
         c.sft.train.num_epochs = 1
+        # SFT imitates each node's shortest successful branches only: the noisy oracle's wrong clicks that its
+        # successful runs undid (a wrong result, option or sort, then GO_BACK) are otherwise imitated as well
+        c.sft.data.sft_shortest = True
         for m in PREFERENCE + BASELINES:
             c[m].optim.learning_rate = 5e-5
             c[m].train.num_epochs = 1

@@ -133,6 +133,8 @@ def test_every_pipeline_preset_is_valid(preset):
     # one shop for every model: multi_cart's items named "second item [..]" whatever the preset trains
     assert c.env.item_names == "ordinal"
     assert c.sft.model.get("circuit_trigram", 0.0) == (0.5 if preset in ("default", "large") else 0.0)
+    # SFT on the shop presets imitates the shortest successful branches, not the noisy oracle's undone wrong clicks
+    assert c.sft.data.sft_shortest == (preset in ("default", "large", "smollm2"))
     # the preference pairs' distance rules, agree and strict, on the shop presets (BUILD_NOTES.md)
     for m in ("dpo", "tgpo"):
         assert c[m].data.distance_agree == (preset in ("default", "large", "smollm2"))
