@@ -10,8 +10,8 @@ import re
 import pytest
 
 from rollout.core import Command, Element, Observation, PolicyRequest, Task
-from rollout.policies.thoughts import (THOUGHTS, element_ref, plain, register_thoughts, task_item, task_sort,
-                                       thought_writer)
+from rollout.policies.thoughts import (THOUGHTS, element_ref, plain, register_thoughts, task_item, task_phrase,
+                                       task_sort, thought_writer)
 from thought_cases import PATH, command_of, observation_of, shop
 
 TASK = "Search for [red mug], sort by price from low to high, and add the second item to the cart."
@@ -72,8 +72,13 @@ def test_plain_thoughts_of_each_command(page_ids, ref):
         return plain(cmd, obs, instruction, page_ids)
 
     assert t(Command("CLICK", "13")) == f"Click {ref(13, 'button', 'Buy Now')}."
-    assert t(Command("TYPE", "2", "red mug")) == f"Type [red mug] into {ref(2, 'textbox', 'Search')}."
+    # text and options the task quotes: the task's words for them (a verb's words left out), else the bare action
+    assert t(Command("TYPE", "2", "red mug")) == \
+        f"The task asks for [red mug]: type it into {ref(2, 'textbox', 'Search')}."
+    assert t(Command("TYPE", "2", "blue mug")) == f"Type [blue mug] into {ref(2, 'textbox', 'Search')}."
     assert t(Command("SELECT", "12", "red")) == f"Set {ref(12, 'combobox', 'color')} to [red]."
+    assert t(Command("SELECT", "12", "red"), "Buy [a mug] with color [red].") == \
+        f"The task asks for the color [red]: set {ref(12, 'combobox', 'color')} to [red]."
     assert t(Command("CLEAR", "2")) == f"Clear {ref(2, 'textbox', 'Search')}."
     assert t(Command("SCROLL", arg="DOWN")) == "Scroll down to see more."
     assert t(Command("GOTO", arg="http://shop/cart")) == "Open http://shop/cart."
@@ -94,6 +99,16 @@ def test_plain_thoughts_of_each_command(page_ids, ref):
 
 def test_the_task_reading_helpers():
     assert task_sort(TASK) == "price from low to high" and task_sort("Buy [a mug].") == ""
+    cart = ("Buy these items in one order: first item [Oak Mug] with size [L], color [red]; second item [Elm Tea] "
+            "with size [L]; third item [Fir Pan]. Add them to the cart, then check out with full name [Ann Lee] and "
+            "address [9 Bay Road, Milton] and place the order.")
+    assert [task_phrase(a, cart) for a in ("Oak Mug", "Elm Tea", "Fir Pan", "Ann Lee", "9 Bay Road, Milton")] == \
+        ["first item", "second item", "third item", "full name", "address"]
+    # an option counts in the clause of the item whose page it is set on (the page's title), when the task quotes it
+    assert (task_phrase("red", cart, "Oak Mug"), task_phrase("red", cart, "Elm Tea")) == ("color", None)
+    assert task_phrase("L", cart, "Elm Tea") == "size" and task_phrase("L", cart, "A page it never names") == "size"
+    assert task_phrase("Oak Mug", "i am looking for [Oak Mug] with size [L]") == ""  # a verb's words: none
+    assert task_phrase("Oak", cart) is None and task_phrase("L", "Buy [a mug].") is None
     assert task_sort("Search for [x], sort by rating, and add the first item to the cart.") == "rating"
     assert task_item(TASK) == "the second item" and task_item("i am looking for [a mug]") == ""
 
@@ -108,25 +123,29 @@ def _plain_cases(golden):
 
 @pytest.mark.parametrize("page_ids", ["before", "after"])
 def test_plain_thoughts_on_the_shops_pages_say_no_more_than_their_command(golden, page_ids):
-    """On every recorded case: the element as the page names it, the typed text or option as the command writes it,
-    the decision only where the copy wording made it too (the same decisions), and none of the copy wording's
-    circuit-only forms (lead words glued before a bracket, an id after a rank word, the title copied first, the
-    task copied on after an added item)."""
-    n = {"sort": 0, "rank": 0}
+    """On every recorded case: the element as the page names it, the typed text or option as the command writes it
+    (with the task's words for it where the task quotes it), the decision only where the copy wording made it too
+    (the same decisions), and none of the copy wording's circuit-only forms (the task's lead word glued before typed
+    text, an id after a name or rank word, the title copied first, the task copied on after an added item)."""
+    n = {"sort": 0, "rank": 0, "asked": 0}
     for obs, ins, cmd, copy in _plain_cases(golden):
         thought = plain(cmd, obs, ins, page_ids)
         el = obs.by_id(cmd.id) if cmd.id else None
         if el is not None:
             assert element_ref(el, page_ids) in thought
         if cmd.name in ("TYPE", "SELECT"):
-            assert f" [{cmd.arg}] " in thought or f" [{cmd.arg}]." in thought
-        sort, rank = thought.startswith("Sort by "), thought.startswith("The task asks for ")
+            assert f" [{cmd.arg}]" in thought
+            asked = thought.startswith("The task asks for ")
+            assert asked == (task_phrase(cmd.arg, ins, obs.title if cmd.name == "SELECT" else "") is not None)
+            n["asked"] += asked
+        sort = thought.startswith("Sort by ")
+        rank = cmd.name == "CLICK" and thought.startswith("The task asks for ")
         assert sort == ("Click to sort by" in copy) and rank == ("click the" in copy and "result [" in copy)
         n["sort"] += sort
         n["rank"] += rank
         assert not thought.startswith(obs.title) and '"Added' not in thought and "result [" not in thought
-        assert not re.search(r"(item \d+|\w+ item|name|address|for|with) \[", thought), thought
-    assert n["sort"] > 5 and n["rank"] > 5
+        assert not re.search(r"^(Type|Set) \w+ \[|\w\[\d+\]|(item \d+|\w+ item) \[\d+\]", thought), thought
+    assert n["sort"] > 5 and n["rank"] > 5 and n["asked"] > 20
 
 
 @pytest.mark.parametrize("page_ids", ["before", "after"])

@@ -11,7 +11,11 @@ Built in: ``plain``, plain English for any model, pretrained ones first: an elem
 under ``page_ids`` (``[7] link "Sort: Rating"`` or ``link "Sort: Rating"[7]``), typed text and a chosen option in
 brackets as the command writes them (``[red]``), and where the command is one of the task's decisions, the
 decision and its reason (``Sort by price from low to high, as the task asks: click [6] link "Sort: Price low to
-high".``; ``The task asks for the second item, and [10] link "Mug 1" is the second result: click it.``).
+high".``; ``The task asks for the second item, and [10] link "Mug 1" is the second result: click it.``). Text typed
+or an option set that the task quotes says so, with the task's own words for it (``task_phrase``): ``The task asks
+for the second item [Oak Tea]: type it into [2] textbox "Search".``, ``The task asks for the size [M]: set [6]
+combobox "size" to [M].`` — which item comes next, which option and which checkout field the task gives are then in
+the thought, where a model reads them back (without them a pretrained model lost track of multi_cart's items).
 
 A model that needs its own wording registers it from its recipe (``recipes/``) with ``register_thoughts``, and with
 it whether the valid-argument decoding holds that wording's settings to their form (``setting_form``,
@@ -86,6 +90,46 @@ def item_asked(cmd: Command, obs: Observation | None, el, instruction: str) -> s
     return nth if nth and is_at_rank(obs, el, nth.split()[1]) else ""
 
 
+_CLAUSE_ENDS = (": ", "; ", ", ", ". ", " with ", " and ", "]")
+_VERB_ENDS = {"for", "to", "in", "into", "of", "on", "at", "by", "as"}
+
+
+def _clause(instruction: str, at: int) -> tuple[int, int]:
+    """(start, end) of the clause of ``instruction`` around position ``at``: from after the last ``;`` / ``:`` before it
+    to the next ``;`` or sentence end after it."""
+    start = max(instruction.rfind(";", 0, at), instruction.rfind(":", 0, at)) + 1
+    ends = [i for i in (instruction.find(";", at), instruction.find(". ", at)) if i >= 0]
+    return start, min(ends) if ends else len(instruction)
+
+
+def task_phrase(arg: str, instruction: str, near: str = "") -> str | None:
+    """The task's words for the string ``[arg]`` it quotes: None where it does not quote it; else the one to three
+    words just before it in its clause (``second item``, ``size``, ``full name``), or "" where those are a verb's
+    (``Search for``, ``i am looking for``). ``near``: another string the page shows (its title); where the task quotes
+    it, ``[arg]`` counts only in that string's clause (an item's own option, when items ask for the same option)."""
+    target = f"[{arg}]"
+    span = (0, len(instruction))
+    k = instruction.find(f"[{near}]") if near else -1
+    if k >= 0:
+        span = _clause(instruction, k)
+    i = instruction.find(target, *span)
+    if i < 0:
+        return None
+    head = instruction[span[0]:i]
+    cut = max((head.rfind(d) + len(d) for d in _CLAUSE_ENDS if d in head), default=0)
+    words = head[cut:].split()
+    if not words or len(words) > 3 or words[-1].lower() in _VERB_ENDS:
+        return ""
+    return " ".join(words)
+
+
+def _asked(phrase: str | None, arg: str) -> str:
+    """``The task asks for the <phrase> [arg]: `` (or without the phrase), "" where the task does not quote ``arg``."""
+    if phrase is None:
+        return ""
+    return f"The task asks for the {phrase} [{arg}]: " if phrase else f"The task asks for [{arg}]: "
+
+
 # ---------------------------------------------------------------- the plain wording
 def element_ref(el, page_ids: str = "before") -> str:
     """An element as the prompt's page line names it under ``page_ids`` (``[7] link "Sort: Rating"`` or ``link
@@ -104,6 +148,10 @@ def plain(cmd: Command, obs: Observation | None, instruction: str = "", page_ids
         if nth:
             return f"The task asks for {nth}, and {what} is the {nth.split()[1]} result: click it."
         return f"Click {what}."
+    if cmd.name in ("TYPE", "SELECT") and cmd.arg and instruction:
+        why = _asked(task_phrase(cmd.arg, instruction, obs.title if (cmd.name == "SELECT" and obs) else ""), cmd.arg)
+        if why:
+            return why + (f"type it into {what}." if cmd.name == "TYPE" else f"set {what} to [{cmd.arg}].")
     return {"TYPE": f"Type [{cmd.arg}] into {what}.", "SELECT": f"Set {what} to [{cmd.arg}].",
             "CLEAR": f"Clear {what}.", "SCROLL": f"Scroll {str(cmd.arg).lower()} to see more.",
             "GOTO": f"Open {cmd.arg}.", "GO_BACK": "Go back to the previous page.",
