@@ -320,9 +320,12 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         # the page cut to the budget text-only lines first (the elements a command acts on stay)
         c.prompt_style, c.history_thoughts, c.page_cut = "compact", 0, "text_first"
         c.prompt_tokens = 512
+        # an output of up to 80 of its tokens: a thought that quotes the task's words for a long item name, then the
+        # command that types it, takes up to 68 on the shop's tasks
+        c.eval.max_tokens = c.collect.max_tokens = 80
         for m in MODEL_KINDS:
             t = c[m]
-            t.data.update(max_len=c.prompt_tokens + 64, max_prompt_len=c.prompt_tokens, max_completion_len=64)
+            t.data.update(max_len=c.prompt_tokens + 80, max_prompt_len=c.prompt_tokens, max_completion_len=80)
             # the top 10 of the 30 layers train: the 20 below run without a backward pass, 2.2x faster a step
             # than full fine-tuning (bench.step_time); without remat, as the backward then keeps 10 layers only
             t.model.update(train_layers=10, remat=False)
