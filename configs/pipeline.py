@@ -12,8 +12,8 @@
            units (model.dtype 'auto')
   miniwob  learning in minutes: SFT of the 'copy' model on three MiniWoB++ tasks (focus-text, click-button,
            click-link), evaluated on held-out seeds (the slow learning test, tests/test_learning.py)
-What each preset measured is in results/ (the report stage's ledger entries) and BUILD_NOTES.md; the comments below
-say why a setting is what it is, and name the BUILD_NOTES.md section that holds its measurement.
+What each preset measured is in results/ (the report stage's ledger entries); the comments below say why a setting
+is what it is.
 The shop is the same whatever model a preset trains, its tasks' wording included (env.item_names "ordinal"); what
 only the from-scratch 'copy' model needs (its planted circuit and the circuit's freeze, element ids as tokenizer
 pieces, the noisy oracle's thoughts worded for the circuit) is its recipe, recipes/scratch_copy, which the default,
@@ -140,7 +140,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         max_batch=8,
         # valid-argument decoding: every bracketed group is an id, option or quoted string the step offers, a
         # combobox is named as the oracle names it and not set twice on a page (rollout/policies/constrain.py);
-        # it lifts the same models' held-out success (BUILD_NOTES.md, "Valid-argument decoding")
+        # it lifts the same models' held-out success
         constrain=True,
         redundancy="either",
         # success vs training steps: the first seed's model of each curve method ('*' alone: each trained method
@@ -210,7 +210,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c.sft.data.family_balance = True
         # the planted circuit's three-piece match (circuit_trigram), on the shop's "second item [..]" wording of
         # multi_cart's items: after adding an item the oracle's thought copies the task on to the next item or the
-        # list's end, which the two-piece match cannot find (BUILD_NOTES.md, "multi_cart's first successes")
+        # list's end, which the two-piece match cannot find
         for m in MODEL_KINDS:
             t = c[m]
             t.model.update(circuit_recency=20, circuit_bigram=0.7, circuit_trigram=0.5)
@@ -236,8 +236,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
             c[m].optim.learning_rate = 2e-4
         for m in ("dpo", "tgpo"):
             # β 0.01 and no chosen-branch anchor: chosen among five TGPO variants on `large`'s held-out tasks 0-99,
-            # then confirmed on tasks 100-199, which no choice had seen (BUILD_NOTES.md, "β 0.01 without the
-            # chosen-branch anchor, confirmed")
+            # then confirmed on tasks 100-199, which no choice had seen
             c[m].loss.update(beta=0.01, rpo_alpha=0.0)
             # an SFT term over every successful step (the nodes without pairs too), one pass: the pairs alone
             # move the few nodes they sit at and let the rest drift
@@ -248,10 +247,10 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
             # (docs/method.md §5). DPO gets it too, so both learn from the same pairs
             c[m].data.distance_agree = True
             # and pairs of branches equally far from a goal (docs/method.md §5): they steadied TGPO across seeds
-            # on `large` (BUILD_NOTES.md, "`distance_strict` for DPO" and "the strict distances on the default")
+            # on `large`
             c[m].data.distance_strict = True
             # (data.margin, weight_norm and dataset.q_aggregate stay at their defaults: the alternatives measured
-            # no better; BUILD_NOTES.md, "why TGPO does not beat DPO")
+            # no better)
         for m in BASELINES:  # the baselines as our step-level DPO on the trees: its beta and anchor, one pass
             c[m].loss.update(beta=c.dpo.loss.beta, rpo_alpha=c.dpo.loss.rpo_alpha)
             c[m].train.num_epochs = 1
@@ -264,7 +263,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
         c.train_seeds = (0, 1, 2)  # seed = initialisation + data order; greedy evaluation
         c.sft.train.max_steps = 1000
         # SFT in two phases, the second with the control's recipe (a few minutes a seed): a stronger SFT for
-        # every method to start from (BUILD_NOTES.md, "SFT in two phases on `large`")
+        # every method to start from
         c.sft_continue = True
         # one pass, as DPO and TGPO get (two passes of KTO and KTO-Tree would add ~75 min over three seeds)
         for m in ("kto", "kto_tree"):
@@ -355,8 +354,7 @@ def _control(c) -> None:
     """sft_more, the control for the preference methods' SFT term: SFT from SFT with TGPO's learning rate, schedule,
     batch and SFT items (its shortest successful branches, no copy-swap, as TGPO's data), the SFT loss alone; with
     max_steps 0 it makes TGPO's number of updates (experiment/pipeline.py:Pipeline.planned_steps).
-    On `large` this control alone once lifted SFT as far as DPO and TGPO went (BUILD_NOTES.md, "the control as a
-    pipeline method").
+    On `large` this control alone once lifted SFT as far as DPO and TGPO went.
     Set here, after the presets: an override of tgpo's schedule on the command line must name sft_more too."""
     t, s = c.tgpo, c.sft_more
     s.optim.update(**{k: t.optim[k] for k in ("learning_rate", "warmup_steps", "warmup_fraction", "schedule",
