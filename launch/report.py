@@ -5,6 +5,8 @@
       --dataset_manifest=data/datasets/train/manifest.json \
       --run=SFT=runs/sft --run=TGPO=runs/tgpo --tree=shop/train/0003=trees/t3.html
 Rows appear in the order of the ``--eval`` flags. ``--tree`` paths are relative to ``--out``.
+``--compare=A:B`` (repeatable) adds A − B in success and redundant steps, paired over the held-out tasks both
+evaluations ran, pooled and per task family: e.g. two SFT runs of an ablation, each evaluated on the same tasks.
 Prints the written paths as JSON.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ flags.DEFINE_string("dataset_manifest", None, "dataset manifest.json (or its dir
 flags.DEFINE_multi_string("run", [], "name=run_dir: training curves from run_dir/metrics.jsonl (repeatable)")
 flags.DEFINE_multi_string("tree", [], "task_id=relative/path/to/tree.html (repeatable)")
 flags.DEFINE_string("notes", "", "free-form notes (text, or @path to read them from a file)")
+flags.DEFINE_multi_string("compare", [], "A:B: A − B paired over the tasks both --eval files ran (repeatable)")
 flags.DEFINE_bool("reference", True, "include the TGPO paper's reference numbers")
 
 
@@ -37,6 +40,44 @@ def parse_pairs(values, flag: str) -> dict[str, str]:
             raise app.UsageError(f"--{flag}: {name!r} given twice")
         out[name] = path
     return out
+
+
+def parse_compare(values, names) -> list[tuple[str, str]]:
+    out = []
+    for v in values:
+        a, sep, b = v.partition(":")
+        if not sep or not a or not b:
+            raise app.UsageError(f"--compare={v!r}: expected A:B, two --eval names")
+        for n in (a, b):
+            if n not in names:
+                raise app.UsageError(f"--compare={v!r}: {n!r} is not an --eval name (have {sorted(names)})")
+        out.append((a, b))
+    return out
+
+
+def paired(models: dict[str, dict], pairs: list[tuple[str, str]]) -> tuple[list, dict]:
+    """``pairs`` compared over the tasks both evaluations ran, each evaluation one training seed: success and
+    redundant steps pooled, and success per task family where there are several."""
+    from experiment import results
+
+    groups = {name: {0: ev} for name, ev in models.items()}
+    try:
+        pooled = [results.compare(groups, a, b, metric) for a, b in pairs
+                  for metric in ("success_rate", "redundant_steps")]
+    except ValueError as e:
+        raise app.UsageError(f"--compare: {e} (an evaluation without per-episode rows, or on other tasks)")
+    fams = results.families(groups)
+    by_family = {}
+    if len(fams) > 1:
+        for a, b in pairs:
+            cells = {}
+            for f in fams:
+                try:
+                    cells[f] = results.compare(groups, a, b, family=f)
+                except ValueError:  # a family neither evaluation ran in full
+                    cells[f] = None
+            by_family[(a, b)] = cells
+    return pooled, by_family
 
 
 def load_dataset_summary(path: str) -> dict:
@@ -55,6 +96,8 @@ def main(argv):
     for name, path in parse_pairs(F.eval, "eval").items():
         with open(path) as f:
             models[name] = json.load(f)
+    pairs = parse_compare(F.compare, models)
+    comparisons, by_family = paired(models, pairs) if pairs else (None, None)
     curves = {}
     if F.run:
         from tgpo_jax.training.metrics import read_metrics
@@ -69,7 +112,8 @@ def main(argv):
         with open(notes[1:]) as f:
             notes = f.read()
     paths = write_report(F.out, title=F.title, models=models, dataset=dataset, curves=curves or None,
-                         trees=parse_pairs(F.tree, "tree") or None, notes=notes, reference=F.reference)
+                         trees=parse_pairs(F.tree, "tree") or None, notes=notes, reference=F.reference,
+                         comparisons=comparisons, family_comparisons=by_family or None)
     print(json.dumps(paths, indent=1))
 
 

@@ -321,3 +321,30 @@ def test_label_conflicts_need_several_runs_per_task(tmp_path, tasks, episodes, o
     assert f"Label-conflict rate, ours: {ours}; TGPO paper: 26.95% (C-WebShop), 38.71% (Online-Mind2Web)." in lines
     assert ("| ours: a | 0.00% |" in lines) == (ours != "not applicable (one run per task)")
     assert "| TGPO paper (Online-Mind2Web) | 38.71% |" in lines
+
+
+def test_cli_compares_two_evaluations_over_their_common_tasks(tmp_path):
+    """``--compare=A:B``: A − B over the tasks both ran (a task only A ran is left out), pooled and per family."""
+    def ev(successes, extra=()):
+        rows = [{"task_id": f"t{i}", "family": "webshop" if i < 5 else "procedure", "success": s, "steps": 6,
+                 "redundant": 2 * (1 - s)} for i, s in enumerate(successes)]
+        rows += [{"task_id": t, "family": "webshop", "success": 1, "steps": 4, "redundant": 0} for t in extra]
+        return {"per_seed": [{"seed": 0, "episodes_table": rows}], "mean": {}, "ci95": {}, "episodes": len(rows)}
+
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(ev([1, 1, 1, 0, 0, 1, 1, 0, 0, 0], extra=("only_a",))))
+    b.write_text(json.dumps(ev([1, 0, 0, 0, 0, 1, 0, 0, 0, 0])))
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    cmd = [sys.executable, "-m", "launch.report", f"--out={tmp_path / 'rep'}", "--reference=false",
+           f"--eval=A={a}", f"--eval=B={b}"]
+    proc = subprocess.run(cmd + ["--compare=A:B"], capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    md = open(json.loads(proc.stdout)["markdown"], encoding="utf-8").read()
+    # 10 common tasks: A 5 successes, B 2 -> +30 points; redundant steps (2 a failure) 2 * (5 - 8) / 10 = -0.6
+    assert "| A − B | success rate | +30.00 pts |" in md and "| 10 | 1 / 1 |" in md
+    assert "| A − B | redundant steps | -0.60 |" in md
+    # per family: webshop 3 - 1 of 5 = +40, procedure 2 - 1 of 5 = +20
+    line = next(x for x in md.splitlines() if x.startswith("| A − B | +"))
+    assert line.startswith("| A − B | +20.0 [") and "| +40.0 [" in line
+    bad = subprocess.run(cmd + ["--compare=A:C"], capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    assert bad.returncode != 0 and "'C' is not an --eval name" in bad.stderr
