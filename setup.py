@@ -33,7 +33,8 @@ EXTRAS = {
     # torch is pinned: any unpinned torch requirement pulls the CUDA build (several GB).
     # pytest-xdist: the fast tier (the README command) and .ci/run's slow tier run as two processes
     "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "torch==2.13.0", "accelerate>=1.15,<2", "portpicker>=1.6",
-             "psutil>=5.9", "pyflakes>=3.2,<4"],  # pyflakes: tests/test_static.py
+             "psutil>=5.9", "pyflakes>=3.2,<4",  # pyflakes: tests/test_static.py
+             "ruff==0.17.6"],  # the linter .ci/run runs (ruff.toml); pinned: its rules change between releases
     # launch/plan.py --topology: libtpu compiles for a TPU topology without a TPU (not needed on the CPU route)
     "tpu": ["jax[tpu]>=0.10.2,<0.11"],
     "bench": ["torch==2.13.0", "accelerate>=1.15,<2", "trl>=1.16,<1.17"],  # trl: bench/dpo_step.py (tested 1.16.0)

@@ -15,7 +15,8 @@ weights and prompts: in float32 they should agree until a near-tie of the top tw
 
 Ours: the sampler the collection and evaluation run (prefill in one pass with the model's attention implementation,
 ``--our_attention``: ``auto`` = cuDNN's fused kernel on a GPU in bf16, else the blocked einsum; or ``dense``; then
-jitted chunks of 16 decode steps, a ``lax.scan``, with the host checking stop conditions between chunks). PyTorch (``--torch_modes``):
+jitted chunks of 16 decode steps, a ``lax.scan``, with the host checking stop conditions between chunks).
+PyTorch (``--torch_modes``):
 ``dynamic`` = transformers' default cache, ``static`` = its static cache (on a CUDA device transformers compiles the
 decode step with ``torch.compile`` for it; on a CPU it runs uncompiled). Each side runs in its own subprocess.
 """
@@ -119,7 +120,8 @@ def run_ours() -> None:
     cache_len = tokens.shape[1] + -(-_NEW.value // sampler.chunk) * sampler.chunk
 
     def prefill():
-        return jax.block_until_ready(sampler._prefill(sampler.weights, jnp.asarray(tokens), jnp.asarray(valid), cache_len))
+        return jax.block_until_ready(sampler._prefill(sampler.weights, jnp.asarray(tokens), jnp.asarray(valid),
+                                                      cache_len))
 
     pre, _ = timed(prefill, _RUNS.value)
     dev = jax.devices()[0]
@@ -161,7 +163,8 @@ def run_torch() -> None:
     emit({"side": "torch", "mode": mode, "attn": model.config._attn_implementation,
           "device": torch.cuda.get_device_name(0) if dev == "cuda" else platform.processor() or "cpu",
           "platform": dev, "threads": torch.get_num_threads(),
-          "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__},
+          "versions": {"torch": torch.__version__, "cuda": torch.version.cuda,
+                       "transformers": transformers.__version__},
           "first_s": times[0], "call_s": times[1:], "median_s": statistics.median(times[1:]),
           "prefill_s": statistics.median(pre[1:]), "tokens": out[:, ids.shape[1]:].tolist()})
 

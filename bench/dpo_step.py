@@ -7,7 +7,8 @@ Pairs: a long shared prompt shaped like a page's accessibility tree (lengths spr
 Both sides run the bundled GGUF's weights (PyTorch through our dense HF export), the same pairs and
 batch, full fine-tuning, AdamW lr 1e-5, grad clip 1.0, beta 0.1 sigmoid DPO, and a *live* reference
 forward every step (ours: ``reference="live"``; TRL: ``precompute_ref_log_probs=False``). Ours computes
-in bf16 (``--our_dtypes`` adds float32) over float32 parameters; ``--layouts`` picks packed (the prompt once + both branches) and plain
+in bf16 (``--our_dtypes`` adds float32) over float32 parameters;
+``--layouts`` picks packed (the prompt once + both branches) and plain
 (prompt+chosen and prompt+rejected rows, like TRL).
 
 TRL precision (``--trl_precision``, all three by default): ``amp`` (float32 weights, bf16 autocast: our numerics),
@@ -287,8 +288,9 @@ def run_ours() -> None:
         all_times.append(time.perf_counter() - t0)
     m = mem.stop()
     first, times = all_times[0], all_times[_WARMUP.value:]
-    emit({"side": "ours", "layout": layout, "dtype": _DTYPE.value, "grad_accum": ga, "n_params": n_params, "logical_tokens": logical,
-          "prompt_lens": plen, "completion_lens": clen, "rows": int(local["tokens"].shape[0] * local["tokens"].shape[1]),
+    emit({"side": "ours", "layout": layout, "dtype": _DTYPE.value, "grad_accum": ga, "n_params": n_params,
+          "logical_tokens": logical, "prompt_lens": plen, "completion_lens": clen,
+          "rows": int(local["tokens"].shape[0] * local["tokens"].shape[1]),
           "row_len": max_len, "padded_tokens": int(local["tokens"].size), "first_step_s": first,
           "losses": losses, "base_rss": base, **m, **step_stats(times)})
 
@@ -458,7 +460,8 @@ def report(results: list[dict]) -> None:
         tps = t / r["median_s"]
         fl = flops / r["median_s"]
         shape = f"{r['rows']}x{r['row_len']}" if r["side"] == "ours" else "dyn pad"
-        print(f"{name(r):<22}{r['first_step_s']:7.1f}{r['median_s']:9.2f}{r['best_s']:8.2f}{tps:8.1f}{fl / 1e9:9.1f}{fl / bf16_peak:11.1%}"
+        print(f"{name(r):<22}{r['first_step_s']:7.1f}{r['median_s']:9.2f}{r['best_s']:8.2f}{tps:8.1f}{fl / 1e9:9.1f}"
+              f"{fl / bf16_peak:11.1%}"
               f"{gib(r['peak']):>9}{gib(r['base_rss']):>9}{gib(r['phase_peak']):>9}"
               f"{gib(r['phase_peak'] - r['base_rss']):>10}{shape:>12}{r['loadavg_end']:7.1f}")
     print()

@@ -2,8 +2,8 @@
 
   python -m bench.forward_throughput [--batch=4 --length=512 --reps=5]
 
-Both run the bundled GGUF's weights (PyTorch through our dense export); both compute the full [B, T, V] logits. Prints tokens/s each and
-the ratio, measured side by side in one run (alternating, best of ``reps``).
+Both run the bundled GGUF's weights (PyTorch through our dense export); both compute the full [B, T, V] logits.
+Prints tokens/s each and the ratio, measured side by side in one run (alternating, best of ``reps``).
 """
 from __future__ import annotations
 

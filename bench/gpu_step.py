@@ -53,10 +53,12 @@ _METHOD = flags.DEFINE_enum("method", "sft", ["sft", "tgpo"],
                             "ours: sft (compared with PyTorch) or tgpo (3 branches packed after one prompt, a live "
                             "reference pass every step; ours only: dense vs fused attention on the tree mask)")
 _TINY = flags.DEFINE_boolean("tiny", False, "a tiny model (2 layers, d 64, vocabulary 512), batch 2 x 128: a CPU check")
-_OUR_REMAT = flags.DEFINE_list("our_remat", ["true", "false"], "ours: model.remat settings to run (the config's is true)")
+_OUR_REMAT = flags.DEFINE_list("our_remat", ["true", "false"],
+                               "ours: model.remat settings to run (the config's is true)")
 _OUR_ATTN = flags.DEFINE_list("our_attention", ["dense", "auto"],
                                "ours: model.attention settings to run (dense einsum | cudnn | xla | auto)")
-_TORCH_MODES = flags.DEFINE_list("torch_modes", ["bf16", "amp"], "PyTorch runs: bf16 (bf16 weights) | amp (fp32 + autocast)")
+_TORCH_MODES = flags.DEFINE_list("torch_modes", ["bf16", "amp"],
+                                 "PyTorch runs: bf16 (bf16 weights) | amp (fp32 + autocast)")
 _TORCH_GC = flags.DEFINE_boolean("torch_grad_ckpt", False, "PyTorch: gradient checkpointing")
 _PEAK = flags.DEFINE_float("peak_tflops", 0.0, "dense bf16 peak of the device in TFLOP/s (0 = from its name)")
 _SEED = flags.DEFINE_integer("seed", 0, "data and initialisation seed")
@@ -113,7 +115,8 @@ def model_flops(n_matmul: int) -> float:
     t = b * length
     head_dim = c["hidden_size"] // c["num_attention_heads"]
     per_token = 6 if _METHOD.value == "sft" else 8  # TGPO: + the live reference's forward pass (2 per token)
-    return per_token * n_matmul * t + 2 * per_token * c["num_hidden_layers"] * c["num_attention_heads"] * head_dim * length * t
+    return (per_token * n_matmul * t
+            + 2 * per_token * c["num_hidden_layers"] * c["num_attention_heads"] * head_dim * length * t)
 
 
 def peak_rss() -> int:
@@ -181,8 +184,9 @@ def run_ours() -> None:
     assert int(holder["state"]["step"]) == total, "a step was not finite"
     dev = jax.devices()[0]
     stats = dev.memory_stats() if dev.platform == "gpu" else None
-    emit({"side": "ours", "method": cfg.method, "reference": cfg.loss.reference, "remat": m.remat, "attention": m.attention,
-          "attention_impl": attention_impl(m.attention, jnp.dtype(mc.dtype), mc.head_dim), "dtype": m.dtype, "param_dtype": m.param_dtype, "chunk": cfg.train.chunk,
+    emit({"side": "ours", "method": cfg.method, "reference": cfg.loss.reference, "remat": m.remat,
+          "attention": m.attention, "attention_impl": attention_impl(m.attention, jnp.dtype(mc.dtype), mc.head_dim),
+          "dtype": m.dtype, "param_dtype": m.param_dtype, "chunk": cfg.train.chunk,
           "optimizer": o.optimizer, "n_params": n_params, "n_matmul": n_matmul,
           "device": getattr(dev, "device_kind", dev.platform), "platform": dev.platform,
           "versions": {"jax": jax.__version__, **versions(("jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "flax",
@@ -257,7 +261,8 @@ def name(r: dict) -> str:
         return " ".join(r["args"])
     if r["side"] == "ours":
         short = {"bfloat16": "bf16", "float32": "fp32"}
-        return (f"ours {r.get('method', 'sft')} JAX {short[r['dtype']]} compute/{short[r['param_dtype']]} weights remat "
+        return (f"ours {r.get('method', 'sft')} JAX {short[r['dtype']]} "
+                f"compute/{short[r['param_dtype']]} weights remat "
                 f"{'on' if r['remat'] else 'off'} attn {r.get('attention_impl', 'dense')}")
     what = {"bf16": "bf16 weights", "amp": "fp32 weights + bf16 autocast"}[r["mode"]]
     return f"PyTorch {what}{' +ckpt' if r['grad_ckpt'] else ''} ({r['attn']})"

@@ -102,8 +102,8 @@ def main(argv):
         info = setups[m][1]
         rows[m] = dict(every_s=a, loss_pos_s=b, speedup=a / b, **info)
         print(f"{m:9s} every position {a:.3f} s/step, loss positions {b:.3f} s/step: {a / b:.2f}x "
-              f"(rows {info['length']} long, {info['loss_tokens']:.0f} loss tokens, loss_pos {info['loss_pos_width']:.0f} "
-              "wide)")
+              f"(rows {info['length']} long, {info['loss_tokens']:.0f} loss tokens, "
+              f"loss_pos {info['loss_pos_width']:.0f} wide)")
     print("RESULT " + json.dumps(rows))
 
 

@@ -3,7 +3,8 @@ collection with the same policy, on the embedded shop, with 1 and 4 browser cont
 
   python -m bench.search_overhead [--tasks=4 --simulations=6 --k=3]
 
-Both sides use one stateless policy (``rollout.policies.scripted.GoldOrRandom``: the clean oracle's recorded command at a state on its path
+Both sides use one stateless policy (``rollout.policies.scripted.GoldOrRandom``:
+the clean oracle's recorded command at a state on its path
 with probability 0.5, else a random link or button), so they execute the same kind of steps. The search side's
 steps include every replayed (forced) prefix step: they are browser steps it executes. What the ratio shows is the
 search's own cost per step (K proposals and the critic's ranking at each expansion, state keys, the tree) over the

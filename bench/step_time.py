@@ -86,8 +86,8 @@ def define_flags() -> None:
     flags.DEFINE_integer("max_completion_len", 64, "data.max_completion_len")
     flags.DEFINE_integer("reps", 3, "timed calls per part (the median is reported), after one untimed call")
     flags.DEFINE_list("variants", ["no_remat", "lora16"],
-                      "train-step variants also timed (each a fresh model): no_remat, lora16, top10 (model.train_layers=10), "
-                      "top10_no_remat; empty for none")
+                      "train-step variants also timed (each a fresh model): no_remat, lora16, "
+                      "top10 (model.train_layers=10), top10_no_remat; empty for none")
     flags.DEFINE_boolean("train", True, "time the training step (--notrain: the evaluation step only)")
     flags.DEFINE_integer("eval_batch", 8, "prompts per evaluation step (0: no evaluation step)")
     flags.DEFINE_integer("new_tokens", 32, "evaluation: new tokens per prompt at most (EOS ends a row earlier)")

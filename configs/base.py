@@ -18,7 +18,8 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
         param_dtype="float32",  # master weights
         remat=True,  # rematerialise each layer in the backward pass: on CPU both faster and far smaller
         train_layers=0,  # > 0: train only the top N layers (those below run without a backward pass); 0 = all
-        attention="auto",  # dense | blocked | cudnn | xla | auto (cuDNN's fused kernel on a GPU in bf16, blocked elsewhere)
+        attention="auto",  # dense | blocked | cudnn | xla | auto (cuDNN's fused kernel on a GPU in bf16,
+        #                    blocked elsewhere)
         lora_rank=0, lora_alpha=16.0, lora_seed=0,
         scratch="",  # from-scratch size (tgpo_jax.models.config.SCRATCH_PRESETS: 'tiny', 'small')
         init_seed=0,

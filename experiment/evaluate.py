@@ -56,7 +56,8 @@ def _parse_oracle(spec: str):
     parts = [p.strip() for p in rates.split(",")]
     if len(parts) not in (4, 5, 6, 7, 8):
         raise ValueError(f"--model={spec!r}: expected oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>"
-                         f"[,<recover>[,<repeat>[,<wrong_button>[,<wrong_sort>]]]] (four to eight rates in [0, 1]), got "
+                         f"[,<recover>[,<repeat>[,<wrong_button>[,<wrong_sort>]]]] "
+                         f"(four to eight rates in [0, 1]), got "
                          f"{len(parts)} value(s)")
     try:
         values = [float(p) for p in parts]

@@ -218,7 +218,8 @@ class Pipeline:
                                       "window": c.pretrain_window, "seeds": list(self.seeds)}, ("tokenizer",),
                                      tuple(self.path("models", b) for b in bases)
                                      + tuple(self.path("models", b.replace("base", "init")) for b in bases)
-                                     + tuple(self.path("runs", b) for b in bases) + (self.path("datasets", "pretrain"),),
+                                     + tuple(self.path("runs", b) for b in bases)
+                                     + (self.path("datasets", "pretrain"),),
                                      f"from-scratch '{c.sft.model.scratch}' model, {len(bases)} seed(s)"
                                      + (", language-model pretraining on the round-1 page text" if lm else "")))
                     tok_deps = ("tokenizer", "base")

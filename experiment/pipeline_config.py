@@ -112,10 +112,12 @@ def validate(cfg) -> None:
         raise ValueError(f"methods with 'search_dpo' need search.tasks >= 1 and k >= 2 (pairs compare a node's "
                          f"edges); got {dict(s)}")
     j = cfg.judge
-    if "judge_dpo" in cfg.methods and (j.k < (1 if j.mode == "dpo1" else 2) or j.tasks < 1 or j.mode not in ("dpo1", "dpo2", "dpo3")
+    if "judge_dpo" in cfg.methods and (j.k < (1 if j.mode == "dpo1" else 2) or j.tasks < 1
+                                       or j.mode not in ("dpo1", "dpo2", "dpo3")
                                        or not 0 <= j.threshold <= 100 or j.max_tokens < 1 or j.concurrency < 1
                                        or bool(j.url) != bool(j.model)):
-        raise ValueError(f"methods with 'judge_dpo' need judge.k >= 2 (1 for dpo1), tasks >= 1, mode dpo1 / dpo2 / dpo3, "
+        raise ValueError(f"methods with 'judge_dpo' need judge.k >= 2 (1 for dpo1), tasks >= 1, "
+                         f"mode dpo1 / dpo2 / dpo3, "
                          f"0 <= threshold <= 100, max_tokens and concurrency >= 1, and judge.model with judge.url "
                          f"(url '' = the built-in reference judge); got {dict(j)}")
     if "traj_dpo" in cfg.methods and cfg.collect.runs < 2 and not cfg.collect.reuse:

@@ -239,7 +239,8 @@ def _grad_table(grads: dict) -> Table:
     rows = [[(label, False), (f"{g.median:.2f}", False), (f"{100 * g.clipped:.0f}", False), (f"{g.clip:g}", False),
              (str(g.steps), False)] for label, g in grads.items()]
     return Table(["Method", "Median gradient norm", "Updates clipped (%)", "Clip", "Logged steps"], rows,
-                 "Global gradient norm before clipping, over every logged step of every training seed. A method's terms "
+                 "Global gradient norm before clipping, over every logged step of every training seed. "
+                 "A method's terms "
                  "(pairs or labelled items, anchor, SFT term) are summed before the clip and AdamW, so the term with "
                  "the largest gradient sets the update's direction: compare a preference method's norm with SFT "
                  "(continued)'s, the SFT term alone (docs/method.md §7).")
@@ -249,7 +250,8 @@ def _search_table(rows: list[dict]) -> Table:
     p = lambda v: DASH if v is None else f"{100 * v:.1f}"  # noqa: E731
     return Table(["Model", "Tasks", "Simulations", "Without search (%)", "First simulation (%)",
                   "Any simulation (%)", "Browser steps per task"],
-                 [[(r["model"], False), (str(r["tasks"]), False), (str(r["simulations"]), False), (p(r["plain"]), False),
+                 [[(r["model"], False), (str(r["tasks"]), False), (str(r["simulations"]), False),
+                   (p(r["plain"]), False),
                    (p(r["first_success_rate"]), False), (p(r["success_rate"]), True),
                    (f"{r['browser_steps_per_task']:.1f}", False)] for r in rows],
                  "Agent Q's search on the first held-out tasks (docs/method.md §9.1): the model proposes, its "

@@ -123,7 +123,8 @@ def _get(node, key):
 
 
 def _unknown(key: str, where: str, node) -> str:
-    known = f"; known keys there: {', '.join(sorted(node.keys()))}" if node is not None and hasattr(node, "keys") else ""
+    known = (f"; known keys there: {', '.join(sorted(node.keys()))}" if node is not None and hasattr(node, "keys")
+             else "")
     return f"unknown config key {key!r} (no such field in {where or 'the top-level config'}){known}"
 
 

@@ -47,7 +47,8 @@ flags.DEFINE_float("wrong_sort", 0.0, "oracle: rate of clicking a sort link wher
                    "results page of a task without a sort (webshop, multi_cart), then back at once")
 flags.DEFINE_string("model", "bundled", "model policy: checkpoint / HF directory / GGUF / 'bundled'")
 flags.DEFINE_string("http_url", "http://127.0.0.1:8000", "http policy: OpenAI-compatible server base URL")
-flags.DEFINE_string("http_model", "bundled", "http policy: model name on that server (launch.serve names it after --model)")
+flags.DEFINE_string("http_model", "bundled",
+                    "http policy: model name on that server (launch.serve names it after --model)")
 flags.DEFINE_enum("http_observation", "text", ["text", "both", "image"], "http policy: the page as text (the prompt "
                   "our models train on); both: text and the screenshot as an image part (vision-language endpoints; "
                   "needs --screenshots); image: only the screenshot, with each element's id drawn on it (turns "
@@ -120,7 +121,8 @@ def main(argv):
     if F.policy == "oracle":
         browser_flags.require_oracle(env, tasks)
     policy, policy_meta = make_policy(env)
-    harness = HarnessConfig(max_steps=F.max_steps, step_slack=F.step_slack, budget_tokens=F.budget_tokens, screenshots=F.screenshots,
+    harness = HarnessConfig(max_steps=F.max_steps, step_slack=F.step_slack, budget_tokens=F.budget_tokens,
+                            screenshots=F.screenshots,
                             marks=marks, step_timeout_s=F.step_timeout_s, episode_timeout_s=F.episode_timeout_s,
                             extra_origins=tuple(F.allow_origins), recycle_after=F.recycle_after)
     cfg = CollectConfig(out_dir=F.out, runs=F.runs, tree_tasks=F.tree_tasks, seed=F.seed, contexts=F.contexts,

@@ -4,7 +4,8 @@
       --config.data.train_dir=data/train --config.data.eval_dir=data/test --config.train.output_dir=runs/tgpo
   # multi-host (GPU hosts; TPU pods auto-detect the coordinator):
   python -m launch.train --config=configs/dpo.py:qwen3-14b --config.distributed.enabled=True \
-      --config.distributed.coordinator=host0:1234 --config.distributed.num_processes=8 --config.distributed.process_id=$RANK
+      --config.distributed.coordinator=host0:1234 --config.distributed.num_processes=8 \
+      --config.distributed.process_id=$RANK
 Rerunning the same command resumes from the latest checkpoint in the output directory.
 """
 from __future__ import annotations

@@ -202,7 +202,8 @@ def check_collection(out_dir: str, meta: dict) -> None:
         diff = {k: (old.get(k), meta.get(k)) for k in set(old) | set(meta) if old.get(k) != meta.get(k)}
         if diff:
             raise RecordingError(
-                f"{out_dir} holds a collection with other settings ({', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in sorted(diff.items()))}); "
+                f"{out_dir} holds a collection with other settings ("
+                f"{', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in sorted(diff.items()))}); "
                 "use another --out, or move that directory aside to start over")
         return
     write_json_atomic(path, meta)

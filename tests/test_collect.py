@@ -107,7 +107,8 @@ def test_each_error_kind_reaches_the_next_observation(shop, tmp_path):
         assert f"({prev['error']['kind']})" in step["observation"]
     assert [s["format_ok"] for s in e.steps] == [False, False, False] + [True] * 6
     # the site's own URLs are recorded site-relative: the page text does not carry the run's port
-    assert e.summary["end_reason"] == "stop" and e.steps[-1]["url"] == "/" and shop.origin not in e.steps[-1]["observation"]
+    assert (e.summary["end_reason"] == "stop" and e.steps[-1]["url"] == "/"
+            and shop.origin not in e.steps[-1]["observation"])
 
 
 def test_site_listens_on_loopback_only(shop):

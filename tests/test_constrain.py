@@ -39,7 +39,8 @@ STEP = StepStrings(ids=frozenset({"2", "3", "6", "7", "9"}), options={"6": ("XS"
     ("Thought: Click button \"Buy Now\"[9].\nCommand: CLICK [9]", True, True),
     ("Thought: Set combobox \"size\"[6] to size [M].\nCommand: SELECT [7] [red]", False, False),
     ("Thought: Set combobox \"size\"[6] to size [M].\nCommand: SELECT [6] [M]", True, True),
-    ("Thought: Type [Noah Rossi] into textbox \"Search\"[2].\nCommand: SELECT [7] [red]", True, True),  # names no combobox
+    # names no combobox
+    ("Thought: Type [Noah Rossi] into textbox \"Search\"[2].\nCommand: SELECT [7] [red]", True, True),
 ])
 def test_grammar_on_hand_worked_outputs(text, viable, complete):
     g = OutputGrammar(STEP)

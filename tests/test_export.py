@@ -56,7 +56,8 @@ def test_export_loads_in_transformers(name, tmp_path, spm_tokenizer):
     # BUILD_NOTES.md); a SentencePiece tokenizer therefore round-trips with the other families only.
     tok = AutoTokenizer.from_pretrained(out)
     text = "search for red shoes\nCLICK [12]"
-    assert cfg.model_type == "qwen2" or tok(text, add_special_tokens=False)["input_ids"] == spm_tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert cfg.model_type == "qwen2" or (tok(text, add_special_tokens=False)["input_ids"]
+                                         == spm_tokenizer(text, add_special_tokens=False)["input_ids"])
 
     again = load_model(out)  # re-import: bit-exact
     assert again.cfg.replace(eos_token_id=cfg.eos_token_id) == cfg

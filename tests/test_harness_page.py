@@ -25,7 +25,8 @@ PAGES = {
 <a id="p2" href="/page2?x=1">Second page</a>
 <a id="out" href="http://example.com/leak">Leave</a>
 <a href="/redirect">Bounce</a>
-<button id="grow" onclick="var d=document.createElement('button');d.textContent='New '+document.querySelectorAll('button').length;document.body.appendChild(d)">Add button</button>
+<button id="grow" onclick="var d=document.createElement('button');\
+d.textContent='New '+document.querySelectorAll('button').length;document.body.appendChild(d)">Add button</button>
 <span>plain</span>
 </body></html>""",
     "/page2": """<!doctype html><html><head><title>Second</title></head><body><h2>Page two</h2>
@@ -33,7 +34,8 @@ PAGES = {
 </body></html>""",
     "/form": """<!doctype html><html><head><title>Form</title></head><body>
 <label for="q">Search</label><input id="q" type="text" value="abc">
-<label>Size <select id="size"><option>S</option><option selected>M</option><option value="lg">L</option></select></label>
+<label>Size <select id="size"><option>S</option><option selected>M</option>\
+<option value="lg">L</option></select></label>
 <label><input type="checkbox" id="a" checked> Option A</label>
 <input type="checkbox" id="b" aria-label="Option B">
 <input type="radio" name="r" id="r1"><label for="r1">Red</label>
@@ -70,8 +72,10 @@ PAGES = {
     "/growing": """<!doctype html><html><head><title>Growing</title></head><body><p id="summary"></p><ul id="res"></ul>
 <script>
 function add(n) { const li = document.createElement('li'); const a = document.createElement('a'); a.href = '#';
-  a.textContent = 'Result ' + n; a.onclick = () => { window.clicked = a.textContent; window.clickedAt = performance.now();
-  return false; }; li.appendChild(a); document.getElementById('res').appendChild(li); window.adds.push(performance.now()); }
+  a.textContent = 'Result ' + n; a.onclick = () => { window.clicked = a.textContent; \
+window.clickedAt = performance.now();
+  return false; }; li.appendChild(a); document.getElementById('res').appendChild(li); \
+window.adds.push(performance.now()); }
 window.adds = []; add(1); let n = 1;
 function more() { add(++n); const t = setInterval(() => { add(++n); if (n === 8) { clearInterval(t); setTimeout(() => {
   document.getElementById('summary').textContent = 'Search finished, found 8 pages.';

@@ -32,23 +32,23 @@ def np_dpo(pc, pr, rc, rr, valid, weights=None, beta=0.1, loss_type="sigmoid", l
     pc, pr, rc, rr = (np.asarray(a, np.float64)[v] for a in (pc, pr, rc, rr))
     d = (pc - rc) - (pr - rr)
     if loss_type == "sigmoid":
-        l = -np_log_sigmoid(beta * d) * (1 - ls) - np_log_sigmoid(-beta * d) * ls
+        losses = -np_log_sigmoid(beta * d) * (1 - ls) - np_log_sigmoid(-beta * d) * ls
     elif loss_type == "robust":
-        l = (-np_log_sigmoid(beta * d) * (1 - ls) + np_log_sigmoid(-beta * d) * ls) / (1 - 2 * ls)
+        losses = (-np_log_sigmoid(beta * d) * (1 - ls) + np_log_sigmoid(-beta * d) * ls) / (1 - 2 * ls)
     elif loss_type == "hinge":
-        l = np.maximum(0.0, 1 - beta * d)
+        losses = np.maximum(0.0, 1 - beta * d)
     elif loss_type == "ipo":
-        l = (d - 1 / (2 * beta)) ** 2
+        losses = (d - 1 / (2 * beta)) ** 2
     n = len(d)
     out = {}
     if weights is not None:
         w = np.asarray(weights, np.float64)[v]
-        l = l * w
+        losses = losses * w
         out.update({"weights/mean": w.mean(), "weights/min": w.min(), "weights/max": w.max(), "weights/std": w.std()})
     cr, rj = beta * (pc - rc), beta * (pr - rr)
     out.update(
         {
-            "loss": l.sum() / max(n, 1),
+            "loss": losses.sum() / max(n, 1),
             "rewards/chosen": cr.mean(),
             "rewards/rejected": rj.mean(),
             "rewards/margins": (cr - rj).mean(),

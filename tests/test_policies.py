@@ -85,7 +85,8 @@ def test_prompt_cuts_the_page_from_its_end_after_the_old_history(spm_tokenizer):
     assert budget - 30 <= n <= budget
     user = msgs[1]["content"]
     assert "(3 earlier actions omitted)" in user and "CLICK [2]" not in user
-    assert all(re.search(rf"^{i + 1}\. CLICK \[{i}\]( \(error: \w+\))?$", user, re.M) for i in range(3, KEEP_RECENT + 3))
+    assert all(re.search(rf"^{i + 1}\. CLICK \[{i}\]( \(error: \w+\))?$", user, re.M)
+               for i in range(3, KEEP_RECENT + 3))
     assert " | " not in user  # thought_chars=0: commands only, not a cut thought ('| …') on every line
     page = user.split("Current page:\n", 1)[1]
     head, note = page.split("\n[... page text cut", 1)

@@ -251,7 +251,8 @@ def test_damaged_shard_fails_verification(dataset, damage):
     with pytest.raises(DatasetError, match=r"nodes-00002-of-00003\.array_record"):
         DatasetReader(out, verify=True)
     # read without the checksum pass: Riegeli's own error is wrapped with the file and the record
-    with pytest.raises(DatasetError, match=r"nodes-00002-of-00003\.array_record(: cannot open|: holds \d+ records| record \d+ "
+    with pytest.raises(DatasetError, match=r"nodes-00002-of-00003\.array_record(: cannot open|: holds \d+ records"
+                                           r"| record \d+ "
                                            r"\(global index \d+\): cannot be read)"):
         reader = DatasetReader(out)
         for i in range(len(reader)):

@@ -259,7 +259,8 @@ def test_paired_comparisons_pooled_and_per_family(tmp_path):
     i = lines.index("| Comparison | multi_cart (pts) | webshop (pts) |")
     mc = results.family_comparisons(groups)[("KTO-Tree", "KTO")]["multi_cart"]
     assert mc.high < 0
-    assert lines[i + 2] == f"| KTO-Tree − KTO | -50.0 [{100 * mc.low:+.1f}, {100 * mc.high:+.1f}] | +100.0 [+100.0, +100.0] |"
+    assert lines[i + 2] == (f"| KTO-Tree − KTO | -50.0 [{100 * mc.low:+.1f}, {100 * mc.high:+.1f}] | "
+                            "+100.0 [+100.0, +100.0] |")
     assert any(line.startswith("| KTO-Tree − KTO | success rate | +25.00 pts |") for line in lines)
 
 

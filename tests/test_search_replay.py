@@ -122,7 +122,8 @@ def test_search_finds_the_gold_path_and_its_values_match_the_episodes(recorded, 
     gold_first = gold_ep.steps[0]["command"]
     by_cmd = {e.command: e for e in root.edges}
     assert gold_first in by_cmd and by_cmd[gold_first].q_search > 0
-    for p in node_pairs(root, alpha=1.0, theta=0.0):  # by search value, every root pair with the gold command prefers it
+    # by search value, every root pair with the gold command prefers it
+    for p in node_pairs(root, alpha=1.0, theta=0.0):
         if gold_first in (root.edges[p.chosen].command, root.edges[p.rejected].command):
             assert root.edges[p.chosen].command == gold_first
     assert s.stats["simulations"] == 8 and os.path.isdir(os.path.join(out, "damaged"))

@@ -110,7 +110,8 @@ def test_the_control_is_compared_with_sft_and_every_preference_method_but_left_o
     tgpo = {s: _ev([1, 1, 1, 0] * 10, redundant=1) for s in range(3)}  # 75 %
     groups = {"SFT": sft, results.CONTROL: ctl, "TGPO": tgpo}
     got = {(c.a, c.b, c.metric): c for c in results.comparisons(groups)}
-    for key, diff in {("SFT (continued)", "SFT", "success_rate"): 0.25, ("TGPO", "SFT (continued)", "success_rate"): 0.25,
+    for key, diff in {("SFT (continued)", "SFT", "success_rate"): 0.25,
+                      ("TGPO", "SFT (continued)", "success_rate"): 0.25,
                       ("TGPO", "SFT", "success_rate"): 0.5, ("TGPO", "SFT (continued)", "redundant_steps"): 1.0,
                       ("TGPO", "SFT", "redundant_steps"): -2.0}.items():
         assert got[key].diff == pytest.approx(diff), key

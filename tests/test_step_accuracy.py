@@ -20,7 +20,8 @@ def test_canonical_reads_the_command_line():
 
 
 def test_cases_skip_mistakes_and_unparsable_steps_and_use_the_prompt_of_each_step():
-    by_task = {"t1": [_ep(["Command: CLICK [3]", "Command: CLICK [5]", "Command: GO_BACK", "garbage", "Command: STOP []"],
+    by_task = {"t1": [_ep(["Command: CLICK [3]", "Command: CLICK [5]", "Command: GO_BACK", "garbage",
+                           "Command: STOP []"],
                           mistakes={1})]}
     tasks = {"t1": SimpleNamespace(family="webshop")}
     seen = []

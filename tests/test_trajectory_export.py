@@ -86,7 +86,8 @@ def state(url, title, score=0.0, success=False, shot=None, obs_error=None):
 def step(t, st, output, thought, command, error=None, timings=(0.5, 0.25, 2.0, 0.125), tokens=10):
     observe, check, policy, execute = timings
     return {"step": t, **st, "output": output, "thought": thought, "command": command,
-            "command_name": command.split(" ")[0] if command else None, "target": None, "format_ok": command is not None,
+            "command_name": command.split(" ")[0] if command else None, "target": None,
+            "format_ok": command is not None,
             "error": error, "effect": None, "logprob": -1.5, "num_tokens": tokens, "policy_info": {"k": t},
             "timings": {"observe_s": observe, "check_s": check, "policy_s": policy, "execute_s": execute}}
 

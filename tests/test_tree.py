@@ -14,14 +14,14 @@ from trees.dataset import BuildConfig, build_dataset, node_records, remap_output
 from tgpo_jax.data.examples import (PairConfig, kto_items, kto_tree_items, label_conflict, preference_pairs,
                                     sft_items)
 
-O = "http://127.0.0.1:9"
+ORIGIN = "http://127.0.0.1:9"
 TASK = Task("cola", "shop", "procedure", "Search cola, sort by price, add the first item to the cart.", "/", 6,
             "train")
 
 
 def state(path, phash, progress="cart=", obs=None, success=False):
-    return {"url": O + path, "norm_url": O + path.split("#")[0], "title": "", "truncated": False,
-            "observation": obs or f"URL: {O}{path}\n[1] link \"Home\"", "screenshot": None, "phash": phash,
+    return {"url": ORIGIN + path, "norm_url": ORIGIN + path.split("#")[0], "title": "", "truncated": False,
+            "observation": obs or f"URL: {ORIGIN}{path}\n[1] link \"Home\"", "screenshot": None, "phash": phash,
             "obs_error": None, "check": {"success": success, "score": float(success), "progress": progress,
                                          "done": False}}
 
@@ -320,7 +320,8 @@ def test_judge_verifier_over_screenshots_replaces_builtin_checks(tmp_path):
         g = build_task_graph(eps, TASK, TreeConfig(), judge)
         r = g.rewards
         assert r[S(0, 2)]["r_acc"] == 0.0 and r[S(0, 3)]["r_acc"] == 1.0  # the judge's verdicts, not the harness's
-        assert any('CLICK [20] on link "Sort: Price low to high"' in text for text in seen) and judge.calls == len(seen) > 0
+        assert (any('CLICK [20] on link "Sort: Price low to high"' in text for text in seen)
+                and judge.calls == len(seen) > 0)
     finally:
         server.shutdown()
 

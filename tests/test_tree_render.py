@@ -119,8 +119,10 @@ def test_tgpo_example_in_chromium(tmp_path, browser):
         assert page.locator('g.edge.back[data-src="n5"][data-dst="n2"]').count() == 1
         assert page.locator('g.edge.self[data-src="n1"][data-dst="n1"]').count() == 1
         # End markers on the right nodes.
-        assert page.evaluate("() => [...document.querySelectorAll('g.node.success-end')].map(n => n.dataset.node)") == ["n4/end"]
-        assert page.evaluate("() => [...document.querySelectorAll('g.node.failure-end')].map(n => n.dataset.node)") == ["n6/end"]
+        assert page.evaluate("() => [...document.querySelectorAll('g.node.success-end')]"
+                             ".map(n => n.dataset.node)") == ["n4/end"]
+        assert page.evaluate("() => [...document.querySelectorAll('g.node.failure-end')]"
+                             ".map(n => n.dataset.node)") == ["n6/end"]
         assert "✓2" in page.locator('g.node[data-node="n4/end"]').text_content()
         assert "✗1" in page.locator('g.node[data-node="n6/end"]').text_content()
         assert page.locator("g.node.root").get_attribute("data-node") == "n0"
@@ -131,7 +133,8 @@ def test_tgpo_example_in_chromium(tmp_path, browser):
         assert all(i["w"] == 120 and i["bbox"] > 0 for i in imgs), imgs
         # Tooltips carry the full command, Q and statistics.
         tip = page.locator('g.edge[data-src="n2"][data-dst="n5"] > title').text_content()
-        assert "CLICK [link 'Red Sandal 7']" in tip and "0.4800" in tip and "n_total=2" in tip and "subgoal=0.700" in tip
+        assert ("CLICK [link 'Red Sandal 7']" in tip and "0.4800" in tip and "n_total=2" in tip
+                and "subgoal=0.700" in tip)
         # Header: task, episodes, successes.
         header = page.locator("header").text_content()
         assert "task: shop/train/0001" in header
@@ -158,7 +161,8 @@ def test_missing_screenshot_renders_placeholder(tmp_path, browser):
         assert page.locator("g.node").count() == len(g.nodes)
         assert page.locator("g.edge").count() == len(g.edges)
         placeholders = page.evaluate(
-            "() => [...document.querySelectorAll('g.node rect.placeholder')].map(r => r.closest('g.node').dataset.node)")
+            "() => [...document.querySelectorAll('g.node rect.placeholder')]"
+            ".map(r => r.closest('g.node').dataset.node)")
         assert sorted(placeholders) == ["n0", "n3", "n6"]
         assert len(decoded_images(page)) == 4
         assert not errors and all(u.startswith(("data:", "about:")) for u in requests)

@@ -55,14 +55,14 @@ def test_shop_trees_have_conflicts_and_pairs_that_point_at_success(noisy_episode
                 assert {"text": m.group(1), "kind": "option"} in node.meta["copy"], (node.node_id, node.meta)
                 sets += 1
         for p in preference_pairs(node):
-            w, l = node.branches[p.chosen], node.branches[p.rejected]
-            assert w.q > l.q and p.weight > 0
-            sw, sl = w.n_success / w.n_total, l.n_success / l.n_total
+            w, loser = node.branches[p.chosen], node.branches[p.rejected]
+            assert w.q > loser.q and p.weight > 0
+            sw, sl = w.n_success / w.n_total, loser.n_success / loser.n_total
             # the chosen branch leads to success at least as often. Where either branch has one or two
             # trajectories this is sampling noise: a redundant detour (link, then GO_BACK) succeeds as often as
             # the direct path in expectation, and TGPO ranks it below the direct path by design; one failed run
             # that earned the task's subgoal rewards before failing can outscore a 2-of-3 branch by a hair.
-            assert sw >= sl or min(w.n_total, l.n_total) < 3, (node.node_id, w, l)
+            assert sw >= sl or min(w.n_total, loser.n_total) < 3, (node.node_id, w, loser)
             rate_w += sw
             rate_l += sl
             pairs += 1

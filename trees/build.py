@@ -181,9 +181,9 @@ _FORM_FIELD = re.compile(r'^\s*\[[^\]]+\]\s+(\S+)\s+("(?:[^"\\]|\\.)*")\s+'
 
 
 def form_values(observation: str) -> tuple[tuple[str, str, str], ...]:
-    """(role, name, value or checked) of every field the observation shows a value or check state for. Typing into a field can leave the
-    screenshot's pHash unchanged (a few characters in a box), yet the state differs: the form guard keeps such
-    states apart, so a node's prompt matches every branch taken at it."""
+    """(role, name, value or checked) of every field the observation shows a value or check state for. Typing into a
+    field can leave the screenshot's pHash unchanged (a few characters in a box), yet the state differs: the form
+    guard keeps such states apart, so a node's prompt matches every branch taken at it."""
     return tuple(sorted((role, name, value or checked) for role, name, value, checked in
                         _FORM_FIELD.findall(observation)))
 

@@ -21,12 +21,12 @@ def export_pairs(data_dir: str, out_path: str, cfg: PairConfig = PairConfig(), n
     rows = []
     for node in DatasetReader(data_dir):
         for p in preference_pairs(node, cfg):
-            w, l = node.branches[p.chosen], node.branches[p.rejected]
+            w, loser = node.branches[p.chosen], node.branches[p.rejected]
             rows.append({"prompt": [dict(m) for m in node.prompt],
                          "chosen": [{"role": "assistant", "content": w.action}],
-                         "rejected": [{"role": "assistant", "content": l.action}],
+                         "rejected": [{"role": "assistant", "content": loser.action}],
                          "weight": p.weight, "task_id": node.task_id, "node_id": node.node_id,
-                         "q_chosen": w.q, "q_rejected": l.q})
+                         "q_chosen": w.q, "q_rejected": loser.q})
     if normalise and rows:
         for row, w in zip(rows, normalise_weights([r["weight"] for r in rows])):
             row["weight"] = w

@@ -2,7 +2,8 @@
 
 ``render_html(graph)`` returns one HTML string with no external assets: an inline SVG of the merged graph
 (screenshot thumbnails embedded as base64 data URIs), inline CSS and a few lines of inline JavaScript (hover
-highlighting). Layout (``trees.layout``) is a simple layered one: the layer (x position) of a node is its BFS depth from the root,
+highlighting). Layout (``trees.layout``) is a simple layered one:
+the layer (x position) of a node is its BFS depth from the root,
 nodes within a layer are ordered by first appearance. Forward edges are curves from left to right; back edges (to a
 node of the same or a smaller layer, i.e. correction loops) are arcs over the top; self-loops are small loops.
 Every drawn node is ``<g class="node" data-node=ID>``, every drawn edge ``<g class="edge" data-src data-dst>``.
@@ -158,7 +159,8 @@ def _node_svg(b: Box, graph: TaskGraph, thumb_width: int, episodes_of: dict[str,
             parts.append(f'<text class="ph-label" x="{6 + thumb_width / 2}" y="{6 + img_h / 2 + 4}" '
                          f'text-anchor="middle">no screenshot</text>')
         max_chars = max(8, int(thumb_width / 6.4))
-        parts.append(f'<text class="path" x="6" y="{b.h - LABEL_H + 8}">{_esc(_shorten(short_url(n.url), max_chars))}</text>')
+        parts.append(f'<text class="path" x="6" y="{b.h - LABEL_H + 8}">'
+                     f'{_esc(_shorten(short_url(n.url), max_chars))}</text>')
         info = f"{_esc(n.id)} · {len(n.states)} state{'s' if len(n.states) != 1 else ''}"
         parts.append(f'<text class="info" x="6" y="{b.h - 8}">{info}'
                      + (" " + " ".join(marks) if marks else "") + "</text>")
@@ -169,7 +171,8 @@ def _node_svg(b: Box, graph: TaskGraph, thumb_width: int, episodes_of: dict[str,
     return "".join(parts)
 
 
-def _edge_svg(e: Edge, kind: str, pts, k: int, bv: BranchValue | None, lo: float, hi: float, cmd_chars: int) -> tuple[str, tuple]:
+def _edge_svg(e: Edge, kind: str, pts, k: int, bv: BranchValue | None, lo: float, hi: float,
+              cmd_chars: int) -> tuple[str, tuple]:
     q = bv.q if bv is not None else None
     colour = q_colour(q, lo, hi)
     n = max(1, len(e.steps))
@@ -216,7 +219,8 @@ def _edge_svg(e: Edge, kind: str, pts, k: int, bv: BranchValue | None, lo: float
 
 
 CSS = """
-body{width:max-content;min-width:100%;font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;background:#fafbfc;color:#1f2933}
+body{width:max-content;min-width:100%;font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;\
+margin:0;background:#fafbfc;color:#1f2933}
 header{padding:14px 22px;background:#fff;border-bottom:1px solid #dde2e8}
 header h1{font-size:19px;margin:0 0 4px}
 header .instr{color:#52606d;margin:2px 0 6px;max-width:1100px}
@@ -338,7 +342,8 @@ def render_html(graph: TaskGraph, *, title: str | None = None, thumb_width: int 
         f'stroke="{NO_Q}" stroke-width="5"/></svg>8× taken (width)</span>'
         f'<span><svg class="sw" width="34" height="12"><line x1="2" y1="6" x2="32" y2="6" stroke="{NO_Q}" '
         f'stroke-width="2" stroke-dasharray="7 4"/></svg>back edge (revisit / correction loop)</span>'
-        f'<span><span class="sw" style="width:16px;height:12px;border:3px solid {ROOT};border-radius:3px"></span>root s0</span>'
+        f'<span><span class="sw" style="width:16px;height:12px;border:3px solid {ROOT};border-radius:3px"></span>'
+        f'root s0</span>'
         f'<span><span class="sw" style="width:16px;height:12px;border:3px solid {SUCCESS};border-radius:3px"></span>'
         f'<b style="color:{SUCCESS}">✓n</b> successful episodes ended here</span>'
         f'<span><span class="sw" style="width:16px;height:12px;border:3px solid {FAILURE};border-radius:3px"></span>'

@@ -1,5 +1,6 @@
 """Hermetic browsing: which origins a page may reach. ``install_guards`` routes every http(s) request whose origin
-is not allowed (a regex the Playwright driver matches itself): sub-resources are aborted (``net::ERR_BLOCKED_BY_CLIENT``), navigation requests are answered
+is not allowed (a regex the Playwright driver matches itself):
+sub-resources are aborted (``net::ERR_BLOCKED_BY_CLIENT``), navigation requests are answered
 ``204 No Content`` so that the tab keeps its current document (an aborted navigation would commit Chrome's error
 page). ``execute`` watches the main frame's navigation requests while a command runs; one to a disallowed origin
 raises NavigationBlocked after the page is back on the site. ``GOTO`` is checked before navigating (scheme

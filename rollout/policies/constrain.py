@@ -9,8 +9,8 @@ group the model writes must be a string the step offers, as it writes it:
   option of one of the page's comboboxes;
 - after ``Command:``, a known verb in upper case, its groups (one space before each), and then the end:
   the element id of CLICK / CLEAR / TYPE is one of the page's, SELECT's one with options; TYPE's text is one the
-  task quotes (free when the task quotes none); SELECT's value is an option of that element; SCROLL's is UP or DOWN; STOP's and GOTO's are
-  free. EOS is allowed only once the command is complete;
+  task quotes (free when the task quotes none); SELECT's value is an option of that element; SCROLL's is UP or DOWN;
+  STOP's and GOTO's are free. EOS is allowed only once the command is complete;
 - the command acts on the element its own thought names: when the thought holds element ids (``Click button
   "Buy Now"[9].`` or ``Click [9] button "Buy Now".``, as the page shows ids), the command's element is one of them.
   Why: a trained model may decide right in the thought and then write another element's id in the command (a

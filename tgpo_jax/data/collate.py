@@ -119,17 +119,17 @@ def action_ids(action: str, tokenizer) -> list[int]:
 
 
 def empty_example(cfg: CollateConfig) -> dict[str, np.ndarray]:
-    r, l, s = cfg.rows, cfg.max_len, cfg.num_slots
+    r, length, s = cfg.rows, cfg.max_len, cfg.num_slots
     return {
-        "tokens": np.zeros((r, l), np.int32),
-        "positions": np.zeros((r, l), np.int32),
-        "segments": np.full((r, l), -1, np.int32),  # -1 pad, 0 prompt, k >= 1 completion segment k
-        "pred": np.zeros((r, l), np.int32),  # index of the token whose hidden state predicts this one
-        "slot": np.full((r, l), -1, np.int32),  # slot of a loss-carrying token, -1 elsewhere
-        "slot_pos": np.zeros((r, l), np.int32),  # index of a loss-carrying token within its action
+        "tokens": np.zeros((r, length), np.int32),
+        "positions": np.zeros((r, length), np.int32),
+        "segments": np.full((r, length), -1, np.int32),  # -1 pad, 0 prompt, k >= 1 completion segment k
+        "pred": np.zeros((r, length), np.int32),  # index of the token whose hidden state predicts this one
+        "slot": np.full((r, length), -1, np.int32),  # slot of a loss-carrying token, -1 elsewhere
+        "slot_pos": np.zeros((r, length), np.int32),  # index of a loss-carrying token within its action
         # loss weight of a loss-carrying token, 0 elsewhere: 1 (SFT: its family's weight with family_balance, set by
         # data/pipeline.py; DPO / TGPO with margin_decisions: 1 decision, 0 copy)
-        "token_weight": np.zeros((r, l), np.float32),
+        "token_weight": np.zeros((r, length), np.float32),
         "slot_valid": np.zeros((s,), bool),
         "slot_behaviour": np.zeros((s,), np.float32),
         "slot_has_behaviour": np.zeros((s,), bool),

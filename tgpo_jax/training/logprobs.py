@@ -54,12 +54,12 @@ def segment_mask(segments: jax.Array) -> jax.Array:
 
 def flatten_rows(batch: dict) -> dict:
     """[B, R, L] rows -> [B*R, L]; per-example slot ids -> global ids (offset by example)."""
-    b, r, l = batch["tokens"].shape
+    b, r, length = batch["tokens"].shape
     s = batch["slot_valid"].shape[1]
     offset = (jnp.arange(b, dtype=jnp.int32) * s)[:, None, None]
     slot = jnp.where(batch["slot"] >= 0, batch["slot"] + offset, -1)
-    flat = {k: batch[k].reshape(b * r, l) for k in ("tokens", "positions", "segments", "pred")}
-    flat["slot"] = slot.reshape(b * r, l)
+    flat = {k: batch[k].reshape(b * r, length) for k in ("tokens", "positions", "segments", "pred")}
+    flat["slot"] = slot.reshape(b * r, length)
     return flat
 
 

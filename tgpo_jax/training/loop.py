@@ -244,7 +244,8 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
     # they are logged again
     _truncate_metrics(writer.path, start)
 
-    summary = {"method": cfg.method, "steps": total, "per_epoch": per_epoch, "dataset": dataclasses.asdict(train_src.stats),
+    summary = {"method": cfg.method, "steps": total, "per_epoch": per_epoch,
+               "dataset": dataclasses.asdict(train_src.stats),
                "kto_class_weights": [w_d, w_u], "weight_scale": train_src.weight_scale}
     bar = _progress(cfg, total, start)
     step, last, t0, ran = start, {}, time.perf_counter(), 0
@@ -258,8 +259,8 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
                 good = ckpt.latest_step()
                 raise TrainingDiverged(f"step {step + 1}: non-finite loss {float(m['loss'])}, grad norm "
                                        f"{float(m['grad_norm'])} or updated parameters; the update was not applied. "
-                                       "Last good checkpoint: " + (f"step {good} in {ckpt.directory}" if good is not None
-                                                                   else "none saved yet"))
+                                       "Last good checkpoint: "
+                                       + (f"step {good} in {ckpt.directory}" if good is not None else "none saved yet"))
             step += 1
             ran += 1
             if step % cfg.train.log_every == 0 or step == total:

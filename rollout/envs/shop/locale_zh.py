@@ -15,16 +15,19 @@ _WORDS = {
     "Electronics": "电子产品", "Audio": "音频设备", "Headphones": "耳机", "Bluetooth speakers": "蓝牙音箱",
     "Computer accessories": "电脑配件", "Keyboards": "键盘", "Computer mice": "鼠标", "Phone accessories": "手机配件",
     "Phone cases": "手机壳", "Chargers": "充电器", "Grocery": "食品杂货", "Beverages": "饮料", "Green tea": "绿茶",
-    "Coffee beans": "咖啡豆", "Snacks": "零食", "Protein bars": "蛋白棒", "Mixed nuts": "混合坚果", "Pantry": "粮油调味",
+    "Coffee beans": "咖啡豆", "Snacks": "零食", "Protein bars": "蛋白棒",
+    "Mixed nuts": "混合坚果", "Pantry": "粮油调味",
     "Olive oil": "橄榄油", "Home & Kitchen": "家居厨房", "Bedding": "床上用品", "Pillows": "枕头", "Bed sheets": "床单",
     "Kitchen": "厨房用品", "Water bottles": "水杯", "Frying pans": "煎锅", "Lighting": "照明", "Desk lamps": "台灯",
     "Beauty & Personal Care": "美妆个护", "Skin care": "护肤", "Face moisturizer": "面霜", "Hair care": "护发",
     "Shampoo": "洗发水", "Sports & Outdoors": "运动户外", "Fitness": "健身", "Yoga mats": "瑜伽垫", "Camping": "露营",
     "Tents": "帐篷",
     # product types
-    "running shoes": "跑步鞋", "hiking boots": "登山靴", "t-shirt": "T恤", "rain jacket": "雨衣", "yoga pants": "瑜伽裤",
+    "running shoes": "跑步鞋", "hiking boots": "登山靴", "t-shirt": "T恤",
+    "rain jacket": "雨衣", "yoga pants": "瑜伽裤",
     "headphones": "耳机", "bluetooth speaker": "蓝牙音箱", "keyboard": "键盘", "mouse": "鼠标", "phone case": "手机壳",
-    "charger": "充电器", "green tea": "绿茶", "coffee beans": "咖啡豆", "protein bars": "蛋白棒", "mixed nuts": "混合坚果",
+    "charger": "充电器", "green tea": "绿茶", "coffee beans": "咖啡豆",
+    "protein bars": "蛋白棒", "mixed nuts": "混合坚果",
     "olive oil": "橄榄油", "pillow": "枕头", "bed sheets": "床单", "water bottle": "水杯", "frying pan": "煎锅",
     "desk lamp": "台灯", "face moisturizer": "面霜", "shampoo": "洗发水", "yoga mat": "瑜伽垫", "tent": "帐篷",
     # attributes
@@ -67,7 +70,8 @@ _WORDS = {
     "Umbra": "暗影", "Vantage": "远景", "Willowby": "垂柳", "Xenon": "氙光", "Yarrow": "蓍草", "Zephyr": "和风",
     "Aspenly": "白杨", "Birchwood": "白桦", "Coralis": "珊瑚",
     "Classic": "经典", "Pro": "专业版", "Lite": "轻享", "Max": "极致", "Air": "空气", "Flex": "灵动", "Prime": "臻选",
-    "Ultra": "超能", "Sport": "运动款", "Trail": "山径", "Urban": "都市", "Nova": "新星", "Edge": "锋锐", "Core": "核心",
+    "Ultra": "超能", "Sport": "运动款", "Trail": "山径", "Urban": "都市",
+    "Nova": "新星", "Edge": "锋锐", "Core": "核心",
     "Plus": "升级版", "Go": "畅行", "Zen": "禅意", "Aero": "飞翔", "Pulse": "脉动", "Terra": "大地",
     # description tails
     "Designed for everyday use.": "适合日常使用。", "Backed by a one year warranty.": "享一年质保。",
@@ -111,7 +115,8 @@ LABELS = {
     "results_for": "“{q}” 的搜索结果：共 {n} 件", "no_results": "没有找到与 “{q}” 相关的商品。",
     "buy_now": "立即购买", "add_to_cart": "加入购物车", "back_to_search": "返回搜索", "price": "价格",
     "rating": "评分", "reviews": "条评价", "features": "特点", "description": "商品描述",
-    "added": "已将 {title} 加入购物车", "chosen": "已选", "all_chosen": "选项已选齐", "sorted": "已排序", "view_cart": "查看购物车", "continue": "继续购物",
+    "added": "已将 {title} 加入购物车", "chosen": "已选", "all_chosen": "选项已选齐",
+    "sorted": "已排序", "view_cart": "查看购物车", "continue": "继续购物",
     "cart_title": "购物车", "cart_empty": "购物车是空的。", "quantity": "数量", "remove": "删除", "checkout": "结算",
     "checkout_title": "结算", "full_name": "姓名", "address": "地址", "place_order": "提交订单",
     "checkout_error": "请填写姓名和地址。", "order_title": "订单 #{n} 已确认", "order_thanks": "感谢您的购买！",
@@ -120,7 +125,8 @@ LABELS = {
 }
 
 SURNAMES = ("张", "王", "李", "刘", "陈", "杨", "赵", "黄", "周", "吴", "徐", "孙", "胡", "朱", "高", "林", "何", "郭")
-GIVEN_NAMES = ("伟", "芳", "娜", "洋", "静", "磊", "敏", "婷", "杰", "琳", "涛", "悦", "强", "丽", "军", "燕", "明", "华")
+GIVEN_NAMES = ("伟", "芳", "娜", "洋", "静", "磊", "敏", "婷", "杰",
+               "琳", "涛", "悦", "强", "丽", "军", "燕", "明", "华")
 CITIES = ("北京市朝阳区", "上海市浦东新区", "广州市天河区", "深圳市南山区", "杭州市西湖区", "成都市武侯区",
           "南京市鼓楼区", "武汉市洪山区")
 ROADS = ("建国路", "世纪大道", "体育西路", "科技园南路", "文三路", "人民南路", "中山路", "珞喻路", "解放路", "长江路")
