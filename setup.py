@@ -1,4 +1,5 @@
 """tgpo-jax: train web agents from their own browser experience (TGPO in JAX/Flax)."""
+
 from setuptools import find_packages, setup
 
 # Ranges tested together on these machines (see BUILD_NOTES.md / ../shared/STACK.md).
@@ -32,9 +33,16 @@ INSTALL_REQUIRES = [
 EXTRAS = {
     # torch is pinned: any unpinned torch requirement pulls the CUDA build (several GB).
     # pytest-xdist: the fast tier (the README command) and .ci/run's slow tier run as two processes
-    "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "torch==2.13.0", "accelerate>=1.15,<2", "portpicker>=1.6",
-             "psutil>=5.9", "pyflakes>=3.2,<4",  # pyflakes: tests/test_static.py
-             "ruff==0.17.6"],  # the linter .ci/run runs (ruff.toml); pinned: its rules change between releases
+    "test": [
+        "pytest>=8,<10",
+        "pytest-xdist>=3.5,<4",
+        "torch==2.13.0",
+        "accelerate>=1.15,<2",
+        "portpicker>=1.6",
+        "psutil>=5.9",
+        "pyflakes>=3.2,<4",  # pyflakes: tests/test_static.py
+        "ruff==0.17.6",
+    ],  # the linter .ci/run runs (ruff.toml); pinned: its rules change between releases
     # launch/plan.py --topology: libtpu compiles for a TPU topology without a TPU (not needed on the CPU route)
     "tpu": ["jax[tpu]>=0.10.2,<0.11"],
     "bench": ["torch==2.13.0", "accelerate>=1.15,<2", "trl>=1.16,<1.17"],  # trl: bench/dpo_step.py (tested 1.16.0)
@@ -44,8 +52,9 @@ setup(
     name="tgpo-jax",
     version="0.1.0",
     description="Tree-guided preference optimisation for web agents, in JAX/Flax",
-    packages=find_packages(include=["tgpo_jax*", "rollout*", "trees*", "recipes*", "experiment*", "serving*", "launch*",
-                                    "configs*"]),
+    packages=find_packages(
+        include=["tgpo_jax*", "rollout*", "trees*", "recipes*", "experiment*", "serving*", "launch*", "configs*"]
+    ),
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,

@@ -11,6 +11,7 @@
 Prints build time, estimated collect time and their ratio (goal < 5%). The oracle policy costs nothing, so the
 estimate is a lower bound on a real (model) policy's collect time and the ratio an upper bound.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -37,8 +38,10 @@ def _import_builder():
     try:
         from trees.dataset import BuildConfig, build_dataset
     except ImportError as e:
-        sys.exit(f"bench.build_dataset: cannot import trees.dataset.build_dataset / BuildConfig ({e}); "
-                 "the dataset builder is needed for this benchmark")
+        sys.exit(
+            f"bench.build_dataset: cannot import trees.dataset.build_dataset / BuildConfig ({e}); "
+            "the dataset builder is needed for this benchmark"
+        )
     return BuildConfig, build_dataset
 
 
@@ -66,7 +69,7 @@ def collect_rate(work: str) -> tuple[float, int, float]:
     env = ShopEnv(seed=0)
     env.start()
     try:
-        tasks = [t for t in env.tasks("train") if t.family in ("webshop", "procedure")][:_COLLECT_TASKS.value]
+        tasks = [t for t in env.tasks("train") if t.family in ("webshop", "procedure")][: _COLLECT_TASKS.value]
         asyncio.run(_harness_rate(env, tasks, _CONTEXTS.value, os.path.join(work, "collect_warm")))
         best = (0.0, 0, 0.0)
         for i in range(max(1, _COLLECT_REPS.value)):
@@ -90,11 +93,20 @@ def main(argv):
     try:
         shutil.rmtree(coll, ignore_errors=True)
         t0 = time.perf_counter()
-        counts = write_synthetic_collection(coll, num_tasks=num_tasks, runs=_RUNS.value, seed=_SEED.value,
-                                            branching=_BRANCHING.value, max_steps=_MAX_STEPS.value)
+        counts = write_synthetic_collection(
+            coll,
+            num_tasks=num_tasks,
+            runs=_RUNS.value,
+            seed=_SEED.value,
+            branching=_BRANCHING.value,
+            max_steps=_MAX_STEPS.value,
+        )
         t_write = time.perf_counter() - t0
-        print(f"synthetic collection: {counts['tasks']} tasks, {counts['episodes']} episodes, {counts['steps']} steps "
-              f"written in {t_write:.1f}s", flush=True)
+        print(
+            f"synthetic collection: {counts['tasks']} tasks, {counts['episodes']} episodes, {counts['steps']} steps "
+            f"written in {t_write:.1f}s",
+            flush=True,
+        )
 
         shutil.rmtree(data, ignore_errors=True)
         t0 = time.perf_counter()
@@ -102,12 +114,28 @@ def main(argv):
         t_build = time.perf_counter() - t0
         eps, steps = summary.get("episodes", counts["episodes"]), summary.get("steps", counts["steps"])
         if (eps, steps) != (counts["episodes"], counts["steps"]):
-            print(f"WARNING: the builder used {eps} episodes / {steps} steps of {counts['episodes']} / "
-                  f"{counts['steps']} written (broken: {len(summary.get('broken_episodes', []))})")
-        extra = {k: summary[k] for k in ("records", "nodes", "states", "merged_by_phash", "guard_refusals",
-                                          "merge_ratio", "label_conflict_rate", "success_rate") if k in summary}
-        print("build summary: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
-                                            for k, v in extra.items()))
+            print(
+                f"WARNING: the builder used {eps} episodes / {steps} steps of {counts['episodes']} / "
+                f"{counts['steps']} written (broken: {len(summary.get('broken_episodes', []))})"
+            )
+        extra = {
+            k: summary[k]
+            for k in (
+                "records",
+                "nodes",
+                "states",
+                "merged_by_phash",
+                "guard_refusals",
+                "merge_ratio",
+                "label_conflict_rate",
+                "success_rate",
+            )
+            if k in summary
+        }
+        print(
+            "build summary: "
+            + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in extra.items())
+        )
         print(f"\n{'episodes':>9} {'steps':>8} {'build s':>8} {'episodes/s':>11} {'steps/s':>9}")
         print(f"{eps:>9} {steps:>8} {t_build:>8.1f} {eps / t_build:>11.1f} {steps / t_build:>9.1f}")
 
@@ -115,8 +143,10 @@ def main(argv):
             return
         rate, n, dt = collect_rate(work)
         est = steps / rate
-        print(f"\nreal harness (shop, oracle policy, {_CONTEXTS.value} contexts, screenshots): {n} steps in {dt:.1f}s "
-              f"= {rate:.2f} steps/s")
+        print(
+            f"\nreal harness (shop, oracle policy, {_CONTEXTS.value} contexts, screenshots): {n} steps in {dt:.1f}s "
+            f"= {rate:.2f} steps/s"
+        )
         print(f"\n{'build s':>8} {'est. collect s':>15} {'build/collect':>14}   (goal < 5%; {steps} steps)")
         print(f"{t_build:>8.1f} {est:>15.0f} {100 * t_build / est:>13.2f}%")
     finally:

@@ -36,6 +36,7 @@ that the comparison is like for like.
   bf16 n x n x n matmuls accumulated in float32, the model's own dot: ``tgpo_jax.models.matmul.proj``).
 - load1: the 1-minute load average when the run ended; ~2 means this benchmark had the 2 cores alone.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -60,19 +61,25 @@ _STEPS = flags.DEFINE_integer("steps", 2, "timed steps per side (median and best
 _WARMUP = flags.DEFINE_integer("warmup", 1, "untimed steps first (ours: includes compilation)")
 _SEED = flags.DEFINE_integer("seed", 0, "data seed")
 _LAYOUTS = flags.DEFINE_list("layouts", ["packed", "plain"], "our layouts to run")
-_OUR_DTYPES = flags.DEFINE_list("our_dtypes", ["bfloat16"],
-                                "our compute dtypes to run (float32 parameters either way); bfloat16,float32 for both")
+_OUR_DTYPES = flags.DEFINE_list(
+    "our_dtypes", ["bfloat16"], "our compute dtypes to run (float32 parameters either way); bfloat16,float32 for both"
+)
 _ACCUM = flags.DEFINE_integer("grad_accum", 1, "our micro-batches per step (packed layout)")
 _PLAIN_ACCUM = flags.DEFINE_integer(
-    "plain_grad_accum", 2,
+    "plain_grad_accum",
+    2,
     "our micro-batches per step for the plain layout: at the defaults it needs ~22 GiB in one micro-batch "
-    "(attention keeps [T, T] float32 scores per layer for the backward pass), too much for a 24 GiB machine")
+    "(attention keeps [T, T] float32 scores per layer for the backward pass), too much for a 24 GiB machine",
+)
 _ROUNDS = flags.DEFINE_integer("rounds", 1, "rounds of every setting, alternating; a setting's figure is the median")
 _TRL_PREC = flags.DEFINE_list(
-    "trl_precision", ["amp", "bf16", "fp32"],
-    "TRL runs: bf16 (bf16 weights, bf16=True), amp (fp32 weights, bf16=True autocast), fp32 (bf16=False)")
-_GC = flags.DEFINE_boolean("grad_checkpointing", True,
-                           "rematerialise layers in the backward pass, both sides (TRL's own default is True)")
+    "trl_precision",
+    ["amp", "bf16", "fp32"],
+    "TRL runs: bf16 (bf16 weights, bf16=True), amp (fp32 weights, bf16=True autocast), fp32 (bf16=False)",
+)
+_GC = flags.DEFINE_boolean(
+    "grad_checkpointing", True, "rematerialise layers in the backward pass, both sides (TRL's own default is True)"
+)
 _THREADS = flags.DEFINE_integer("threads", 2, "torch intra-op threads (JAX's CPU client uses all cores)")
 _MATMUL_N = flags.DEFINE_integer("matmul_n", 2048, "peak matmul size n (n x n x n)")
 _MATMUL_REPS = flags.DEFINE_integer("matmul_reps", 5, "peak matmul repetitions (best is reported)")
@@ -96,8 +103,9 @@ def make_nodes(observation_words):
 
     nodes = []
     for i, w in enumerate(observation_words):
-        node = synthetic_nodes(1, seed=_SEED.value * 1000 + i, num_branches=2, observation_words=int(w),
-                               task_prefix=f"bench{i}")[0]
+        node = synthetic_nodes(
+            1, seed=_SEED.value * 1000 + i, num_branches=2, observation_words=int(w), task_prefix=f"bench{i}"
+        )[0]
         thought = f"Thought: the task asks for the {node.meta['target']}; I read the page and pick my next step."
         branches = [dataclasses.replace(b, action=f"{thought}\n{b.action}") for b in node.branches]
         nodes.append(dataclasses.replace(node, branches=branches))
@@ -198,7 +206,7 @@ def run_peak() -> None:
     out = {"side": "peak", "n": n, "chain": chain}
     for dt in ("bfloat16", "float32"):
         a = jax.random.normal(jax.random.key(0), (n, n), dt)
-        b = (jax.random.normal(jax.random.key(1), (n, n), jnp.float32) / n ** 0.5).astype(dt)
+        b = (jax.random.normal(jax.random.key(1), (n, n), jnp.float32) / n**0.5).astype(dt)
 
         @jax.jit
         def f(x, w):
@@ -212,7 +220,7 @@ def run_peak() -> None:
             t0 = time.perf_counter()
             f(a, b).block_until_ready()
             best = min(best, time.perf_counter() - t0)
-        out[f"jax_{dt}_flops"] = chain * 2 * n ** 3 / best
+        out[f"jax_{dt}_flops"] = chain * 2 * n**3 / best
 
     import torch
 
@@ -265,15 +273,23 @@ def run_ours() -> None:
     need = max(p + (sum(cs) if layout == "packed" else max(cs)) for p, cs in zip(plen, clen))
     max_len = -(-need // 16) * 16  # pad rows to a multiple of 16
     max_c = max(max(cs) for cs in clen)
-    cfg = CollateConfig(method="dpo", layout=layout, max_len=max_len, max_prompt_len=max_len - max_c,
-                        max_completion_len=max_c, max_branches=2, max_pairs=1)
+    cfg = CollateConfig(
+        method="dpo",
+        layout=layout,
+        max_len=max_len,
+        max_prompt_len=max_len - max_c,
+        max_completion_len=max_c,
+        max_branches=2,
+        max_pairs=1,
+    )
     local = stack([build_example(n, tok, cfg, index=i) for i, n in enumerate(nodes)])
     assert local["pair_valid"].all() and local["slot_valid"].all(), "a pair did not fit"
     ga = _ACCUM.value
     batch = to_global_batch(local, mesh, ga)
 
-    trainer = Trainer(model, LossConfig(method="dpo", reference="live"), OptimConfig(learning_rate=1e-5, grad_accum=ga),
-                      mesh)
+    trainer = Trainer(
+        model, LossConfig(method="dpo", reference="live"), OptimConfig(learning_rate=1e-5, grad_accum=ga), mesh
+    )
     del model
     state = trainer.init_state()
     # Guard: a state leaf off the mesh (an earlier init_state left step/Adam counts on a single device)
@@ -287,12 +303,27 @@ def run_ours() -> None:
         losses.append(float(metrics["loss"]))  # blocks on the step
         all_times.append(time.perf_counter() - t0)
     m = mem.stop()
-    first, times = all_times[0], all_times[_WARMUP.value:]
-    emit({"side": "ours", "layout": layout, "dtype": _DTYPE.value, "grad_accum": ga, "n_params": n_params,
-          "logical_tokens": logical, "prompt_lens": plen, "completion_lens": clen,
-          "rows": int(local["tokens"].shape[0] * local["tokens"].shape[1]),
-          "row_len": max_len, "padded_tokens": int(local["tokens"].size), "first_step_s": first,
-          "losses": losses, "base_rss": base, **m, **step_stats(times)})
+    first, times = all_times[0], all_times[_WARMUP.value :]
+    emit(
+        {
+            "side": "ours",
+            "layout": layout,
+            "dtype": _DTYPE.value,
+            "grad_accum": ga,
+            "n_params": n_params,
+            "logical_tokens": logical,
+            "prompt_lens": plen,
+            "completion_lens": clen,
+            "rows": int(local["tokens"].shape[0] * local["tokens"].shape[1]),
+            "row_len": max_len,
+            "padded_tokens": int(local["tokens"].size),
+            "first_step_s": first,
+            "losses": losses,
+            "base_rss": base,
+            **m,
+            **step_stats(times),
+        }
+    )
 
 
 def run_trl() -> None:
@@ -340,25 +371,54 @@ def run_trl() -> None:
     clock = Clock()
     with tempfile.TemporaryDirectory() as out_dir:
         args = DPOConfig(
-            output_dir=out_dir, per_device_train_batch_size=_BATCH.value, gradient_accumulation_steps=1,
-            max_steps=_WARMUP.value + _STEPS.value, learning_rate=1e-5, lr_scheduler_type="constant",
-            max_grad_norm=1.0, weight_decay=0.0, beta=0.1, loss_type=["sigmoid"],
-            precompute_ref_log_probs=False, bf16=prec in ("bf16", "amp"), use_cpu=True,
-            gradient_checkpointing=_GC.value, max_length=None, report_to=[], logging_steps=1,
-            save_strategy="no", dataloader_num_workers=0, disable_tqdm=True, seed=_SEED.value)
-        trainer = DPOTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
-                             callbacks=[clock])
+            output_dir=out_dir,
+            per_device_train_batch_size=_BATCH.value,
+            gradient_accumulation_steps=1,
+            max_steps=_WARMUP.value + _STEPS.value,
+            learning_rate=1e-5,
+            lr_scheduler_type="constant",
+            max_grad_norm=1.0,
+            weight_decay=0.0,
+            beta=0.1,
+            loss_type=["sigmoid"],
+            precompute_ref_log_probs=False,
+            bf16=prec in ("bf16", "amp"),
+            use_cpu=True,
+            gradient_checkpointing=_GC.value,
+            max_length=None,
+            report_to=[],
+            logging_steps=1,
+            save_strategy="no",
+            dataloader_num_workers=0,
+            disable_tqdm=True,
+            seed=_SEED.value,
+        )
+        trainer = DPOTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok, callbacks=[clock])
         ds = trainer.train_dataset
         plen = [len(x) for x in ds["prompt_ids"]]
         clen = [[len(c), len(r)] for c, r in zip(ds["chosen_ids"], ds["rejected_ids"])]
         logical = sum(2 * p + sum(cs) for p, cs in zip(plen, clen))
         trainer.train()
     m = mem.stop()
-    times = clock.times[_WARMUP.value:]
-    emit({"side": "trl", "precision": prec, "trl_version": trl.__version__, "torch_version": torch.__version__,
-          "torch_threads": torch.get_num_threads(), "n_params": n_params, "logical_tokens": logical,
-          "prompt_lens": plen, "completion_lens": clen, "first_step_s": clock.times[0],
-          "losses": clock.losses, "base_rss": base, **m, **step_stats(times)})
+    times = clock.times[_WARMUP.value :]
+    emit(
+        {
+            "side": "trl",
+            "precision": prec,
+            "trl_version": trl.__version__,
+            "torch_version": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
+            "n_params": n_params,
+            "logical_tokens": logical,
+            "prompt_lens": plen,
+            "completion_lens": clen,
+            "first_step_s": clock.times[0],
+            "losses": clock.losses,
+            "base_rss": base,
+            **m,
+            **step_stats(times),
+        }
+    )
 
 
 # ---------------------------------------------------------------------------------------------- parent
@@ -371,13 +431,13 @@ def child(args: list[str]) -> dict:
     if p.returncode or not lines:
         sys.stderr.write(p.stdout[-4000:] + "\n" + p.stderr[-8000:] + "\n")
         raise RuntimeError(f"child {' '.join(args)} failed (exit {p.returncode})")
-    out = json.loads(lines[-1][len(MARK):])
+    out = json.loads(lines[-1][len(MARK) :])
     print(f"    done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     return out
 
 
 def gib(b: float) -> str:
-    return f"{b / 2 ** 30:.2f}"
+    return f"{b / 2**30:.2f}"
 
 
 def run_all() -> None:
@@ -388,11 +448,23 @@ def run_all() -> None:
 
     tok = load_tokenizer("bundled")
     obs = calibrate_observation_words(tok, _BATCH.value, _PROMPT.value)
-    common = [f"--batch={_BATCH.value}", f"--steps={_STEPS.value}", f"--warmup={_WARMUP.value}",
-              f"--seed={_SEED.value}", f"--threads={_THREADS.value}", f"--observation_words={','.join(map(str, obs))}",
-              f"--{'' if _GC.value else 'no'}grad_checkpointing"]
-    peak = child(["--side=peak", f"--matmul_n={_MATMUL_N.value}", f"--matmul_reps={_MATMUL_REPS.value}",
-                  f"--threads={_THREADS.value}"])
+    common = [
+        f"--batch={_BATCH.value}",
+        f"--steps={_STEPS.value}",
+        f"--warmup={_WARMUP.value}",
+        f"--seed={_SEED.value}",
+        f"--threads={_THREADS.value}",
+        f"--observation_words={','.join(map(str, obs))}",
+        f"--{'' if _GC.value else 'no'}grad_checkpointing",
+    ]
+    peak = child(
+        [
+            "--side=peak",
+            f"--matmul_n={_MATMUL_N.value}",
+            f"--matmul_reps={_MATMUL_REPS.value}",
+            f"--threads={_THREADS.value}",
+        ]
+    )
     rounds = []
     with tempfile.TemporaryDirectory() as tmp:
         hf_dir = os.path.join(tmp, "smollm2")
@@ -404,8 +476,9 @@ def run_all() -> None:
             for layout in _LAYOUTS.value:
                 ga = _PLAIN_ACCUM.value if layout == "plain" else _ACCUM.value
                 for dtype in _OUR_DTYPES.value:
-                    runs.append(child(["--side=ours", f"--layout={layout}", f"--dtype={dtype}", f"--grad_accum={ga}",
-                                       *common]))
+                    runs.append(
+                        child(["--side=ours", f"--layout={layout}", f"--dtype={dtype}", f"--grad_accum={ga}", *common])
+                    )
             for prec in _TRL_PREC.value:
                 runs.append(child(["--side=trl", f"--precision={prec}", f"--hf_dir={hf_dir}", *common]))
             rounds.append(runs)
@@ -431,54 +504,74 @@ def report(results: list[dict]) -> None:
     bf16_peak = peak["jax_bfloat16_flops"]
     toks = {r["logical_tokens"] for r in runs}
     if len(toks) != 1:
-        print(f"WARNING: sides counted different logical tokens: "
-              f"{[(name(r), r['logical_tokens'], r['prompt_lens'], r['completion_lens']) for r in runs]}")
+        print(
+            f"WARNING: sides counted different logical tokens: "
+            f"{[(name(r), r['logical_tokens'], r['prompt_lens'], r['completion_lens']) for r in runs]}"
+        )
     t = runs[0]["logical_tokens"]
     n = runs[0]["n_params"]
     flops = 8 * n * t
     r0 = runs[0]
     print()
-    print(f"DPO train step, SmolLM2-135M (N = {n / 1e6:.1f}M params), batch {_BATCH.value} pairs, "
-          f"prompts {min(r0['prompt_lens'])}-{max(r0['prompt_lens'])} tokens, "
-          f"actions {min(min(c) for c in r0['completion_lens'])}-{max(max(c) for c in r0['completion_lens'])} "
-          f"tokens (incl. EOS); T = {t} logical tokens/step (sum of prompt+chosen and prompt+rejected)")
-    print(f"full fine-tuning, AdamW, live reference forward each step, grad checkpointing "
-          f"{'on' if _GC.value else 'off'} (both); {_STEPS.value} timed steps after {_WARMUP.value} warm-up; "
-          f"torch threads {_THREADS.value}, {os.cpu_count()} CPUs; CPU flags: {cpu_flags()}"
-          + (f"; {_ROUNDS.value} rounds, medians" if _ROUNDS.value > 1 else ""))
-    print(f"{FLOP_FORMULA} -> {flops / 1e12:.2f} TFLOP/step "
-          f"(6NT = {6 * n * t / 1e12:.2f}, 2NT ref = {2 * n * t / 1e12:.2f})")
-    print(f"matmul peak ({peak['n']}^3, jit): JAX bf16 {bf16_peak / 1e9:.0f} GFLOP/s (JAX fp32 "
-          f"{peak['jax_float32_flops'] / 1e9:.0f}); for context, PyTorch linear 2048x576->1536: bf16 "
-          f"{peak['torch_bfloat16_flops'] / 1e9:.0f}, fp32 {peak['torch_float32_flops'] / 1e9:.0f} GFLOP/s")
+    print(
+        f"DPO train step, SmolLM2-135M (N = {n / 1e6:.1f}M params), batch {_BATCH.value} pairs, "
+        f"prompts {min(r0['prompt_lens'])}-{max(r0['prompt_lens'])} tokens, "
+        f"actions {min(min(c) for c in r0['completion_lens'])}-{max(max(c) for c in r0['completion_lens'])} "
+        f"tokens (incl. EOS); T = {t} logical tokens/step (sum of prompt+chosen and prompt+rejected)"
+    )
+    print(
+        f"full fine-tuning, AdamW, live reference forward each step, grad checkpointing "
+        f"{'on' if _GC.value else 'off'} (both); {_STEPS.value} timed steps after {_WARMUP.value} warm-up; "
+        f"torch threads {_THREADS.value}, {os.cpu_count()} CPUs; CPU flags: {cpu_flags()}"
+        + (f"; {_ROUNDS.value} rounds, medians" if _ROUNDS.value > 1 else "")
+    )
+    print(
+        f"{FLOP_FORMULA} -> {flops / 1e12:.2f} TFLOP/step "
+        f"(6NT = {6 * n * t / 1e12:.2f}, 2NT ref = {2 * n * t / 1e12:.2f})"
+    )
+    print(
+        f"matmul peak ({peak['n']}^3, jit): JAX bf16 {bf16_peak / 1e9:.0f} GFLOP/s (JAX fp32 "
+        f"{peak['jax_float32_flops'] / 1e9:.0f}); for context, PyTorch linear 2048x576->1536: bf16 "
+        f"{peak['torch_bfloat16_flops'] / 1e9:.0f}, fp32 {peak['torch_float32_flops'] / 1e9:.0f} GFLOP/s"
+    )
     print()
-    hdr = (f"{'run':<22}{'1st s':>7}{'median s':>9}{'best s':>8}{'tok/s':>8}{'GFLOP/s':>9}{'of bf16 pk':>11}"
-           f"{'peak GiB':>9}{'base GiB':>9}{'train pk':>9}{'delta GiB':>10}{'rows x len':>12}{'load1':>7}")
+    hdr = (
+        f"{'run':<22}{'1st s':>7}{'median s':>9}{'best s':>8}{'tok/s':>8}{'GFLOP/s':>9}{'of bf16 pk':>11}"
+        f"{'peak GiB':>9}{'base GiB':>9}{'train pk':>9}{'delta GiB':>10}{'rows x len':>12}{'load1':>7}"
+    )
     print(hdr)
     print("-" * len(hdr))
     for r in runs:
         tps = t / r["median_s"]
         fl = flops / r["median_s"]
         shape = f"{r['rows']}x{r['row_len']}" if r["side"] == "ours" else "dyn pad"
-        print(f"{name(r):<22}{r['first_step_s']:7.1f}{r['median_s']:9.2f}{r['best_s']:8.2f}{tps:8.1f}{fl / 1e9:9.1f}"
-              f"{fl / bf16_peak:11.1%}"
-              f"{gib(r['peak']):>9}{gib(r['base_rss']):>9}{gib(r['phase_peak']):>9}"
-              f"{gib(r['phase_peak'] - r['base_rss']):>10}{shape:>12}{r['loadavg_end']:7.1f}")
+        print(
+            f"{name(r):<22}{r['first_step_s']:7.1f}{r['median_s']:9.2f}{r['best_s']:8.2f}{tps:8.1f}{fl / 1e9:9.1f}"
+            f"{fl / bf16_peak:11.1%}"
+            f"{gib(r['peak']):>9}{gib(r['base_rss']):>9}{gib(r['phase_peak']):>9}"
+            f"{gib(r['phase_peak'] - r['base_rss']):>10}{shape:>12}{r['loadavg_end']:7.1f}"
+        )
     print()
     ours = [r for r in runs if r["side"] == "ours"]
     trls = [r for r in runs if r["side"] == "trl"]
     for o in ours:
         for tr in trls:
-            per_round = ", ".join(f"{b / a:.2f}" for a, b in zip(o.get("round_median_s", []),
-                                                               tr.get("round_median_s", [])))
+            per_round = ", ".join(
+                f"{b / a:.2f}" for a, b in zip(o.get("round_median_s", []), tr.get("round_median_s", []))
+            )
             goal = 2.2 if tr["precision"] == "amp" else 2.0
-            print(f"{name(o)} vs {name(tr)}: throughput {tr['median_s'] / o['median_s']:.2f}x (goal >= {goal}x)"
-                  + (f" [rounds: {per_round}]" if len(o.get("round_median_s", [])) > 1 else "") + ", "
-                  f"peak RSS {o['peak'] / tr['peak']:.2f}x, train-phase delta "
-                  f"{(o['phase_peak'] - o['base_rss']) / max(tr['phase_peak'] - tr['base_rss'], 1):.2f}x "
-                  f"(goal <= 0.5x)")
-    print("loss per step (same pairs every step; later steps should roughly agree across runs): " + "; ".join(
-        f"{name(r)} " + " ".join(f"{x:.3f}" for x in r["losses"]) for r in runs))
+            print(
+                f"{name(o)} vs {name(tr)}: throughput {tr['median_s'] / o['median_s']:.2f}x (goal >= {goal}x)"
+                + (f" [rounds: {per_round}]" if len(o.get("round_median_s", [])) > 1 else "")
+                + ", "
+                f"peak RSS {o['peak'] / tr['peak']:.2f}x, train-phase delta "
+                f"{(o['phase_peak'] - o['base_rss']) / max(tr['phase_peak'] - tr['base_rss'], 1):.2f}x "
+                f"(goal <= 0.5x)"
+            )
+    print(
+        "loss per step (same pairs every step; later steps should roughly agree across runs): "
+        + "; ".join(f"{name(r)} " + " ".join(f"{x:.3f}" for x in r["losses"]) for r in runs)
+    )
     if _JSON_OUT.value:
         with open(_JSON_OUT.value, "w") as f:
             json.dump(results, f, indent=1)

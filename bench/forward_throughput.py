@@ -5,6 +5,7 @@
 Both run the bundled GGUF's weights (PyTorch through our dense export); both compute the full [B, T, V] logits.
 Prints tokens/s each and the ratio, measured side by side in one run (alternating, best of ``reps``).
 """
+
 from __future__ import annotations
 
 import os
@@ -66,8 +67,10 @@ def main(argv):
             fn()
             best[name] = min(best[name], time.perf_counter() - t0)
     tps = {k: b * t / v for k, v in best.items()}
-    print(f"SmolLM2-135M forward, batch {b} x {t}, {_DTYPE.value}, torch threads {torch.get_num_threads()}, "
-          f"jax devices {jax.devices()[0].platform}; CPU flags: {cpu_flags()}")
+    print(
+        f"SmolLM2-135M forward, batch {b} x {t}, {_DTYPE.value}, torch threads {torch.get_num_threads()}, "
+        f"jax devices {jax.devices()[0].platform}; CPU flags: {cpu_flags()}"
+    )
     print(f"  ours (JAX, jit):        {tps['ours']:9.1f} tokens/s  ({best['ours'] * 1e3:.0f} ms)")
     print(f"  transformers (PyTorch): {tps['torch']:9.1f} tokens/s  ({best['torch'] * 1e3:.0f} ms)")
     print(f"  ratio ours / PyTorch:   {tps['ours'] / tps['torch']:.2f}x")

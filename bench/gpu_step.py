@@ -29,6 +29,7 @@ Model FLOPs/step = 6 N T + 12 l h d_h L T (PaLM's count: N matmul parameters, th
 output projection; the attention term without the causal half; recomputation not counted); ``--method=tgpo`` adds the
 live reference's forward pass (8 N T + 16 l h d_h L T) and runs ours only.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,16 +50,23 @@ _LENGTH = flags.DEFINE_integer("length", 1024, "tokens per sequence (prompt + ac
 _COMPLETION = flags.DEFINE_integer("completion", 128, "action tokens per sequence (the loss-carrying part)")
 _STEPS = flags.DEFINE_integer("steps", 8, "timed steps per side (the median is reported)")
 _WARMUP = flags.DEFINE_integer("warmup", 3, "untimed steps first (ours: the first compiles)")
-_METHOD = flags.DEFINE_enum("method", "sft", ["sft", "tgpo"],
-                            "ours: sft (compared with PyTorch) or tgpo (3 branches packed after one prompt, a live "
-                            "reference pass every step; ours only: dense vs fused attention on the tree mask)")
+_METHOD = flags.DEFINE_enum(
+    "method",
+    "sft",
+    ["sft", "tgpo"],
+    "ours: sft (compared with PyTorch) or tgpo (3 branches packed after one prompt, a live "
+    "reference pass every step; ours only: dense vs fused attention on the tree mask)",
+)
 _TINY = flags.DEFINE_boolean("tiny", False, "a tiny model (2 layers, d 64, vocabulary 512), batch 2 x 128: a CPU check")
-_OUR_REMAT = flags.DEFINE_list("our_remat", ["true", "false"],
-                               "ours: model.remat settings to run (the config's is true)")
-_OUR_ATTN = flags.DEFINE_list("our_attention", ["dense", "auto"],
-                               "ours: model.attention settings to run (dense einsum | cudnn | xla | auto)")
-_TORCH_MODES = flags.DEFINE_list("torch_modes", ["bf16", "amp"],
-                                 "PyTorch runs: bf16 (bf16 weights) | amp (fp32 + autocast)")
+_OUR_REMAT = flags.DEFINE_list(
+    "our_remat", ["true", "false"], "ours: model.remat settings to run (the config's is true)"
+)
+_OUR_ATTN = flags.DEFINE_list(
+    "our_attention", ["dense", "auto"], "ours: model.attention settings to run (dense einsum | cudnn | xla | auto)"
+)
+_TORCH_MODES = flags.DEFINE_list(
+    "torch_modes", ["bf16", "amp"], "PyTorch runs: bf16 (bf16 weights) | amp (fp32 + autocast)"
+)
 _TORCH_GC = flags.DEFINE_boolean("torch_grad_ckpt", False, "PyTorch: gradient checkpointing")
 _PEAK = flags.DEFINE_float("peak_tflops", 0.0, "dense bf16 peak of the device in TFLOP/s (0 = from its name)")
 _SEED = flags.DEFINE_integer("seed", 0, "data and initialisation seed")
@@ -94,8 +102,14 @@ def sft_batch(method: str = "sft"):
     b, length, comp = shape()
     vocab = hf_config()["vocab_size"]
     n_act = 1 if method == "sft" else 3
-    cfg = CollateConfig(method=method, layout="packed", max_len=length, max_prompt_len=length - n_act * comp,
-                        max_completion_len=comp, max_branches=3)
+    cfg = CollateConfig(
+        method=method,
+        layout="packed",
+        max_len=length,
+        max_prompt_len=length - n_act * comp,
+        max_completion_len=comp,
+        max_branches=3,
+    )
     rng = np.random.default_rng(_SEED.value)
     out = []
     for i, node in enumerate(synthetic_nodes(b, seed=_SEED.value)):
@@ -115,8 +129,10 @@ def model_flops(n_matmul: int) -> float:
     t = b * length
     head_dim = c["hidden_size"] // c["num_attention_heads"]
     per_token = 6 if _METHOD.value == "sft" else 8  # TGPO: + the live reference's forward pass (2 per token)
-    return (per_token * n_matmul * t
-            + 2 * per_token * c["num_hidden_layers"] * c["num_attention_heads"] * head_dim * length * t)
+    return (
+        per_token * n_matmul * t
+        + 2 * per_token * c["num_hidden_layers"] * c["num_attention_heads"] * head_dim * length * t
+    )
 
 
 def peak_rss() -> int:
@@ -155,8 +171,9 @@ def run_ours() -> None:
     cfg.model.remat = _REMAT.value
     cfg.model.attention = _ATTN.value
     m, o = cfg.model, cfg.optim
-    mc = ModelConfig.from_hf_dict(hf_config(), dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat,
-                                  attention=m.attention)
+    mc = ModelConfig.from_hf_dict(
+        hf_config(), dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, attention=m.attention
+    )
     mesh = shd.make_mesh(tuple(cfg.mesh.shape))
     model = shard_model(init_model(mc, seed=_SEED.value), mesh)
     n_params = param_count(model)
@@ -184,17 +201,35 @@ def run_ours() -> None:
     assert int(holder["state"]["step"]) == total, "a step was not finite"
     dev = jax.devices()[0]
     stats = dev.memory_stats() if dev.platform == "gpu" else None
-    emit({"side": "ours", "method": cfg.method, "reference": cfg.loss.reference, "remat": m.remat,
-          "attention": m.attention, "attention_impl": attention_impl(m.attention, jnp.dtype(mc.dtype), mc.head_dim),
-          "dtype": m.dtype, "param_dtype": m.param_dtype, "chunk": cfg.train.chunk,
-          "optimizer": o.optimizer, "n_params": n_params, "n_matmul": n_matmul,
-          "device": getattr(dev, "device_kind", dev.platform), "platform": dev.platform,
-          "versions": {"jax": jax.__version__, **versions(("jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "flax",
-                                                            "optax"))},
-          "peak_bytes": int(stats["peak_bytes_in_use"]) if stats else peak_rss(),
-          "peak_kind": "peak_bytes_in_use" if stats else "process peak RSS", "first_step_s": times[0],
-          "step_s": times[_WARMUP.value:], "median_s": statistics.median(times[_WARMUP.value:]), "losses": losses,
-          "loss_tokens": int(jnp.sum(local["slot"] >= 0))})
+    emit(
+        {
+            "side": "ours",
+            "method": cfg.method,
+            "reference": cfg.loss.reference,
+            "remat": m.remat,
+            "attention": m.attention,
+            "attention_impl": attention_impl(m.attention, jnp.dtype(mc.dtype), mc.head_dim),
+            "dtype": m.dtype,
+            "param_dtype": m.param_dtype,
+            "chunk": cfg.train.chunk,
+            "optimizer": o.optimizer,
+            "n_params": n_params,
+            "n_matmul": n_matmul,
+            "device": getattr(dev, "device_kind", dev.platform),
+            "platform": dev.platform,
+            "versions": {
+                "jax": jax.__version__,
+                **versions(("jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "flax", "optax")),
+            },
+            "peak_bytes": int(stats["peak_bytes_in_use"]) if stats else peak_rss(),
+            "peak_kind": "peak_bytes_in_use" if stats else "process peak RSS",
+            "first_step_s": times[0],
+            "step_s": times[_WARMUP.value :],
+            "median_s": statistics.median(times[_WARMUP.value :]),
+            "losses": losses,
+            "loss_tokens": int(jnp.sum(local["slot"] >= 0)),
+        }
+    )
 
 
 # ---------------------------------------------------------------------------------------------- PyTorch
@@ -219,8 +254,9 @@ def run_torch() -> None:
         model.gradient_checkpointing_enable()
     n_params = sum(p.numel() for p in model.parameters())  # the tied embedding once
     n_matmul = n_params - (0 if config.tie_word_embeddings else config.vocab_size * config.hidden_size)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                            fused=dev == "cuda")
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=1e-5, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, fused=dev == "cuda"
+    )
     local, _ = sft_batch()
     tokens = torch.tensor(local["tokens"][:, 0, :], dtype=torch.long, device=dev)
     labels = torch.where(torch.tensor(local["slot"][:, 0, :] >= 0, device=dev), tokens, -100)
@@ -238,17 +274,31 @@ def run_torch() -> None:
         return value
 
     times, losses = timed(step, _WARMUP.value, _STEPS.value)
-    emit({"side": "torch", "mode": mode, "grad_ckpt": _TORCH_GC.value, "attn": model.config._attn_implementation,
-          "n_params": n_params, "n_matmul": n_matmul,
-          "device": torch.cuda.get_device_name(0) if dev == "cuda" else platform.processor() or "cpu",
-          "platform": dev, "versions": {"torch": torch.__version__, "cuda": torch.version.cuda,
-                                        "transformers": transformers.__version__},
-          "peak_bytes": int(torch.cuda.max_memory_allocated()) if dev == "cuda" else peak_rss(),
-          "peak_kind": "max_memory_allocated" if dev == "cuda" else "process peak RSS",
-          "reserved_bytes": int(torch.cuda.max_memory_reserved()) if dev == "cuda" else None,
-          "first_step_s": times[0], "step_s": times[_WARMUP.value:],
-          "median_s": statistics.median(times[_WARMUP.value:]), "losses": losses,
-          "loss_tokens": int(np.sum(local["slot"] >= 0))})
+    emit(
+        {
+            "side": "torch",
+            "mode": mode,
+            "grad_ckpt": _TORCH_GC.value,
+            "attn": model.config._attn_implementation,
+            "n_params": n_params,
+            "n_matmul": n_matmul,
+            "device": torch.cuda.get_device_name(0) if dev == "cuda" else platform.processor() or "cpu",
+            "platform": dev,
+            "versions": {
+                "torch": torch.__version__,
+                "cuda": torch.version.cuda,
+                "transformers": transformers.__version__,
+            },
+            "peak_bytes": int(torch.cuda.max_memory_allocated()) if dev == "cuda" else peak_rss(),
+            "peak_kind": "max_memory_allocated" if dev == "cuda" else "process peak RSS",
+            "reserved_bytes": int(torch.cuda.max_memory_reserved()) if dev == "cuda" else None,
+            "first_step_s": times[0],
+            "step_s": times[_WARMUP.value :],
+            "median_s": statistics.median(times[_WARMUP.value :]),
+            "losses": losses,
+            "loss_tokens": int(np.sum(local["slot"] >= 0)),
+        }
+    )
 
 
 # ---------------------------------------------------------------------------------------------- parent
@@ -261,9 +311,11 @@ def name(r: dict) -> str:
         return " ".join(r["args"])
     if r["side"] == "ours":
         short = {"bfloat16": "bf16", "float32": "fp32"}
-        return (f"ours {r.get('method', 'sft')} JAX {short[r['dtype']]} "
-                f"compute/{short[r['param_dtype']]} weights remat "
-                f"{'on' if r['remat'] else 'off'} attn {r.get('attention_impl', 'dense')}")
+        return (
+            f"ours {r.get('method', 'sft')} JAX {short[r['dtype']]} "
+            f"compute/{short[r['param_dtype']]} weights remat "
+            f"{'on' if r['remat'] else 'off'} attn {r.get('attention_impl', 'dense')}"
+        )
     what = {"bf16": "bf16 weights", "amp": "fp32 weights + bf16 autocast"}[r["mode"]]
     return f"PyTorch {what}{' +ckpt' if r['grad_ckpt'] else ''} ({r['attn']})"
 
@@ -280,13 +332,25 @@ def main(argv):
         return run_ours()
     if _SIDE.value == "torch":
         return run_torch()
-    common = [f"--steps={_STEPS.value}", f"--warmup={_WARMUP.value}", f"--seed={_SEED.value}",
-              f"--batch={_BATCH.value}", f"--length={_LENGTH.value}", f"--completion={_COMPLETION.value}",
-              f"--{'' if _TINY.value else 'no'}tiny", f"--method={_METHOD.value}"]
-    runs = [child(["--side=ours", f"--remat={r.lower() in ('1', 'true', 'on')}", f"--attention={a}", *common])
-            for r in _OUR_REMAT.value for a in _OUR_ATTN.value]
-    runs += [child(["--side=torch", f"--torch_mode={mode}", f"--{'' if _TORCH_GC.value else 'no'}torch_grad_ckpt",
-                    *common]) for mode in (_TORCH_MODES.value if _METHOD.value == "sft" else [])]
+    common = [
+        f"--steps={_STEPS.value}",
+        f"--warmup={_WARMUP.value}",
+        f"--seed={_SEED.value}",
+        f"--batch={_BATCH.value}",
+        f"--length={_LENGTH.value}",
+        f"--completion={_COMPLETION.value}",
+        f"--{'' if _TINY.value else 'no'}tiny",
+        f"--method={_METHOD.value}",
+    ]
+    runs = [
+        child(["--side=ours", f"--remat={r.lower() in ('1', 'true', 'on')}", f"--attention={a}", *common])
+        for r in _OUR_REMAT.value
+        for a in _OUR_ATTN.value
+    ]
+    runs += [
+        child(["--side=torch", f"--torch_mode={mode}", f"--{'' if _TORCH_GC.value else 'no'}torch_grad_ckpt", *common])
+        for mode in (_TORCH_MODES.value if _METHOD.value == "sft" else [])
+    ]
     report(runs)
 
 
@@ -299,17 +363,25 @@ def report(runs: list[dict]) -> None:
     flops = model_flops(n_matmul)
     c = hf_config()
     print()
-    print(f"device: {device}; dense bf16 peak used for MFU: "
-          + (f"{peak / 1e12:.0f} TFLOP/s" if peak else "unknown (give --peak_tflops)"))
+    print(
+        f"device: {device}; dense bf16 peak used for MFU: "
+        + (f"{peak / 1e12:.0f} TFLOP/s" if peak else "unknown (give --peak_tflops)")
+    )
     for r in ok:
         print(f"  {name(r)}: {r['versions']}")
-    print(f"model: Qwen2.5-0.5B shape{' (TINY)' if _TINY.value else ''}, {c['num_hidden_layers']} layers, "
-          f"d {c['hidden_size']}, vocab {c['vocab_size']}, {n_matmul / 1e6:.1f}M matmul params; random init")
-    print(f"batch {b} x {length} tokens ({length - comp} prompt + {comp} action, loss on the action), "
-          f"T = {b * length} tokens/step; median of {_STEPS.value} steps after {_WARMUP.value} warm-up")
-    print(f"method {_METHOD.value}: model FLOPs/step = "
-          + ("6NT + 12*l*h*dh*L*T" if _METHOD.value == "sft" else "8NT + 16*l*h*dh*L*T (with the reference forward)")
-          + f" = {flops / 1e12:.2f} TFLOP")
+    print(
+        f"model: Qwen2.5-0.5B shape{' (TINY)' if _TINY.value else ''}, {c['num_hidden_layers']} layers, "
+        f"d {c['hidden_size']}, vocab {c['vocab_size']}, {n_matmul / 1e6:.1f}M matmul params; random init"
+    )
+    print(
+        f"batch {b} x {length} tokens ({length - comp} prompt + {comp} action, loss on the action), "
+        f"T = {b * length} tokens/step; median of {_STEPS.value} steps after {_WARMUP.value} warm-up"
+    )
+    print(
+        f"method {_METHOD.value}: model FLOPs/step = "
+        + ("6NT + 12*l*h*dh*L*T" if _METHOD.value == "sft" else "8NT + 16*l*h*dh*L*T (with the reference forward)")
+        + f" = {flops / 1e12:.2f} TFLOP"
+    )
     print()
     hdr = f"{'run':<60}{'1st s':>7}{'median ms':>10}{'tokens/s':>10}{'TFLOP/s':>9}{'MFU':>7}{'peak GiB':>9}  losses"
     print(hdr)
@@ -321,23 +393,39 @@ def report(runs: list[dict]) -> None:
         tps = b * length / r["median_s"]
         fl = flops / r["median_s"]
         mfu = f"{fl / peak:7.1%}" if peak else f"{'n/a':>7}"
-        print(f"{name(r):<60}{r['first_step_s']:7.1f}{r['median_s'] * 1e3:10.1f}{tps:10.0f}{fl / 1e12:9.1f}{mfu}"
-              f"{r['peak_bytes'] / 2 ** 30:9.2f}  {r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}")
+        print(
+            f"{name(r):<60}{r['first_step_s']:7.1f}{r['median_s'] * 1e3:10.1f}{tps:10.0f}{fl / 1e12:9.1f}{mfu}"
+            f"{r['peak_bytes'] / 2**30:9.2f}  {r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}"
+        )
     ours = [r for r in ok if r["side"] == "ours"]
     theirs = [r for r in ok if r["side"] == "torch"]
     print()
     for o in ours:
         for t in theirs:
-            print(f"{name(o)} vs {name(t)}: tokens/s ratio {t['median_s'] / o['median_s']:.2f}x, "
-                  f"peak memory ratio {o['peak_bytes'] / t['peak_bytes']:.2f}x")
+            print(
+                f"{name(o)} vs {name(t)}: tokens/s ratio {t['median_s'] / o['median_s']:.2f}x, "
+                f"peak memory ratio {o['peak_bytes'] / t['peak_bytes']:.2f}x"
+            )
     if ours and theirs:
         bo = min(ours, key=lambda r: r["median_s"])
         bt = min(theirs, key=lambda r: r["median_s"])
         print(f"fastest ours ({name(bo)}) / fastest PyTorch ({name(bt)}): {bt['median_s'] / bo['median_s']:.2f}x")
     if _JSON_OUT.value:
         with open(_JSON_OUT.value, "w") as f:
-            json.dump({"batch": b, "length": length, "completion": comp, "tiny": _TINY.value, "device": device,
-                       "peak_flops": peak, "model_flops_per_step": flops, "runs": runs}, f, indent=1)
+            json.dump(
+                {
+                    "batch": b,
+                    "length": length,
+                    "completion": comp,
+                    "tiny": _TINY.value,
+                    "device": device,
+                    "peak_flops": peak,
+                    "model_flops_per_step": flops,
+                    "runs": runs,
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ URLs and observation texts, and the two shell sides the same pHashes (the full b
 differently). Prints steps/s of each, now / before (goal >= 2 with 4 contexts) and now / bare (goal >= 0.8), per
 context count, the sides measured in turn in one run, best of ``--reps``, with the CPU's flags.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -30,10 +31,15 @@ from absl import app, flags
 _TASKS = flags.DEFINE_integer("tasks", 8, "shop tasks (webshop + procedure families)")
 _REPS = flags.DEFINE_integer("reps", 2, "timed repetitions per side (best is reported)")
 _SCREENSHOTS = flags.DEFINE_bool("screenshots", True, "harness saves PNGs (both sides always take the screenshot)")
-_BEFORE = flags.DEFINE_bool("before", True, "also run the harness with its earlier settings (full chromium, "
-                             "page.screenshot) and the shell with page.screenshot")
-_STILL_MS = flags.DEFINE_integer("still_ms", None, "harness: quiet window before an element command (default: "
-                                 "HarnessConfig's; 0 = none)")
+_BEFORE = flags.DEFINE_bool(
+    "before",
+    True,
+    "also run the harness with its earlier settings (full chromium, "
+    "page.screenshot) and the shell with page.screenshot",
+)
+_STILL_MS = flags.DEFINE_integer(
+    "still_ms", None, "harness: quiet window before an element command (default: HarnessConfig's; 0 = none)"
+)
 
 
 FULL_CHROMIUM = "/usr/bin/chromium"
@@ -48,9 +54,17 @@ async def harness_rate(env, tasks, contexts: int, out: str, fast_capture: bool =
     from rollout.recording import iter_episodes
 
     shutil.rmtree(out, ignore_errors=True)
-    cfg = CollectConfig(out_dir=out, runs=1, contexts=contexts, progress=False,
-                        harness=HarnessConfig(screenshots=_SCREENSHOTS.value, fast_capture=fast_capture,
-                                              **({} if _STILL_MS.value is None else {"still_ms": _STILL_MS.value})))
+    cfg = CollectConfig(
+        out_dir=out,
+        runs=1,
+        contexts=contexts,
+        progress=False,
+        harness=HarnessConfig(
+            screenshots=_SCREENSHOTS.value,
+            fast_capture=fast_capture,
+            **({} if _STILL_MS.value is None else {"still_ms": _STILL_MS.value}),
+        ),
+    )
     t0 = time.perf_counter()
     counts = await collect_async(env, tasks, OraclePolicy(env), cfg)
     dt = time.perf_counter() - t0
@@ -148,7 +162,7 @@ def main(argv):
     print(f"CPU flags: {cpu_flags()}; now: {chromium_executable()}", flush=True)
     env = ShopEnv(seed=0)
     env.start()
-    tasks = [t for t in env.tasks("train") if t.family in ("webshop", "procedure")][:_TASKS.value]
+    tasks = [t for t in env.tasks("train") if t.family in ("webshop", "procedure")][: _TASKS.value]
     tmp = tempfile.mkdtemp(prefix="bench_harness_")
     try:
         _, _, episodes = side_rate(env, tasks, 4, os.path.join(tmp, "warm"), "now")  # warm-up + the bare script
@@ -171,15 +185,18 @@ def main(argv):
                 best["bare"] = max(best["bare"], b)
             results[contexts] = (best, n)
         head = "".join(f"{s:>24}" for s in sides + ["bare"])
-        print(f"{'contexts':>8} {'steps':>6}{head} {'now/before':>11} {'now/bare':>9}"
-              f"  (steps/s, best of {_REPS.value})")
+        print(
+            f"{'contexts':>8} {'steps':>6}{head} {'now/before':>11} {'now/bare':>9}  (steps/s, best of {_REPS.value})"
+        )
         for contexts, (best, n) in results.items():
             cells = "".join(f"{best[s]:>24.2f}" for s in sides + ["bare"])
             before = f"{best['now'] / best['before']:>11.2f}" if "before" in best else f"{'-':>11}"
             print(f"{contexts:>8} {n:>6}{cells} {before} {best['now'] / best['bare']:>9.2f}")
         for side, d in phash_diff.items():
-            print(f"{side}: {d} of {len(ref_phash)} pHashes differ from now's (another browser's rendering); "
-                  "commands, URLs and observations equal")
+            print(
+                f"{side}: {d} of {len(ref_phash)} pHashes differ from now's (another browser's rendering); "
+                "commands, URLs and observations equal"
+            )
     finally:
         env.stop()
         shutil.rmtree(tmp, ignore_errors=True)

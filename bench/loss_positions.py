@@ -7,6 +7,7 @@ trains it, a from-scratch model of the preset's shape, and the real ``Trainer`` 
 runs ``--steps`` steps without ``loss_pos`` and then with it, on the same batches; medians over rounds. Prints
 seconds per step, the ratio, the rows' mean loss tokens against their length, and the CPU's flags.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,17 @@ def _setup(method: str, pcfg, run: str):
     model = loop.build_model(cfg, mesh, tok)
     lc = loop.loss_config(cfg, *src.class_weights) if method.startswith("kto") else loop.loss_config(cfg)
     # one trainer per variant: a trainer's jitted step is built for one batch structure
-    trainers = [Trainer(model, lc, loop.optim_config(cfg, 1000), mesh, chunk=cfg.train.chunk,
-                        update_mask=loop.update_mask(cfg, model)) for _ in range(2)]
+    trainers = [
+        Trainer(
+            model,
+            lc,
+            loop.optim_config(cfg, 1000),
+            mesh,
+            chunk=cfg.train.chunk,
+            update_mask=loop.update_mask(cfg, model),
+        )
+        for _ in range(2)
+    ]
     b = cfg.train.batch_size
     rng = np.random.default_rng(0)
     locals_ = [stack([src[int(i)] for i in rng.choice(len(src), b, replace=False)]) for _ in range(_STEPS.value)]
@@ -77,8 +87,7 @@ def _time(trainer, state, batches):
 def main(argv):
     del argv
     if not _RUN.value or not os.path.isdir(os.path.join(_RUN.value, "datasets", "round1")):
-        raise SystemExit("--run: give a pipeline run directory that holds datasets/round1 (README command 1 makes "
-                         "one)")
+        raise SystemExit("--run: give a pipeline run directory that holds datasets/round1 (README command 1 makes one)")
     from bench.sides import cpu_flags
     from configs.pipeline import get_config
 
@@ -101,9 +110,11 @@ def main(argv):
         a, b = float(np.median(t["every"])), float(np.median(t["loss_pos"]))
         info = setups[m][1]
         rows[m] = dict(every_s=a, loss_pos_s=b, speedup=a / b, **info)
-        print(f"{m:9s} every position {a:.3f} s/step, loss positions {b:.3f} s/step: {a / b:.2f}x "
-              f"(rows {info['length']} long, {info['loss_tokens']:.0f} loss tokens, "
-              f"loss_pos {info['loss_pos_width']:.0f} wide)")
+        print(
+            f"{m:9s} every position {a:.3f} s/step, loss positions {b:.3f} s/step: {a / b:.2f}x "
+            f"(rows {info['length']} long, {info['loss_tokens']:.0f} loss tokens, "
+            f"loss_pos {info['loss_pos_width']:.0f} wide)"
+        )
     print("RESULT " + json.dumps(rows))
 
 

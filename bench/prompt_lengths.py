@@ -7,6 +7,7 @@ For each prompt style (the full grammar, the compact one-line system text) it pr
 count (chat template included) at percentiles, the completion's (the recorded output), and, for each budget, the
 share of steps whose page is cut and whose cut page loses the element the recorded command acts on.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,7 +48,7 @@ def main(argv):
     tasks = {t.task_id: t for t in read_tasks(F.episodes)}
     steps = [(ep, t) for ep in iter_episodes(F.episodes) for t in range(len(ep.steps))]
     if F.max_steps:
-        steps = steps[:F.max_steps]
+        steps = steps[: F.max_steps]
     out = {"cpu_flags": cpu_flags(), "tokenizer": F.tokenizer, "steps": len(steps), "styles": {}}
     completion = [len(tok(ep.steps[t].get("output") or "", add_special_tokens=False)["input_ids"]) for ep, t in steps]
     out["completion_tokens"] = percentiles(completion)
@@ -56,8 +57,13 @@ def main(argv):
         lengths = [count_tokens(step_prompt(tasks.get(ep.task_id), ep, t, full), tok) for ep, t in steps]
         row = {"prompt_tokens": percentiles(lengths), "budgets": {}}
         for b in map(int, F.budgets):
-            cfg = BuildConfig(prompt_budget_tokens=b, system_prompt=system, thought_chars=0, tokenizer=F.tokenizer,
-                              page_cut=F.page_cut)
+            cfg = BuildConfig(
+                prompt_budget_tokens=b,
+                system_prompt=system,
+                thought_chars=0,
+                tokenizer=F.tokenizer,
+                page_cut=F.page_cut,
+            )
             cut = lost = 0
             for (ep, t), n in zip(steps, lengths):
                 if n <= b:

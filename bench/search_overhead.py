@@ -10,6 +10,7 @@ steps include every replayed (forced) prefix step: they are browser steps it exe
 search's own cost per step (K proposals and the critic's ranking at each expansion, state keys, the tree) over the
 harness's. Goal: ratio <= 1.5. Measured side by side in one run, plain first.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -44,31 +45,58 @@ def main(argv):
 
     env = ShopEnv(seed=0)
     env.start()
-    tasks = [t for t in env.tasks("train") if t.family == "webshop"][:_TASKS.value]
+    tasks = [t for t in env.tasks("train") if t.family == "webshop"][: _TASKS.value]
     tmp = tempfile.mkdtemp(prefix="search-bench-")
     harness = HarnessConfig(screenshots=False, max_steps=10)
     try:
         gold_dir = os.path.join(tmp, "gold")
-        asyncio.run(collect_async(env, tasks, OraclePolicy(env),
-                                  CollectConfig(out_dir=gold_dir, runs=1, contexts=2, progress=False, harness=harness)))
+        asyncio.run(
+            collect_async(
+                env,
+                tasks,
+                OraclePolicy(env),
+                CollectConfig(out_dir=gold_dir, runs=1, contexts=2, progress=False, harness=harness),
+            )
+        )
         policy = GoldOrRandom(gold_map(iter_episodes(gold_dir)), env.essential_query_params())
-        print(f"CPU: {os.cpu_count()} cores, flags: {cpu_flags()}; {len(tasks)} webshop tasks, "
-              f"{_SIMS.value} runs / simulations each, K={_K.value}")
+        print(
+            f"CPU: {os.cpu_count()} cores, flags: {cpu_flags()}; {len(tasks)} webshop tasks, "
+            f"{_SIMS.value} runs / simulations each, K={_K.value}"
+        )
         print("| contexts | plain s/step | search s/step | search / plain | plain steps | search steps |")
         print("|---:|---:|---:|---:|---:|---:|")
         for contexts in (1, 4):
             plain = os.path.join(tmp, f"plain{contexts}")
             t0 = time.perf_counter()
-            asyncio.run(collect_async(env, tasks, policy, CollectConfig(
-                out_dir=plain, runs=_SIMS.value, contexts=contexts, progress=False, harness=harness)))
+            asyncio.run(
+                collect_async(
+                    env,
+                    tasks,
+                    policy,
+                    CollectConfig(out_dir=plain, runs=_SIMS.value, contexts=contexts, progress=False, harness=harness),
+                )
+            )
             tp, sp = time.perf_counter() - t0, _steps(plain)
             search = os.path.join(tmp, f"search{contexts}")
             t0 = time.perf_counter()
-            asyncio.run(search_collect(env, tasks, policy, LogprobCritic(), SearchConfig(_SIMS.value, _K.value),
-                                       harness, search, contexts=contexts, progress=False))
+            asyncio.run(
+                search_collect(
+                    env,
+                    tasks,
+                    policy,
+                    LogprobCritic(),
+                    SearchConfig(_SIMS.value, _K.value),
+                    harness,
+                    search,
+                    contexts=contexts,
+                    progress=False,
+                )
+            )
             ts, ss = time.perf_counter() - t0, _steps(search)
-            print(f"| {contexts} | {tp / sp:.3f} | {ts / ss:.3f} | {(ts / ss) / (tp / sp):.2f} | {sp} | {ss} |",
-                  flush=True)
+            print(
+                f"| {contexts} | {tp / sp:.3f} | {ts / ss:.3f} | {(ts / ss) / (tp / sp):.2f} | {sp} | {ss} |",
+                flush=True,
+            )
     finally:
         env.stop()
         shutil.rmtree(tmp, ignore_errors=True)

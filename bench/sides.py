@@ -1,4 +1,5 @@
 """What the side-by-side benchmarks share: each side runs in its own process and prints one JSON line."""
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,7 @@ def run_side(module: str, mark: str, args: list[str], timeout: int, shown: list[
     if p.returncode or not lines:
         sys.stderr.write(p.stdout[-3000:] + "\n" + p.stderr[-6000:] + "\n")
         return {"side": args[0], "args": args, "error": f"exit {p.returncode}"}
-    out = json.loads(lines[-1][len(mark):])
+    out = json.loads(lines[-1][len(mark) :])
     out["wall_s"] = time.perf_counter() - t0
     print(f"    done in {out['wall_s']:.0f} s", file=sys.stderr, flush=True)
     return out

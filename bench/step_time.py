@@ -54,6 +54,7 @@ c. decoding: the rest of that call (less the constraint set-up, when constrained
 Printed: the CPU's flags (``bench.sides.cpu_flags``), JAX's backend and the compute dtype, the two tables, and
 last one line of JSON with every figure (also written to ``--json_out``).
 """
+
 from __future__ import annotations
 
 import gc
@@ -75,8 +76,11 @@ F = flags.FLAGS
 def define_flags() -> None:
     """The command line's flags: defined only when run as a script, so that importing the module (its tests) defines
     no flag another entry point owns."""
-    flags.DEFINE_string("dataset", None, "node dataset directory (manifest.json inside), e.g. "
-                        "<run>/datasets/round1, tokenised for --model_path")
+    flags.DEFINE_string(
+        "dataset",
+        None,
+        "node dataset directory (manifest.json inside), e.g. <run>/datasets/round1, tokenised for --model_path",
+    )
     flags.DEFINE_enum("method", "sft", ["sft", "dpo", "tgpo"], "training method (configs/<method>.py)")
     flags.DEFINE_string("model_path", "bundled", "model.path: HF directory, .gguf or 'bundled'")
     flags.DEFINE_string("preset", "smollm2-135m", "configs/models.py preset the config starts from")
@@ -85,21 +89,32 @@ def define_flags() -> None:
     flags.DEFINE_integer("max_prompt_len", 512, "data.max_prompt_len")
     flags.DEFINE_integer("max_completion_len", 64, "data.max_completion_len")
     flags.DEFINE_integer("reps", 3, "timed calls per part (the median is reported), after one untimed call")
-    flags.DEFINE_list("variants", ["no_remat", "lora16"],
-                      "train-step variants also timed (each a fresh model): no_remat, lora16, "
-                      "top10 (model.train_layers=10), top10_no_remat; empty for none")
+    flags.DEFINE_list(
+        "variants",
+        ["no_remat", "lora16"],
+        "train-step variants also timed (each a fresh model): no_remat, lora16, "
+        "top10 (model.train_layers=10), top10_no_remat; empty for none",
+    )
     flags.DEFINE_boolean("train", True, "time the training step (--notrain: the evaluation step only)")
     flags.DEFINE_integer("eval_batch", 8, "prompts per evaluation step (0: no evaluation step)")
     flags.DEFINE_integer("new_tokens", 32, "evaluation: new tokens per prompt at most (EOS ends a row earlier)")
     flags.DEFINE_boolean("constrained", True, "evaluation: also time valid-argument (constrained) decoding")
     flags.DEFINE_integer("seed", 0, "which examples make the batch (a permutation of the dataset)")
-    flags.DEFINE_boolean("compile_cache", False, "use the persistent compilation cache, as the launch entry "
-                         "points do (first calls then load compiled programs instead of compiling)")
+    flags.DEFINE_boolean(
+        "compile_cache",
+        False,
+        "use the persistent compilation cache, as the launch entry "
+        "points do (first calls then load compiled programs instead of compiling)",
+    )
     flags.DEFINE_string("json_out", "", "also write the figures here (JSON)")
 
 
-VARIANTS = {"no_remat": {"remat": False}, "lora16": {"lora_rank": 16}, "top10": {"train_layers": 10},
-            "top10_no_remat": {"train_layers": 10, "remat": False}}
+VARIANTS = {
+    "no_remat": {"remat": False},
+    "lora16": {"lora_rank": 16},
+    "top10": {"train_layers": 10},
+    "top10_no_remat": {"train_layers": 10, "remat": False},
+}
 
 
 # ---------------------------------------------------------------------------------------------- pure helpers
@@ -168,14 +183,14 @@ def parse_prompt(user: str) -> dict:
     m = re.match(r"Task: (?P<task>.*?)\n\n", user, re.S)
     if m is None:
         raise ValueError("not a policy prompt: no 'Task: ...' paragraph")
-    body = user[:user.rfind("\n\n" + ANSWER_CUE)] if ANSWER_CUE in user else user
+    body = user[: user.rfind("\n\n" + ANSWER_CUE)] if ANSWER_CUE in user else user
     pa, cp = body.find("\nPrevious actions:\n"), body.find("\nCurrent page:\n")
     if pa < 0 or cp < 0:
         raise ValueError("not a policy prompt: no 'Previous actions:' or 'Current page:' section")
     if pa < cp:  # history first (the default)
-        actions, page = body[pa + len("\nPrevious actions:\n"):cp], body[cp + len("\nCurrent page:\n"):]
+        actions, page = body[pa + len("\nPrevious actions:\n") : cp], body[cp + len("\nCurrent page:\n") :]
     else:  # history_last
-        page, actions = body[cp + len("\nCurrent page:\n"):pa], body[pa + len("\nPrevious actions:\n"):]
+        page, actions = body[cp + len("\nCurrent page:\n") : pa], body[pa + len("\nPrevious actions:\n") :]
     history = []
     for line in actions.strip("\n").split("\n"):
         h = _HISTORY.match(line)
@@ -184,7 +199,7 @@ def parse_prompt(user: str) -> dict:
         text, error = h["line"], None
         e = _ERROR.search(text)
         if e:
-            text, error = text[:e.start()], e["kind"]
+            text, error = text[: e.start()], e["kind"]
         command, _, thought = text.partition(" | ")
         history.append((command, thought, error))
     lines = page.strip("\n").split("\n")
@@ -192,20 +207,32 @@ def parse_prompt(user: str) -> dict:
     while lines and lines[0].startswith(("URL: ", "Title: ", "Last action error")):
         head = lines.pop(0)
         if head.startswith("URL: "):
-            url = head[len("URL: "):]
+            url = head[len("URL: ") :]
         elif head.startswith("Title: "):
-            title = head[len("Title: "):]
+            title = head[len("Title: ") :]
     elements = []
     for line in lines:
         e = _ID_BEFORE.match(line) or _ID_AFTER.match(line)
         if e is None:
             continue
         opts, value = _OPTIONS.search(e["rest"]), _VALUE.search(e["rest"])
-        elements.append({"id": e["id"], "role": e["role"], "name": json.loads(e["name"]),
-                         "value": json.loads(value[1]) if value else None,
-                         "options": tuple(json.loads(opts[1])) if opts else ()})
-    return {"instruction": m["task"], "history": history, "url": url, "title": title, "page": "\n".join(lines),
-            "elements": elements}
+        elements.append(
+            {
+                "id": e["id"],
+                "role": e["role"],
+                "name": json.loads(e["name"]),
+                "value": json.loads(value[1]) if value else None,
+                "options": tuple(json.loads(opts[1])) if opts else (),
+            }
+        )
+    return {
+        "instruction": m["task"],
+        "history": history,
+        "url": url,
+        "title": title,
+        "page": "\n".join(lines),
+        "elements": elements,
+    }
 
 
 def request_from_prompt(messages, key: str = "bench/0"):
@@ -215,10 +242,12 @@ def request_from_prompt(messages, key: str = "bench/0"):
 
     user = next(m["content"] for m in messages if m["role"] == "user")
     p = parse_prompt(user)
-    task = Task(task_id=key, env="bench", family="", instruction=p["instruction"], start_path="/", optimal_steps=0,
-                split="test")
-    obs = Observation(url=p["url"], title=p["title"], text=p["page"],
-                      elements=tuple(Element(**e) for e in p["elements"]))
+    task = Task(
+        task_id=key, env="bench", family="", instruction=p["instruction"], start_path="/", optimal_steps=0, split="test"
+    )
+    obs = Observation(
+        url=p["url"], title=p["title"], text=p["page"], elements=tuple(Element(**e) for e in p["elements"])
+    )
     history = tuple(HistoryItem(command=c, thought=t, error=e) for c, t, e in p["history"])
     return PolicyRequest(task=task, observation=obs, history=history, step=len(history), episode_key=key, seed=0)
 
@@ -255,15 +284,29 @@ def build_trainer(cfg, mesh, tokenizer, train_src):
         raise app.UsageError(f"loss.reference={cfg.loss.reference}: the benchmark times live / none references only")
     recipes.register_all()  # the config's model.init / model.freeze may name a recipe's
     model = build_model(cfg, mesh, tokenizer)
-    w_d, w_u = (train_src.class_weights if cfg.loss.kto_weights == "auto"
-                else (cfg.loss.desirable_weight, cfg.loss.undesirable_weight))
+    w_d, w_u = (
+        train_src.class_weights
+        if cfg.loss.kto_weights == "auto"
+        else (cfg.loss.desirable_weight, cfg.loss.undesirable_weight)
+    )
     total = cfg.train.max_steps or steps_per_epoch(train_src, cfg.train.batch_size) * cfg.train.num_epochs
-    trainer = Trainer(model, loss_config(cfg, w_d, w_u), optim_config(cfg, total), mesh, chunk=cfg.train.chunk,
-                      update_mask=update_mask(cfg, model))
-    info = {"n_params": param_count(model),
-            "n_trainable": trained_param_count(model),
-            "dtype": model.cfg.dtype, "param_dtype": model.cfg.param_dtype, "remat": model.cfg.remat,
-            "lora_rank": model.cfg.lora_rank, "attention": model.cfg.attention}
+    trainer = Trainer(
+        model,
+        loss_config(cfg, w_d, w_u),
+        optim_config(cfg, total),
+        mesh,
+        chunk=cfg.train.chunk,
+        update_mask=update_mask(cfg, model),
+    )
+    info = {
+        "n_params": param_count(model),
+        "n_trainable": trained_param_count(model),
+        "dtype": model.cfg.dtype,
+        "param_dtype": model.cfg.param_dtype,
+        "remat": model.cfg.remat,
+        "lora_rank": model.cfg.lora_rank,
+        "attention": model.cfg.attention,
+    }
     del model
     state = trainer.init_state(cfg.train.seed)
     # as bench/dpo_step.py: a state leaf off the mesh would make the second step compile again
@@ -286,8 +329,13 @@ def time_forward_and_step(trainer, state, batch, reps: int) -> dict:
 
     stp = timed(step, reps)
     finite = bool(stp["out"]["finite"])
-    return {"forward": strip(fwd), "step": strip(stp), "loss": float(fwd["out"]["loss"]), "finite": finite,
-            "steps_done": int(holder["state"]["step"])}
+    return {
+        "forward": strip(fwd),
+        "step": strip(stp),
+        "loss": float(fwd["out"]["loss"]),
+        "finite": finite,
+        "steps_done": int(holder["state"]["step"]),
+    }
 
 
 def strip(t: dict) -> dict:
@@ -306,12 +354,13 @@ def run_train(cfg, tokenizer, mesh) -> dict:
     check_batch(cfg, mesh)
     ccfg = collate_config(cfg)
     t0 = time.perf_counter()
-    src = examples_for(cfg.method)(cfg.data.train_dir, tokenizer, ccfg, weight_norm=cfg.data.weight_norm,
-                                   copy_swap=cfg.data.copy_swap)
+    src = examples_for(cfg.method)(
+        cfg.data.train_dir, tokenizer, ccfg, weight_norm=cfg.data.weight_norm, copy_swap=cfg.data.copy_swap
+    )
     src_s = time.perf_counter() - t0
     b, reps = cfg.train.batch_size, F.reps
     order = np.random.default_rng(F.seed).permutation(len(src))
-    draws = iter(range(10 ** 9))
+    draws = iter(range(10**9))
 
     def collate():  # a new batch each call: no reader cache helps
         k = next(draws)
@@ -319,22 +368,36 @@ def run_train(cfg, tokenizer, mesh) -> dict:
 
     col = timed(collate, reps)
     local = col["out"]
-    put = timed(lambda: jax.block_until_ready(to_global_batch(with_loss_positions(local), mesh,
-                                                                cfg.optim.grad_accum)), reps)
+    put = timed(
+        lambda: jax.block_until_ready(to_global_batch(with_loss_positions(local), mesh, cfg.optim.grad_accum)), reps
+    )
     batch = put["out"]
-    tokens = {"positions": int(local["tokens"].size), "real": int((local["segments"] >= 0).sum()),
-              "loss": int((local["slot"] >= 0).sum()), "rows": int(local["tokens"].shape[0] * local["tokens"].shape[1]),
-              "row_len": int(local["tokens"].shape[-1])}
-    out = {"examples": len(src), "source_setup_s": src_s, "tokens": tokens,
-           "collate": strip(col), "to_device": strip(put), "settings": {}}
+    tokens = {
+        "positions": int(local["tokens"].size),
+        "real": int((local["segments"] >= 0).sum()),
+        "loss": int((local["slot"] >= 0).sum()),
+        "rows": int(local["tokens"].shape[0] * local["tokens"].shape[1]),
+        "row_len": int(local["tokens"].shape[-1]),
+    }
+    out = {
+        "examples": len(src),
+        "source_setup_s": src_s,
+        "tokens": tokens,
+        "collate": strip(col),
+        "to_device": strip(put),
+        "settings": {},
+    }
     for name in ["base"] + [v for v in F.variants if v]:
         print(f"  timing the train step: {name} ...", file=sys.stderr, flush=True)
         vcfg = cfg if name == "base" else make_config(VARIANTS[name])
         trainer, state, info = build_trainer(vcfg, mesh, tokenizer, src)
         r = time_forward_and_step(trainer, state, batch, reps)
         if not r["finite"] or r["steps_done"] != reps + 1:
-            print(f"  WARNING: {name}: a step was not finite (steps applied {r['steps_done']} of {reps + 1})",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  WARNING: {name}: a step was not finite (steps applied {r['steps_done']} of {reps + 1})",
+                file=sys.stderr,
+                flush=True,
+            )
         out["settings"][name] = {**info, **r}
         del trainer, state
         gc.collect()
@@ -367,6 +430,7 @@ def clocked_sampler(model, tokenizer):
 def time_generate(sampler, prompts, params, seeds, reps: int, make_constraints=None) -> dict:
     """One untimed ``generate`` call (ModelPolicy's), then ``reps`` timed ones, each split into constraint set-up
     (``make_constraints``, when given), prefill and decoding (the rest of the call)."""
+
     def call():
         sampler.prefill_times.clear()
         t0 = time.perf_counter()
@@ -380,8 +444,12 @@ def time_generate(sampler, prompts, params, seeds, reps: int, make_constraints=N
     first, _ = call()
     runs = [call() for _ in range(reps)]
     parts = {k: [r[k] for r, _ in runs] for k in first}
-    return {"first": first, "times": parts, **{k: statistics.median(v) for k, v in parts.items()},
-            **completions(runs[-1][1])}
+    return {
+        "first": first,
+        "times": parts,
+        **{k: statistics.median(v) for k, v in parts.items()},
+        **completions(runs[-1][1]),
+    }
 
 
 def run_eval(cfg, tokenizer, dtype: str) -> dict:
@@ -403,9 +471,14 @@ def run_eval(cfg, tokenizer, dtype: str) -> dict:
 
     tok = timed(lambda: [chat_ids(tokenizer, m) for m in messages], reps)
     prompts = tok["out"]
-    out = {"prompts": n, "prompt_tokens": [len(x) for x in prompts],
-           "padded_to": _bucket(max(len(x) for x in prompts), sampler.bucket), "chunk": sampler.chunk,
-           "tokenize": strip(tok), "unconstrained": time_generate(sampler, prompts, params, seeds, reps)}
+    out = {
+        "prompts": n,
+        "prompt_tokens": [len(x) for x in prompts],
+        "padded_to": _bucket(max(len(x) for x in prompts), sampler.bucket),
+        "chunk": sampler.chunk,
+        "tokenize": strip(tok),
+        "unconstrained": time_generate(sampler, prompts, params, seeds, reps),
+    }
     if F.constrained:
         from experiment.evaluate import trained_thoughts
         from rollout.policies.constrain import _piece_table, constraints_for
@@ -418,16 +491,22 @@ def run_eval(cfg, tokenizer, dtype: str) -> dict:
         t0 = time.perf_counter()
         _piece_table(tokenizer)  # once per tokenizer (lru_cache): every token decoded
         pieces_s = time.perf_counter() - t0
-        out["constrained"] = {"piece_table_once_s": pieces_s,
-                              "elements": [len(r.observation.elements) for r in requests],
-                              **time_generate(sampler, prompts, params, seeds, reps,
-                                              lambda: constraints_for(requests, tokenizer, eos, wording))}
+        out["constrained"] = {
+            "piece_table_once_s": pieces_s,
+            "elements": [len(r.observation.elements) for r in requests],
+            **time_generate(
+                sampler, prompts, params, seeds, reps, lambda: constraints_for(requests, tokenizer, eos, wording)
+            ),
+        }
     return out
 
 
 def completions(cs) -> dict:
-    return {"new_tokens": [len(c.tokens) for c in cs], "finish": [c.finish_reason for c in cs],
-            "texts": [c.text for c in cs]}
+    return {
+        "new_tokens": [len(c.tokens) for c in cs],
+        "finish": [c.finish_reason for c in cs],
+        "texts": [c.text for c in cs],
+    }
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -436,13 +515,15 @@ def train_table(t: dict, method: str, batch: int, reps: int) -> list[str]:
     base = t["settings"]["base"]
     step = base["step"]["median_s"]
     fwd = base["forward"]["median_s"]
-    lines = [f"TRAIN STEP: {method}, batch {batch} examples = {tk['rows']} rows x {tk['row_len']} tokens; "
-             f"tokens: {tk['positions']} positions, {tk['real']} real ({tk['real'] / tk['positions']:.0%} fill), "
-             f"{tk['loss']} loss-carrying; {base['dtype']} compute over {base['param_dtype']} weights, "
-             f"remat {'on' if base['remat'] else 'off'}, {base['n_trainable'] / 1e6:.1f}M of "
-             f"{base['n_params'] / 1e6:.1f}M parameters trained",
-             f"median of {reps} after one untimed call (1st s: that call, compiling included); "
-             "share = of the train step (3)"]
+    lines = [
+        f"TRAIN STEP: {method}, batch {batch} examples = {tk['rows']} rows x {tk['row_len']} tokens; "
+        f"tokens: {tk['positions']} positions, {tk['real']} real ({tk['real'] / tk['positions']:.0%} fill), "
+        f"{tk['loss']} loss-carrying; {base['dtype']} compute over {base['param_dtype']} weights, "
+        f"remat {'on' if base['remat'] else 'off'}, {base['n_trainable'] / 1e6:.1f}M of "
+        f"{base['n_params'] / 1e6:.1f}M parameters trained",
+        f"median of {reps} after one untimed call (1st s: that call, compiling included); "
+        "share = of the train step (3)",
+    ]
     hdr = f"{'part':<46}{'1st s':>9}{'median s':>10}{'share':>8}{'tok/s':>10}{'loss tok/s':>11}"
     lines += ["", hdr, "-" * len(hdr)]
 
@@ -451,10 +532,20 @@ def train_table(t: dict, method: str, batch: int, reps: int) -> list[str]:
         r2 = fmt_rate(rate(tk["loss"], med)) if with_rates else "-"
         lines.append(f"{name:<46}{fmt_s(first):>9}{fmt_s(med):>10}{fmt_share(share):>8}{r1:>10}{r2:>11}")
 
-    row("(1) data: collate one batch (host)", t["collate"]["first_s"], t["collate"]["median_s"],
-        t["collate"]["median_s"] / step, False)
-    row("(1) data: to device (+ loss positions)", t["to_device"]["first_s"], t["to_device"]["median_s"],
-        t["to_device"]["median_s"] / step, False)
+    row(
+        "(1) data: collate one batch (host)",
+        t["collate"]["first_s"],
+        t["collate"]["median_s"],
+        t["collate"]["median_s"] / step,
+        False,
+    )
+    row(
+        "(1) data: to device (+ loss positions)",
+        t["to_device"]["first_s"],
+        t["to_device"]["median_s"],
+        t["to_device"]["median_s"] / step,
+        False,
+    )
     row("(2) forward to the loss (jit, no grad)", base["forward"]["first_s"], fwd, fwd / step)
     row("(3) train step (fwd + bwd + update)", base["step"]["first_s"], step, 1.0)
     row("    backward + update = (3) - (2)", None, step - fwd, (step - fwd) / step)
@@ -479,19 +570,25 @@ def eval_parts(e: dict) -> dict:
     for c in ("unconstrained", "constrained"):
         g = e.get(c)
         if g:
-            cols[c] = {"tokenize + chat template": e["tokenize"]["median_s"], "constraint set-up": g["setup_s"],
-                       "prefill": g["prefill_s"], "decode": g["decode_s"]}
+            cols[c] = {
+                "tokenize + chat template": e["tokenize"]["median_s"],
+                "constraint set-up": g["setup_s"],
+                "prefill": g["prefill_s"],
+                "decode": g["decode_s"],
+            }
     return cols
 
 
 def eval_table(e: dict, new_tokens: int) -> list[str]:
     cols = eval_parts(e)
     pt = e["prompt_tokens"]
-    lines = [f"EVAL STEP: {e['prompts']} prompts of {min(pt)}-{max(pt)} tokens (padded to {e['padded_to']}), greedy, "
-             f"<= {new_tokens} new tokens per row; new tokens per row: unconstrained "
-             f"{e['unconstrained']['new_tokens']}" + (f", constrained {e['constrained']['new_tokens']}"
-                                                      if "constrained" in e else ", constrained not run"),
-             "share = of that column's step (the sum of its parts)"]
+    lines = [
+        f"EVAL STEP: {e['prompts']} prompts of {min(pt)}-{max(pt)} tokens (padded to {e['padded_to']}), greedy, "
+        f"<= {new_tokens} new tokens per row; new tokens per row: unconstrained "
+        f"{e['unconstrained']['new_tokens']}"
+        + (f", constrained {e['constrained']['new_tokens']}" if "constrained" in e else ", constrained not run"),
+        "share = of that column's step (the sum of its parts)",
+    ]
     hdr = f"{'part':<28}" + "".join(f"{c + ' s':>18}{'share':>8}" for c in cols)
     lines += ["", hdr, "-" * len(hdr)]
     names = list(next(iter(cols.values())))
@@ -499,26 +596,35 @@ def eval_table(e: dict, new_tokens: int) -> list[str]:
     for name in names:
         if name == "constraint set-up" and "constrained" not in cols:
             continue
-        lines.append(f"{name:<28}" + "".join(
-            f"{fmt_s(p[name]) if (name != 'constraint set-up' or c == 'constrained') else '-':>18}"
-            f"{fmt_share(sh[c][name]) if (name != 'constraint set-up' or c == 'constrained') else '-':>8}"
-            for c, p in cols.items()))
+        lines.append(
+            f"{name:<28}"
+            + "".join(
+                f"{fmt_s(p[name]) if (name != 'constraint set-up' or c == 'constrained') else '-':>18}"
+                f"{fmt_share(sh[c][name]) if (name != 'constraint set-up' or c == 'constrained') else '-':>8}"
+                for c, p in cols.items()
+            )
+        )
     lines.append(f"{'step':<28}" + "".join(f"{fmt_s(sum(p.values())):>18}{'100.0%':>8}" for p in cols.values()))
     n = e["prompts"]
-    extra = [f"prefill: {fmt_rate(rate(sum(pt), cols['unconstrained']['prefill']))} prompt tok/s "
-             f"({fmt_rate(rate(n * e['padded_to'], cols['unconstrained']['prefill']))} with padding)"]
+    extra = [
+        f"prefill: {fmt_rate(rate(sum(pt), cols['unconstrained']['prefill']))} prompt tok/s "
+        f"({fmt_rate(rate(n * e['padded_to'], cols['unconstrained']['prefill']))} with padding)"
+    ]
     for c, p in cols.items():
         new = sum(e[c]["new_tokens"])
         steps = decode_steps(e[c]["new_tokens"], e["chunk"], c == "constrained")
         how = "one jitted _feed call each" if c == "constrained" else f"jitted chunks of {e['chunk']}"
-        extra.append(f"{c} decode: {new} new tokens, {fmt_rate(rate(new, p['decode']))} new tok/s; {steps} decode "
-                     f"steps of the batch computed ({how}), {fmt_s(p['decode'] / max(steps, 1))} s each")
-    extra.append("first calls (compiling included): " + ", ".join(
-        f"{c} {e[c]['first']['call_s']:.1f} s" for c in cols))
+        extra.append(
+            f"{c} decode: {new} new tokens, {fmt_rate(rate(new, p['decode']))} new tok/s; {steps} decode "
+            f"steps of the batch computed ({how}), {fmt_s(p['decode'] / max(steps, 1))} s each"
+        )
+    extra.append("first calls (compiling included): " + ", ".join(f"{c} {e[c]['first']['call_s']:.1f} s" for c in cols))
     if "constrained" in e:
         c = e["constrained"]
-        extra.append(f"constrained: piece table built once per tokenizer in {c['piece_table_once_s']:.2f} s (not in "
-                     f"the step); elements parsed per prompt {c['elements']}")
+        extra.append(
+            f"constrained: piece table built once per tokenizer in {c['piece_table_once_s']:.2f} s (not in "
+            f"the step); elements parsed per prompt {c['elements']}"
+        )
     return lines + extra
 
 
@@ -548,13 +654,24 @@ def main(argv):
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
     dtype = compute_dtype(cfg.model.dtype)
     dev = jax.devices()[0]
-    result = {"method": cfg.method, "model": cfg.model.path, "dataset": cfg.data.train_dir, "batch": F.batch,
-              "max_len": F.max_len, "max_prompt_len": F.max_prompt_len,
-              "max_completion_len": F.max_completion_len, "reps": F.reps, "cpu_flags": cpu_flags(),
-              "cpus": os.cpu_count(), "backend": jax.default_backend(),
-              "device": getattr(dev, "device_kind", dev.platform), "devices": jax.device_count(),
-              "dtype_config": cfg.model.dtype, "dtype": dtype,
-              "versions": {"jax": jax.__version__, **versions(("jaxlib", "flax", "optax"))}}
+    result = {
+        "method": cfg.method,
+        "model": cfg.model.path,
+        "dataset": cfg.data.train_dir,
+        "batch": F.batch,
+        "max_len": F.max_len,
+        "max_prompt_len": F.max_prompt_len,
+        "max_completion_len": F.max_completion_len,
+        "reps": F.reps,
+        "cpu_flags": cpu_flags(),
+        "cpus": os.cpu_count(),
+        "backend": jax.default_backend(),
+        "device": getattr(dev, "device_kind", dev.platform),
+        "devices": jax.device_count(),
+        "dtype_config": cfg.model.dtype,
+        "dtype": dtype,
+        "versions": {"jax": jax.__version__, **versions(("jaxlib", "flax", "optax"))},
+    }
     if F.train:
         print(f"running: train step ({cfg.method}) ...", file=sys.stderr, flush=True)
         result["train"] = run_train(cfg, tokenizer, mesh)
@@ -565,9 +682,11 @@ def main(argv):
     result["loadavg_end"] = os.getloadavg()[0]
 
     print()
-    print(f"CPU flags: {result['cpu_flags']}; {result['cpus']} CPUs; JAX backend {result['backend']} "
-          f"({result['device']}, {result['devices']} device(s)); compute dtype {dtype} (config '{cfg.model.dtype}'); "
-          f"model {cfg.model.path}; load1 at the end {result['loadavg_end']:.1f}")
+    print(
+        f"CPU flags: {result['cpu_flags']}; {result['cpus']} CPUs; JAX backend {result['backend']} "
+        f"({result['device']}, {result['devices']} device(s)); compute dtype {dtype} (config '{cfg.model.dtype}'); "
+        f"model {cfg.model.path}; load1 at the end {result['loadavg_end']:.1f}"
+    )
     if "train" in result:
         print(f"dataset {cfg.data.train_dir}: {result['train']['examples']} usable examples for {cfg.method}")
         print()

@@ -11,6 +11,7 @@ backend start), and prints the median step time after ``--warmup`` steps (compil
 device, the 1-minute load average when each side ended (≈ 2 on an idle 2-core machine means it had the cores to
 itself), and the CPU's vector flags (machines of this kind differ: AVX2 only, or AVX-512 with bf16 units).
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,9 @@ import recipes
 _RUN = flags.DEFINE_string("run", None, "a training run directory (holds config.json) whose setting is replayed")
 _DEVICES = flags.DEFINE_list("devices", ["1", "2"], "CPU device counts to compare")
 _STEPS = flags.DEFINE_integer("steps", 30, "steps per side")
-_MESH = flags.DEFINE_enum("mesh", "run", ["run", "data", "fsdp"], "the devices' mesh: the run's own, or all on "
-                          "the data / fsdp axis")
+_MESH = flags.DEFINE_enum(
+    "mesh", "run", ["run", "data", "fsdp"], "the devices' mesh: the run's own, or all on the data / fsdp axis"
+)
 _WARMUP = flags.DEFINE_integer("warmup", 5, "first steps not timed (compilation)")
 _SIDE = flags.DEFINE_integer("side", 0, "(internal) run one side with this many devices and print its step times")
 _OUT = flags.DEFINE_string("out_dir", "", "(internal) the side's output directory")
@@ -40,8 +42,15 @@ def run_side(n: int) -> None:
 
     with open(os.path.join(_RUN.value, "config.json")) as f:
         cfg = ml_collections.ConfigDict(json.load(f))
-    cfg.train.update(output_dir=_OUT.value, max_steps=_STEPS.value, progress=False, save_every=10 ** 9,
-                     async_checkpoint=False, curve_points=0, eval_every=0)
+    cfg.train.update(
+        output_dir=_OUT.value,
+        max_steps=_STEPS.value,
+        progress=False,
+        save_every=10**9,
+        async_checkpoint=False,
+        curve_points=0,
+        eval_every=0,
+    )
     cfg.distributed.local_device_count = n
     if _MESH.value != "run":
         cfg.mesh.shape = (-1, 1, 1) if _MESH.value == "data" else (1, -1, 1)
@@ -57,25 +66,39 @@ def run_side(n: int) -> None:
 def main(argv):
     del argv
     if _RUN.value is None or not os.path.isfile(os.path.join(_RUN.value, "config.json")):
-        raise app.UsageError(f"--run={_RUN.value!r}: no config.json there (a training run directory, e.g. "
-                             "runs/pipeline/runs/sft)")
+        raise app.UsageError(
+            f"--run={_RUN.value!r}: no config.json there (a training run directory, e.g. runs/pipeline/runs/sft)"
+        )
     if _SIDE.value:
         return run_side(_SIDE.value)
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     res = {}
     for d in _DEVICES.value:
         with tempfile.TemporaryDirectory() as tmp:
-            r = subprocess.run([sys.executable, "-m", "bench.train_devices", f"--run={_RUN.value}", f"--side={d}",
-                                f"--steps={_STEPS.value}", f"--mesh={_MESH.value}",
-                                f"--out_dir={tmp}"], capture_output=True, text=True,
-                               env=env)
+            r = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.train_devices",
+                    f"--run={_RUN.value}",
+                    f"--side={d}",
+                    f"--steps={_STEPS.value}",
+                    f"--mesh={_MESH.value}",
+                    f"--out_dir={tmp}",
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+            )
         if r.returncode != 0:
             sys.exit(f"bench.train_devices: the {d}-device side failed:\n{r.stderr[-3000:]}")
         side = json.loads(r.stdout.strip().splitlines()[-1])
-        res[int(d)] = (statistics.median(side["step_s"][_WARMUP.value:]), os.getloadavg()[0])
+        res[int(d)] = (statistics.median(side["step_s"][_WARMUP.value :]), os.getloadavg()[0])
     base = res[min(res)][0]
-    print(f"CPU: {os.cpu_count()} cores, flags: {cpu_flags()}; run: {_RUN.value}; "
-          f"mesh {_MESH.value}; {_STEPS.value} steps per side, median after {_WARMUP.value}")
+    print(
+        f"CPU: {os.cpu_count()} cores, flags: {cpu_flags()}; run: {_RUN.value}; "
+        f"mesh {_MESH.value}; {_STEPS.value} steps per side, median after {_WARMUP.value}"
+    )
     print(f"{'devices':>8} {'s/step':>8} {'speed-up':>9} {'load1':>6}")
     for d, (s, load) in sorted(res.items()):
         print(f"{d:>8} {s:>8.3f} {base / s:>8.2f}x {load:>6.2f}")

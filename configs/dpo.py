@@ -1,4 +1,5 @@
 """dpo from the base config (docs/method.md §7). Usage: --config=configs/dpo.py[:preset]."""
+
 from configs import base
 
 

@@ -1,4 +1,5 @@
 """kto from the base config (docs/method.md §7). Usage: --config=configs/kto.py[:preset]."""
+
 from configs import base
 
 

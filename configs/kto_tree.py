@@ -1,4 +1,5 @@
 """kto_tree from the base config (docs/method.md §7). Usage: --config=configs/kto_tree.py[:preset]."""
+
 from configs import base
 
 

@@ -28,6 +28,7 @@ Agent Q's traj_dpo, trajectory-level DPO, and search_dpo, DPO on a search collec
 recipe's judge_dpo, DPO on judge-scored samples) are whole launch.train configs (configs/<method>.py; search_dpo's
 and judge_dpo's are configs/dpo.py); the pipeline fills in their model path, dataset and output directory.
 """
+
 import importlib
 
 import ml_collections
@@ -54,23 +55,35 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     # the site is served, for the file's relative start URLs)
     # item_names (shop, en): multi_cart names its items "second item [..]" ("ordinal", the shop's wording for every
     # model); "number" ("item 2 [..]", the wording before it) only re-creates the tasks of runs made with it
-    c.env = ml_collections.ConfigDict(dict(name="shop", locale="en", seed=0, tasks="", origin="",
-                                           item_names="ordinal"))
-    c.tasks = ml_collections.ConfigDict(dict(
-        families=(),  # task families of both splits ('' / () = all: webshop, procedure, multi_cart)
-        num_train=30,  # first N training tasks (families interleaved)
-        num_test=12,  # first N held-out (test) tasks
-    ))
+    c.env = ml_collections.ConfigDict(dict(name="shop", locale="en", seed=0, tasks="", origin="", item_names="ordinal"))
+    c.tasks = ml_collections.ConfigDict(
+        dict(
+            families=(),  # task families of both splits ('' / () = all: webshop, procedure, multi_cart)
+            num_train=30,  # first N training tasks (families interleaved)
+            num_test=12,  # first N held-out (test) tasks
+        )
+    )
     # round 1's behaviour policy: a noisy oracle (its mistakes give the tree its branches), 'base', or any
     # launch.evaluate --model value; rounds >= 2 collect with the previous round's policy (rounds.behaviour)
-    c.collect = ml_collections.ConfigDict(dict(
-        policy="oracle:0.15,0.1,0.05,0.02", runs=4, seed=0, contexts=4, max_steps=40, step_slack=10,
-        screenshots=False,
-        tree_tasks=0,  # > 0: K runs on the first tree_tasks training tasks (their trees), one run on the others
-        temperature=0.7, top_p=1.0, max_tokens=64, max_batch=8, budget_tokens=1024,
-        constrain=False,  # valid-argument decoding for a collecting model (its stored log-probs stay unconstrained)
-        reuse="",  # an existing episodes directory (launch.collect's output) to use as round 1 (ablations)
-    ))
+    c.collect = ml_collections.ConfigDict(
+        dict(
+            policy="oracle:0.15,0.1,0.05,0.02",
+            runs=4,
+            seed=0,
+            contexts=4,
+            max_steps=40,
+            step_slack=10,
+            screenshots=False,
+            tree_tasks=0,  # > 0: K runs on the first tree_tasks training tasks (their trees), one run on the others
+            temperature=0.7,
+            top_p=1.0,
+            max_tokens=64,
+            max_batch=8,
+            budget_tokens=1024,
+            constrain=False,  # valid-argument decoding for a collecting model (its stored log-probs stay unconstrained)
+            reuse="",  # an existing episodes directory (launch.collect's output) to use as round 1 (ablations)
+        )
+    )
     # round 1's trained models (preference methods start from sft, so it stays in); 'traj_dpo' adds Agent Q's
     # trajectory-level DPO on the same round-1 episodes (successful vs failed runs of a task: needs collect.runs > 1)
     c.methods = METHODS
@@ -97,10 +110,19 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     # from-scratch models: trained on round 1; id_pieces > 0: element ids [0]..[n-1] as single pieces (the
     # scratch_copy recipe's, recipes/scratch_copy: what its planted copy circuit matches on)
     c.tokenizer = ml_collections.ConfigDict(dict(vocab_size=2000, id_pieces=0))
-    c.dataset = ml_collections.ConfigDict(dict(
-        merge="either", phash_threshold=0, guard=True, alpha=3.0, q_aggregate="mean", gamma=0.9, l_min="env",
-        include_invalid=True, num_shards=2,
-    ))
+    c.dataset = ml_collections.ConfigDict(
+        dict(
+            merge="either",
+            phash_threshold=0,
+            guard=True,
+            alpha=3.0,
+            q_aggregate="mean",
+            gamma=0.9,
+            l_min="env",
+            include_invalid=True,
+            num_shards=2,
+        )
+    )
     # methods with 'traj_dpo': pairs per task (failure i against success i mod n; trees/trajectory_records.py). A pair's
     # steps (the shared ones left out) must fit traj_dpo.data.max_branches, else it is left out
     c.traj = ml_collections.ConfigDict(dict(max_pairs=4))
@@ -108,50 +130,68 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     # on the first `tasks` training tasks, the first seed's SFT model proposing k commands per expanded node (sampled
     # at `temperature`, valid-argument decoding when `constrain`), ranked by its own log-probs; UCB1 constant c, value
     # blend alpha. Its browser steps are in the stage's result, beside round 1's
-    c.search = ml_collections.ConfigDict(dict(tasks=20, simulations=8, k=3, c=1.0, alpha=0.5, temperature=1.0,
-                                              constrain=True))
+    c.search = ml_collections.ConfigDict(
+        dict(tasks=20, simulations=8, k=3, c=1.0, alpha=0.5, temperature=1.0, constrain=True)
+    )
     # methods with 'judge_dpo': the computer-use recipe (docs/method.md §9.2) on round 1's successful episodes of the
     # first `tasks` training tasks: at each step k candidates sampled from the first seed's SFT model (served on
     # loopback; T 0.7, top-k 10, top-p 0.9), scored 0-100 by the judge at `url` (an OpenAI-compatible endpoint;
     # `model` its name, the key from $OPENAI_API_KEY) against the recorded action; pairs DPO-1 (`mode` dpo1: the
     # recorded action against candidates under `threshold`), dpo2 (candidate against candidate) or dpo3 (both).
     # url '' = a judge without a model: 100 for the recorded action's command, 0 for any other
-    c.judge = ml_collections.ConfigDict(dict(url="", model="", k=10, mode="dpo3", threshold=80.0, tasks=20,
-                                             max_tokens=64, concurrency=4))
-    c.rounds = ml_collections.ConfigDict(dict(
-        count=1,  # Agent Q's Algorithm 1: round r >= 2 collects with the round r-1 policy and uses it as reference
-        # trained again in rounds >= 2, each from its own previous-round model (SFT where round 1 did not train it)
-        methods=("tgpo",),
-        behaviour="tgpo",  # whose previous-round model collects rounds >= 2 ('sft': SFT collects every round)
-        accumulate=True,  # round r's trees hold the episodes of rounds 1..r (a replay buffer), else round r's only
-        # rounds >= 2: K runs on the first tree_tasks training tasks (0 = collect.runs / collect.tree_tasks): the
-        # policy's own runs of one task share states and part where it decides differently, so its mistakes get pairs
-        runs=0, tree_tasks=0,
-        # rounds >= 2: the collecting model decodes as the evaluation does (valid-argument decoding), so the
-        # trees hold the mistakes the deployed policy makes, not malformed text that decoding rules out
-        constrain=True,
-        # rounds >= 2: the collecting model's sampling temperature (< 0: collect.temperature). 0 collects the greedy
-        # policy's own mistakes (the ones evaluation sees); > 0 samples around them, more varied but less on-policy
-        temperature=-1.0,
-    ))
-    c.eval = ml_collections.ConfigDict(dict(
-        models=(),  # Table 1's rows; () = base and every trained model (later rounds are added)
-        seeds=(0,), runs=1, contexts=4, max_steps=40, step_slack=6, temperature=0.0, top_p=1.0, max_tokens=64,
-        max_batch=8,
-        # valid-argument decoding: every bracketed group is an id, option or quoted string the step offers, a
-        # combobox is named as the oracle names it and not set twice on a page (rollout/policies/constrain.py);
-        # it lifts the same models' held-out success
-        constrain=True,
-        redundancy="either",
-        # success vs training steps: the first seed's model of each curve method ('*' alone: each trained method
-        # Table 1 evaluates), evaluated at curve_points snapshots (the last is the final model) on the first
-        # curve_tasks held-out tasks
-        curve_methods=(), curve_points=4, curve_tasks=30,
-        # Agent Q's search at inference (the `search` settings): these methods' first-seed models also search each of
-        # the first search_tasks held-out tasks (solved = a simulation succeeded), reported beside their plain
-        # success on the same tasks with the browser steps spent
-        search_models=(), search_tasks=20,
-    ))
+    c.judge = ml_collections.ConfigDict(
+        dict(url="", model="", k=10, mode="dpo3", threshold=80.0, tasks=20, max_tokens=64, concurrency=4)
+    )
+    c.rounds = ml_collections.ConfigDict(
+        dict(
+            count=1,  # Agent Q's Algorithm 1: round r >= 2 collects with the round r-1 policy and uses it as reference
+            # trained again in rounds >= 2, each from its own previous-round model (SFT where round 1 did not train it)
+            methods=("tgpo",),
+            behaviour="tgpo",  # whose previous-round model collects rounds >= 2 ('sft': SFT collects every round)
+            accumulate=True,  # round r's trees hold the episodes of rounds 1..r (a replay buffer), else round r's only
+            # rounds >= 2: K runs on the first tree_tasks training tasks (0 = collect.runs / collect.tree_tasks):
+            # the policy's own runs of one task share states and part where it decides differently, so its mistakes
+            # get pairs
+            runs=0,
+            tree_tasks=0,
+            # rounds >= 2: the collecting model decodes as the evaluation does (valid-argument decoding), so the
+            # trees hold the mistakes the deployed policy makes, not malformed text that decoding rules out
+            constrain=True,
+            # rounds >= 2: the collecting model's sampling temperature (< 0: collect.temperature). 0 collects the greedy
+            # policy's own mistakes (the ones evaluation sees); > 0 samples around them, more varied but less on-policy
+            temperature=-1.0,
+        )
+    )
+    c.eval = ml_collections.ConfigDict(
+        dict(
+            models=(),  # Table 1's rows; () = base and every trained model (later rounds are added)
+            seeds=(0,),
+            runs=1,
+            contexts=4,
+            max_steps=40,
+            step_slack=6,
+            temperature=0.0,
+            top_p=1.0,
+            max_tokens=64,
+            max_batch=8,
+            # valid-argument decoding: every bracketed group is an id, option or quoted string the step offers, a
+            # combobox is named as the oracle names it and not set twice on a page (rollout/policies/constrain.py);
+            # it lifts the same models' held-out success
+            constrain=True,
+            redundancy="either",
+            # success vs training steps: the first seed's model of each curve method ('*' alone: each trained method
+            # Table 1 evaluates), evaluated at curve_points snapshots (the last is the final model) on the first
+            # curve_tasks held-out tasks
+            curve_methods=(),
+            curve_points=4,
+            curve_tasks=30,
+            # Agent Q's search at inference (the `search` settings): these methods' first-seed models also search
+            # each of the first search_tasks held-out tasks (solved = a simulation succeeded), reported beside their
+            # plain success on the same tasks with the browser steps spent
+            search_models=(),
+            search_tasks=20,
+        )
+    )
     c.trees = 3  # tree pictures of this many training tasks in the report
     # the previous actions after the page, next to the answer cue, and how many of them stay before the page is cut
     # (rollout/policies/prompt.py)
@@ -161,8 +201,13 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     c.page_cut = "end"
     c.export = ml_collections.ConfigDict(dict(dtype="", select="success_rate"))  # '' = the run's dtype
 
-    model_preset = {"default": "scratch-copy", "tiny": "tiny", "large": "scratch-copy",
-                    "smollm2": "smollm2-135m", "miniwob": "scratch-copy"}.get(preset)
+    model_preset = {
+        "default": "scratch-copy",
+        "tiny": "tiny",
+        "large": "scratch-copy",
+        "smollm2": "smollm2-135m",
+        "miniwob": "scratch-copy",
+    }.get(preset)
     if model_preset is None:
         raise ValueError(f"unknown pipeline preset {preset!r}; choose from default, tiny, large, smollm2, miniwob")
     c.update(_training(model_preset))
@@ -357,8 +402,8 @@ def _control(c) -> None:
     On `large` this control alone once lifted SFT as far as DPO and TGPO went.
     Set here, after the presets: an override of tgpo's schedule on the command line must name sft_more too."""
     t, s = c.tgpo, c.sft_more
-    s.optim.update(**{k: t.optim[k] for k in ("learning_rate", "warmup_steps", "warmup_fraction", "schedule",
-                                              "end_lr_fraction")})
+    s.optim.update(
+        **{k: t.optim[k] for k in ("learning_rate", "warmup_steps", "warmup_fraction", "schedule", "end_lr_fraction")}
+    )
     s.train.update(**{k: t.train[k] for k in ("batch_size", "num_epochs", "max_steps")})
-    s.data.update(sft_shortest=t.data.sft_shortest, copy_swap=0.0,
-                  family_balance=t.data.family_balance)
+    s.data.update(sft_shortest=t.data.sft_shortest, copy_swap=0.0, family_balance=t.data.family_balance)

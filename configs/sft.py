@@ -1,4 +1,5 @@
 """sft from the base config (docs/method.md §7). Usage: --config=configs/sft.py[:preset]."""
+
 from configs import base
 
 

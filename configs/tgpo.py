@@ -1,4 +1,5 @@
 """tgpo from the base config (docs/method.md §7). Usage: --config=configs/tgpo.py[:preset]."""
+
 from configs import base
 
 

@@ -4,6 +4,7 @@ dataset (``launch.build_dataset --values=trajectory``). Usage: --config=configs/
 One example is one pair: a row per step that differs between the two trajectories (plain layout), so
 ``data.max_branches`` is the most steps a pair may have (both sides together; longer pairs are left out, with a
 warning) and a batch holds batch_size x max_branches rows."""
+
 from configs import base
 
 

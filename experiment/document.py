@@ -1,5 +1,6 @@
 """The report's document model: a list of blocks (heading, paragraph, table, image) rendered both to Markdown and
 to self-contained HTML, and the number parsing its cells share."""
+
 from __future__ import annotations
 
 import html
@@ -15,6 +16,7 @@ def num(v) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
+
 
 @dataclass
 class Heading:
@@ -58,8 +60,10 @@ def to_markdown(blocks: list) -> str:
             if b.links:
                 out.append("\n".join(f"- [{label}]({href})" for label, href in b.links))
         elif isinstance(b, Table):
-            lines = ["| " + " | ".join(h.replace("|", "\\|") for h in b.header) + " |",
-                     "|" + "|".join(["---"] + ["---:"] * (len(b.header) - 1)) + "|"]
+            lines = [
+                "| " + " | ".join(h.replace("|", "\\|") for h in b.header) + " |",
+                "|" + "|".join(["---"] + ["---:"] * (len(b.header) - 1)) + "|",
+            ]
             lines += ["| " + " | ".join(_md_cell(t, bold) for t, bold in row) + " |" for row in b.rows]
             out.append("\n".join(lines))
             if b.caption:
@@ -87,8 +91,16 @@ img { max-width: 100%; border: 1px solid #eee; margin: .5em 0; }
 
 def to_html(blocks: list, title: str) -> str:
     e = html.escape
-    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">', f"<title>{e(title)}</title>",
-           f"<style>\n{CSS}\n</style>", "</head>", "<body>"]
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        f"<title>{e(title)}</title>",
+        f"<style>\n{CSS}\n</style>",
+        "</head>",
+        "<body>",
+    ]
     for b in blocks:
         if isinstance(b, Heading):
             out.append(f"<h{b.level}>{e(b.text)}</h{b.level}>")
@@ -97,8 +109,11 @@ def to_html(blocks: list, title: str) -> str:
                 cls = ' class="notes"' if b.pre else ""
                 out.append(f"<p{cls}>{e(b.text)}</p>")
             if b.links:
-                out.append("<ul>" + "".join(f'<li><a href="{e(href)}">{e(label)}</a></li>'
-                                            for label, href in b.links) + "</ul>")
+                out.append(
+                    "<ul>"
+                    + "".join(f'<li><a href="{e(href)}">{e(label)}</a></li>' for label, href in b.links)
+                    + "</ul>"
+                )
         elif isinstance(b, Table):
             rows = ["<table>"]
             if b.caption:

@@ -13,6 +13,7 @@ metrics"): computed from a recorded episode and its task's check, for tasks whos
 
 Each is None where it does not apply (no target leaf, no answer leaf). Pure functions over recorded data.
 """
+
 from __future__ import annotations
 
 from typing import Sequence

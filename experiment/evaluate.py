@@ -31,6 +31,7 @@ sampling when ``temperature > 0``; with greedy decoding (``temperature = 0``, th
 produces the same episodes under every seed, so the seeds only repeat the measurement (CI half-width 0).
 The confidence interval is Student-t over the per-seed values (None with one seed).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -55,10 +56,12 @@ def _parse_oracle(spec: str):
         return OracleNoise()
     parts = [p.strip() for p in rates.split(",")]
     if len(parts) not in (4, 5, 6, 7, 8):
-        raise ValueError(f"--model={spec!r}: expected oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>"
-                         f"[,<recover>[,<repeat>[,<wrong_button>[,<wrong_sort>]]]] "
-                         f"(four to eight rates in [0, 1]), got "
-                         f"{len(parts)} value(s)")
+        raise ValueError(
+            f"--model={spec!r}: expected oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>"
+            f"[,<recover>[,<repeat>[,<wrong_button>[,<wrong_sort>]]]] "
+            f"(four to eight rates in [0, 1]), got "
+            f"{len(parts)} value(s)"
+        )
     try:
         values = [float(p) for p in parts]
     except ValueError as e:
@@ -77,11 +80,24 @@ def is_run_dir(path: str) -> bool:
     return os.path.isfile(os.path.join(path, "config.json")) and os.path.isdir(os.path.join(path, "checkpoints"))
 
 
-def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int = 8, step: int | None = None,
-                env: Environment | None = None, seed: int = 0, prompt_style: str | None = None,
-                thought_chars: int | None = None, page_ids: str | None = None, history_last: bool | None = None,
-                keep_recent: int | None = None, page_cut: str | None = None, constrain: bool = False,
-                thoughts: str | None = None) -> Policy:
+def load_policy(
+    model: str,
+    *,
+    params,
+    budget_tokens: int = 2048,
+    max_batch: int = 8,
+    step: int | None = None,
+    env: Environment | None = None,
+    seed: int = 0,
+    prompt_style: str | None = None,
+    thought_chars: int | None = None,
+    page_ids: str | None = None,
+    history_last: bool | None = None,
+    keep_recent: int | None = None,
+    page_cut: str | None = None,
+    constrain: bool = False,
+    thoughts: str | None = None,
+) -> Policy:
     """The policy named by ``model``:
 
     - ``oracle`` / ``oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>[,<recover>[,<repeat>[,<wrong_button>
@@ -111,12 +127,19 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
         if env is None:
             raise ValueError(f"--model={model!r}: the oracle policy needs the environment (env=...)")
         noise = _parse_oracle(model)
-        return OraclePolicy(env, noise, seed=seed, name=model, thoughts=thoughts or "plain",
-                            page_ids=page_ids or "before")
+        return OraclePolicy(
+            env, noise, seed=seed, name=model, thoughts=thoughts or "plain", page_ids=page_ids or "before"
+        )
     from rollout.policies.model import ModelPolicy
 
-    from rollout.policies.prompt import (DEFAULT_THOUGHT_CHARS, KEEP_RECENT, PAGE_CUTS, PAGE_IDS, SYSTEM_PROMPTS,
-                                         saved_prompt)
+    from rollout.policies.prompt import (
+        DEFAULT_THOUGHT_CHARS,
+        KEEP_RECENT,
+        PAGE_CUTS,
+        PAGE_IDS,
+        SYSTEM_PROMPTS,
+        saved_prompt,
+    )
 
     saved = saved_prompt(model)
     style = prompt_style or saved.get("prompt_style", "full")
@@ -132,9 +155,19 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
     if cut not in PAGE_CUTS:
         raise ValueError(f"page_cut {cut!r}: expected one of {PAGE_CUTS}")
     wording = thoughts or trained_thoughts(saved)
-    kw = dict(params=params, budget_tokens=budget_tokens, max_batch=max_batch, system_prompt=SYSTEM_PROMPTS[style],
-              thought_chars=kept, page_ids=ids, history_last=last, keep_recent=recent, page_cut=cut,
-              constrain=constrain, thoughts=wording)
+    kw = dict(
+        params=params,
+        budget_tokens=budget_tokens,
+        max_batch=max_batch,
+        system_prompt=SYSTEM_PROMPTS[style],
+        thought_chars=kept,
+        page_ids=ids,
+        history_last=last,
+        keep_recent=recent,
+        page_cut=cut,
+        constrain=constrain,
+        thoughts=wording,
+    )
     if os.path.isdir(model) and is_run_dir(model):
         from tgpo_jax.models.loading import merged_model, with_tokenizer_eos
         from tgpo_jax.models.sampler import Sampler
@@ -145,19 +178,26 @@ def load_policy(model: str, *, params, budget_tokens: int = 2048, max_batch: int
         net = with_tokenizer_eos(merged_model(restored.model), tokenizer)
         return ModelPolicy(Sampler(net, tokenizer), tokenizer, name=f"model:{model}@{restored.step}", **kw)
     if step is not None:
-        raise ValueError(f"--step={step} given, but {model!r} is not a training run directory "
-                         "(config.json + checkpoints/)")
+        raise ValueError(
+            f"--step={step} given, but {model!r} is not a training run directory (config.json + checkpoints/)"
+        )
     hf_dir = os.path.isdir(model) and os.path.isfile(os.path.join(model, "config.json"))
     gguf = os.path.isfile(model) and model.endswith(".gguf")
     if model in BUNDLED_ALIASES or hf_dir or gguf:
         return ModelPolicy.from_path(model, name=f"model:{model}", **kw)
-    what = ("a directory without config.json" if os.path.isdir(model)
-            else "a file that is not .gguf" if os.path.exists(model) else "nothing exists there")
+    what = (
+        "a directory without config.json"
+        if os.path.isdir(model)
+        else "a file that is not .gguf"
+        if os.path.exists(model)
+        else "nothing exists there"
+    )
     raise FileNotFoundError(
         f"cannot load a policy from {model!r} ({what}): expected a training run directory (config.json + "
         f"checkpoints/), a Hugging Face directory (config.json + safetensors), a .gguf file, one of "
         f"{list(BUNDLED_ALIASES)}, or oracle / oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>"
-        f"[,<recover>[,<repeat>[,<wrong_button>[,<wrong_sort>]]]]")
+        f"[,<recover>[,<repeat>[,<wrong_button>[,<wrong_sort>]]]]"
+    )
 
 
 def policy_for_seed(policy, seed: int):
@@ -179,6 +219,7 @@ class EvalConfig:
     """What to evaluate on and how. ``seeds``: one collection each (they matter for the oracle and for sampling
     with ``temperature > 0``; a greedy model policy gives the same episodes under every seed). ``temperature``
     is the model policies' decoding temperature (0 = greedy), recorded with the result."""
+
     out_dir: str
     env: str = "shop"
     split: str = "test"
@@ -209,9 +250,14 @@ class EvalConfig:
     def harness(self):
         from rollout.harness.runner import HarnessConfig
 
-        return HarnessConfig(max_steps=self.max_steps, step_slack=self.step_slack, budget_tokens=self.budget_tokens,
-                             screenshots=self.screenshots, step_timeout_s=self.step_timeout_s,
-                             episode_timeout_s=self.episode_timeout_s)
+        return HarnessConfig(
+            max_steps=self.max_steps,
+            step_slack=self.step_slack,
+            budget_tokens=self.budget_tokens,
+            screenshots=self.screenshots,
+            step_timeout_s=self.step_timeout_s,
+            episode_timeout_s=self.episode_timeout_s,
+        )
 
 
 # ---------------------------------------------------------------- metrics
@@ -232,8 +278,9 @@ def redundant_flags(ep, task: Task | None, rule: str = "either") -> list[bool]:
     if rule != "page":
         return _r_red(ep, task, rule)
     strict, either = _r_red(ep, task, "strict"), _r_red(ep, task, "either")
-    return [s or (e and bool((step.get("effect") or {}).get("navigated")))
-            for s, e, step in zip(strict, either, ep.steps)]
+    return [
+        s or (e and bool((step.get("effect") or {}).get("navigated"))) for s, e, step in zip(strict, either, ep.steps)
+    ]
 
 
 def episode_redundancy(ep, task: Task | None, rule: str = "either") -> int:
@@ -245,11 +292,13 @@ def _summarize(rows: Sequence[dict]) -> dict:
     n = len(rows)
     if not n:
         return {"episodes": 0, **{m: None for m in METRICS}}
-    return {"episodes": n,
-            "success_rate": sum(r["success"] for r in rows) / n,
-            "avg_steps": sum(r["steps"] for r in rows) / n,
-            "redundant_steps": sum(r["redundant"] for r in rows) / n,
-            "avg_score": sum(r["score"] for r in rows) / n}
+    return {
+        "episodes": n,
+        "success_rate": sum(r["success"] for r in rows) / n,
+        "avg_steps": sum(r["steps"] for r in rows) / n,
+        "redundant_steps": sum(r["redundant"] for r in rows) / n,
+        "avg_score": sum(r["score"] for r in rows) / n,
+    }
 
 
 def seed_metrics(out_dir: str, tasks: Sequence[Task], runs: int, redundancy: str = "either") -> dict:
@@ -260,8 +309,11 @@ def seed_metrics(out_dir: str, tasks: Sequence[Task], runs: int, redundancy: str
     from rollout.envs.checks import parse_check
 
     by_id = {t.task_id: t for t in tasks}
-    parsed = {t.task_id: parse_check(t.goal["check"], t.goal.get("start_url", "")) for t in tasks
-              if isinstance(t.goal, dict) and "check" in t.goal}
+    parsed = {
+        t.task_id: parse_check(t.goal["check"], t.goal.get("start_url", ""))
+        for t in tasks
+        if isinstance(t.goal, dict) and "check" in t.goal
+    }
     rows, errored = [], 0
     for ep in iter_episodes(out_dir, include_errored=True):
         task = by_id.get(ep.task_id)
@@ -270,10 +322,18 @@ def seed_metrics(out_dir: str, tasks: Sequence[Task], runs: int, redundancy: str
         if ep.summary["status"] == "errored":
             errored += 1
             continue
-        rows.append({"task_id": ep.task_id, "run": int(ep.summary["run"]), "family": task.family,
-                     "success": bool(ep.summary["success"]),
-                     "steps": int(ep.summary["steps"]), "score": float(ep.summary.get("score", 0.0)),
-                     "redundant": episode_redundancy(ep, task, redundancy), "optimal": task.optimal_steps})
+        rows.append(
+            {
+                "task_id": ep.task_id,
+                "run": int(ep.summary["run"]),
+                "family": task.family,
+                "success": bool(ep.summary["success"]),
+                "steps": int(ep.summary["steps"]),
+                "score": float(ep.summary.get("score", 0.0)),
+                "redundant": episode_redundancy(ep, task, redundancy),
+                "optimal": task.optimal_steps,
+            }
+        )
         if ep.task_id in parsed:
             final = (ep.summary.get("final") or {}).get("check")
             rows[-1].update(episode_metrics(ep.steps, final, parsed[ep.task_id]))
@@ -283,8 +343,9 @@ def seed_metrics(out_dir: str, tasks: Sequence[Task], runs: int, redundancy: str
     out["errored"] = errored
     out["missing"] = len(tasks) * runs - len(rows) - errored
     out["avg_optimal_steps"] = sum(r["optimal"] for r in rows) / len(rows) if rows else None
-    out["by_family"] = {f: _summarize([r for r in rows if r["family"] == f])
-                        for f in sorted({r["family"] for r in rows})}
+    out["by_family"] = {
+        f: _summarize([r for r in rows if r["family"] == f]) for f in sorted({r["family"] for r in rows})
+    }
     out["episodes_table"] = sorted(rows, key=lambda r: (r["task_id"], r["run"]))  # per-task pairing (experiment.stats)
     return out
 
@@ -319,20 +380,28 @@ def _check_settings(out_dir: str, meta: dict) -> None:
         old = json.load(f)
     diff = {k: (old.get(k), v) for k, v in meta.items() if old.get(k) != v}
     if diff:
-        raise RecordingError(f"{out_dir} holds a collection with other settings ("
-                             + ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in sorted(diff.items()))
-                             + "); use another output directory")
+        raise RecordingError(
+            f"{out_dir} holds a collection with other settings ("
+            + ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in sorted(diff.items()))
+            + "); use another output directory"
+        )
 
 
 def _all_finished(out_dir: str, tasks: Sequence[Task], runs: int) -> bool:
     from rollout.recording import FINISHED, episode_status
 
     return os.path.isfile(os.path.join(out_dir, "collection.json")) and all(
-        episode_status(out_dir, t.task_id, r) in FINISHED for t in tasks for r in range(runs))
+        episode_status(out_dir, t.task_id, r) in FINISHED for t in tasks for r in range(runs)
+    )
 
 
-async def evaluate_async(env: Environment, tasks: Sequence[Task], policy: Policy | Callable[[int], Policy],
-                         cfg: EvalConfig, meta: dict | None = None) -> dict:
+async def evaluate_async(
+    env: Environment,
+    tasks: Sequence[Task],
+    policy: Policy | Callable[[int], Policy],
+    cfg: EvalConfig,
+    meta: dict | None = None,
+) -> dict:
     """One (resumable) collection per seed into ``<out_dir>/seed<k>``, then the metrics per seed and across seeds.
 
     Returns (and writes atomically to ``<out_dir>/eval.json``)::
@@ -355,26 +424,49 @@ async def evaluate_async(env: Environment, tasks: Sequence[Task], policy: Policy
     for seed in cfg.seeds:
         seed_dir = os.path.join(cfg.out_dir, f"seed{seed}")
         p = policy_for_seed(policy, seed)
-        ccfg = CollectConfig(out_dir=seed_dir, runs=cfg.runs, seed=seed, contexts=cfg.contexts,
-                             retry_errored=cfg.retry_errored, progress=cfg.progress, harness=harness)
+        ccfg = CollectConfig(
+            out_dir=seed_dir,
+            runs=cfg.runs,
+            seed=seed,
+            contexts=cfg.contexts,
+            retry_errored=cfg.retry_errored,
+            progress=cfg.progress,
+            harness=harness,
+        )
         collect_meta = {"split": cfg.split, "evaluation": True, "temperature": cfg.temperature, **(meta or {})}
         collect_meta = json.loads(json.dumps(collect_meta, default=str))
         if _all_finished(seed_dir, tasks, cfg.runs):  # resumed and complete: no browser to start
-            _check_settings(seed_dir, {"env": env.name, "runs": cfg.runs, "seed": seed, "num_tasks": len(tasks),
-                                       "policy": getattr(p, "name", type(p).__name__),
-                                       "max_steps": harness.max_steps,
-                                       **({"step_slack": harness.step_slack} if harness.step_slack else {}),
-                                       **collect_meta})
+            _check_settings(
+                seed_dir,
+                {
+                    "env": env.name,
+                    "runs": cfg.runs,
+                    "seed": seed,
+                    "num_tasks": len(tasks),
+                    "policy": getattr(p, "name", type(p).__name__),
+                    "max_steps": harness.max_steps,
+                    **({"step_slack": harness.step_slack} if harness.step_slack else {}),
+                    **collect_meta,
+                },
+            )
             counts = {"skipped": len(tasks) * cfg.runs, "total": len(tasks) * cfg.runs}
         else:
             counts = await collect_async(env, tasks, p, ccfg, meta=collect_meta)
         row = {"seed": seed, **seed_metrics(seed_dir, tasks, cfg.runs, cfg.redundancy), "collect": counts}
         per_seed.append(row)
     mean, ci = aggregate(per_seed)
-    result = {"per_seed": per_seed, "mean": mean, "ci95": ci,
-              "episodes": sum(s["episodes"] for s in per_seed), "errored": sum(s["errored"] for s in per_seed),
-              "policy": name, "tasks": len(tasks), "task_ids": [t.task_id for t in tasks],
-              "config": dataclasses.asdict(cfg), **({"meta": meta} if meta else {})}
+    result = {
+        "per_seed": per_seed,
+        "mean": mean,
+        "ci95": ci,
+        "episodes": sum(s["episodes"] for s in per_seed),
+        "errored": sum(s["errored"] for s in per_seed),
+        "policy": name,
+        "tasks": len(tasks),
+        "task_ids": [t.task_id for t in tasks],
+        "config": dataclasses.asdict(cfg),
+        **({"meta": meta} if meta else {}),
+    }
     result = json.loads(json.dumps(result, default=str))
     write_json_atomic(os.path.join(cfg.out_dir, "eval.json"), result)
     return result
@@ -387,8 +479,10 @@ def evaluate(env: Environment, tasks: Sequence[Task], policy, cfg: EvalConfig, m
 
 def format_table(result: dict) -> str:
     """A one-line-per-metric text summary: mean ± CI half-width."""
-    lines = [f"{result['policy']} on {result['tasks']} tasks × {len(result['per_seed'])} seed(s): "
-             f"{result['episodes']} episodes ({result['errored']} errored)"]
+    lines = [
+        f"{result['policy']} on {result['tasks']} tasks × {len(result['per_seed'])} seed(s): "
+        f"{result['episodes']} episodes ({result['errored']} errored)"
+    ]
     from experiment.element_metrics import ELEMENT_METRICS
 
     for m in (*METRICS, *ELEMENT_METRICS):
@@ -399,8 +493,9 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-async def search_evaluate_async(env: Environment, tasks: Sequence[Task], policy: Policy, critic, search,
-                                cfg: EvalConfig, meta: dict | None = None) -> dict:
+async def search_evaluate_async(
+    env: Environment, tasks: Sequence[Task], policy: Policy, critic, search, cfg: EvalConfig, meta: dict | None = None
+) -> dict:
     """Agent Q's search at inference (docs/method.md §9.1): ``search.simulations`` simulations per held-out task,
     the environment's success check as the reward that the search backs up (the paper's setting: the agent may act,
     observe the outcome and try again). A task counts as solved when a simulation succeeded; ``first_success`` is
@@ -414,8 +509,18 @@ async def search_evaluate_async(env: Environment, tasks: Sequence[Task], policy:
     if not tasks:
         raise ValueError("no tasks to evaluate on")
     out = os.path.join(cfg.out_dir, f"search-seed{cfg.seeds[0]}")
-    counts = await search_collect(env, tasks, policy, critic, search, cfg.harness(), out, seed=cfg.seeds[0],
-                                  contexts=cfg.contexts, progress=cfg.progress)
+    counts = await search_collect(
+        env,
+        tasks,
+        policy,
+        critic,
+        search,
+        cfg.harness(),
+        out,
+        seed=cfg.seeds[0],
+        contexts=cfg.contexts,
+        progress=cfg.progress,
+    )
     by_task: dict[str, list] = {}
     for e in iter_episodes(out):
         by_task.setdefault(e.task_id, []).append(e)
@@ -424,23 +529,37 @@ async def search_evaluate_async(env: Environment, tasks: Sequence[Task], policy:
         if not os.path.exists(tree_path(out, t.task_id)):
             continue
         eps = sorted(by_task.get(t.task_id, []), key=lambda e: e.summary["run"])
-        rows.append({"task_id": t.task_id, "family": t.family, "success": any(e.summary["success"] for e in eps),
-                     "first_success": bool(eps and eps[0].summary["run"] == 0 and eps[0].summary["success"]),
-                     "simulations_to_success": next((k + 1 for k, e in enumerate(eps) if e.summary["success"]), None),
-                     "browser_steps": sum(len(e.steps) for e in eps)})
+        rows.append(
+            {
+                "task_id": t.task_id,
+                "family": t.family,
+                "success": any(e.summary["success"] for e in eps),
+                "first_success": bool(eps and eps[0].summary["run"] == 0 and eps[0].summary["success"]),
+                "simulations_to_success": next((k + 1 for k, e in enumerate(eps) if e.summary["success"]), None),
+                "browser_steps": sum(len(e.steps) for e in eps),
+            }
+        )
 
     def summarise(rs):
         n = max(len(rs), 1)
-        return {"tasks": len(rs), "success_rate": sum(r["success"] for r in rs) / n,
-                "first_success_rate": sum(r["first_success"] for r in rs) / n,
-                "browser_steps_per_task": sum(r["browser_steps"] for r in rs) / n}
+        return {
+            "tasks": len(rs),
+            "success_rate": sum(r["success"] for r in rs) / n,
+            "first_success_rate": sum(r["first_success"] for r in rs) / n,
+            "browser_steps_per_task": sum(r["browser_steps"] for r in rs) / n,
+        }
 
-    result = {"search": dataclasses.asdict(search), "mean": summarise(rows),
-              "by_family": {f: summarise([r for r in rows if r["family"] == f])
-                            for f in sorted({r["family"] for r in rows})},
-              "tasks_table": rows, "counts": counts, "policy": getattr(policy, "name", type(policy).__name__),
-              "task_ids": [t.task_id for t in tasks], "config": dataclasses.asdict(cfg),
-              **({"meta": meta} if meta else {})}
+    result = {
+        "search": dataclasses.asdict(search),
+        "mean": summarise(rows),
+        "by_family": {f: summarise([r for r in rows if r["family"] == f]) for f in sorted({r["family"] for r in rows})},
+        "tasks_table": rows,
+        "counts": counts,
+        "policy": getattr(policy, "name", type(policy).__name__),
+        "task_ids": [t.task_id for t in tasks],
+        "config": dataclasses.asdict(cfg),
+        **({"meta": meta} if meta else {}),
+    }
     result = json.loads(json.dumps(result, default=str))
     write_json_atomic(os.path.join(cfg.out_dir, "eval.json"), result)
     return result

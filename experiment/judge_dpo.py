@@ -7,6 +7,7 @@ served on loopback as the recipe's sampler (one request per candidate, its own s
 candidates; the judge scores them against the recorded action. No browser step is spent: the pairs come from the
 trees' own episodes, so ``judge_dpo`` trains on the same browser budget as TGPO.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,9 +30,17 @@ def judge_stages(p) -> list[Stage]:
     judge = {k: v for k, v in _plain(c.judge).items() if k != "concurrency"}  # how fast, not what
     spec = {"judge": judge, "sampler": sft, "dataset": _plain(c.dataset), **p.prompt_spec()}
     n = min(c.judge.tasks, c.tasks.num_train)
-    return [Stage("dataset-judge-r1", lambda: build_judge(p), spec, ("collect-r1", sft), (p.judge_dataset(1),),
-                  f"{_pairing(c.judge.mode)} records: {display_name(sft)}'s {c.judge.k} samples per step of "
-                  f"{n} training tasks' successful episodes, judged by {c.judge.model or 'reference match'}")]
+    return [
+        Stage(
+            "dataset-judge-r1",
+            lambda: build_judge(p),
+            spec,
+            ("collect-r1", sft),
+            (p.judge_dataset(1),),
+            f"{_pairing(c.judge.mode)} records: {display_name(sft)}'s {c.judge.k} samples per step of "
+            f"{n} training tasks' successful episodes, judged by {c.judge.model or 'reference match'}",
+        )
+    ]
 
 
 def make_judge(p):
@@ -44,8 +53,9 @@ def make_judge(p):
         return ReferenceJudge()
     from rollout.judge import StepJudge
 
-    return StepJudge(j.url, j.model, concurrency=j.concurrency,
-                     cache_path=p.path("datasets", "judge-round1.judge.jsonl"))
+    return StepJudge(
+        j.url, j.model, concurrency=j.concurrency, cache_path=p.path("datasets", "judge-round1.judge.jsonl")
+    )
 
 
 def build_judge(p) -> dict:
@@ -58,18 +68,38 @@ def build_judge(p) -> dict:
     url = server.start()
     try:
         summary = build_judge_dataset(
-            p.episodes(1), p.judge_dataset(1), p.build_config(),
-            JudgeDataConfig(k=j.k, mode=j.mode, threshold=j.threshold, max_tokens=j.max_tokens), url, sft,
-            make_judge(p), progress=p.progress, task_ids=[t.task_id for t in p.tasks("train")[: j.tasks]])
+            p.episodes(1),
+            p.judge_dataset(1),
+            p.build_config(),
+            JudgeDataConfig(k=j.k, mode=j.mode, threshold=j.threshold, max_tokens=j.max_tokens),
+            url,
+            sft,
+            make_judge(p),
+            progress=p.progress,
+            task_ids=[t.task_id for t in p.tasks("train")[: j.tasks]],
+        )
     finally:
         server.stop()
     batch = p.cfg.judge_dpo.train.batch_size
     if summary["records"] < batch:  # said here, not as a failed first batch of judge_dpo
-        raise RuntimeError(f"the judge gave {summary['records']} records, fewer than one judge_dpo batch of {batch}: "
-                           "judge more tasks (judge.tasks) or candidates (judge.k), or set "
-                           f"--config.judge_dpo.train.batch_size to at most {summary['records']}")
-    return {k: summary[k] for k in ("tasks", "steps", "unscored", "records", "judge_calls", "judge_malformed",
-                                    "judge_cache_hits", "broken_episodes")}
+        raise RuntimeError(
+            f"the judge gave {summary['records']} records, fewer than one judge_dpo batch of {batch}: "
+            "judge more tasks (judge.tasks) or candidates (judge.k), or set "
+            f"--config.judge_dpo.train.batch_size to at most {summary['records']}"
+        )
+    return {
+        k: summary[k]
+        for k in (
+            "tasks",
+            "steps",
+            "unscored",
+            "records",
+            "judge_calls",
+            "judge_malformed",
+            "judge_cache_hits",
+            "broken_episodes",
+        )
+    }
 
 
 def budget_notes(p) -> list[str]:
@@ -78,7 +108,9 @@ def budget_notes(p) -> list[str]:
     with open(p.path("stages", "dataset-judge-r1.json")) as f:
         r = json.load(f)["result"]
     j = p.cfg.judge
-    return [f"DPO (judge): {j.k} samples of the first seed's SFT at each of {r['steps']} steps of the successful "
-            f"episodes of {r['tasks']} training tasks (round 1's, the trees' own: no browser steps), judged by "
-            f"{j.model if j.url else REFERENCE}: {r['records']} {_pairing(j.mode)} records, {r['unscored']} steps "
-            f"unscored, {r['judge_malformed']} malformed answers asked again."]
+    return [
+        f"DPO (judge): {j.k} samples of the first seed's SFT at each of {r['steps']} steps of the successful "
+        f"episodes of {r['tasks']} training tasks (round 1's, the trees' own: no browser steps), judged by "
+        f"{j.model if j.url else REFERENCE}: {r['records']} {_pairing(j.mode)} records, {r['unscored']} steps "
+        f"unscored, {r['judge_malformed']} malformed answers asked again."
+    ]

@@ -15,6 +15,7 @@ paired comparisons with their 95 % intervals, the report's own numbers), and ``s
 stage's recorded seconds, the report's own left out, and their sum ``stages_total_s``: what the run cost on the
 machine ``cpu_flags`` names; a stage done by an earlier invocation keeps the seconds it took then).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -83,8 +84,9 @@ def key_groups(evals: Mapping[str, dict], first_seed: int) -> dict[str, dict[int
 def held_out_tasks(groups: Mapping[str, Mapping[int, dict]]) -> int | list[int] | None:
     """The number of held-out tasks each evaluation ran: one number, or the sorted distinct numbers where the
     evaluations differ (None: no evaluation says)."""
-    counts = sorted({ev["tasks"] for runs in groups.values() for ev in runs.values()
-                     if isinstance(ev.get("tasks"), int)})
+    counts = sorted(
+        {ev["tasks"] for runs in groups.values() for ev in runs.values() if isinstance(ev.get("tasks"), int)}
+    )
     return None if not counts else counts[0] if len(counts) == 1 else counts
 
 
@@ -111,19 +113,36 @@ def comparison_entry(c: stats.Comparison, keys: Mapping[str, str]) -> dict:
     return d
 
 
-def build_ledger(groups: Mapping[str, Mapping[int, dict]], comparisons: Sequence[stats.Comparison], *,
-                 command: str, commit: str | None, dirty: bool | None, cpu_flags: str | None, preset: str,
-                 seeds: Sequence[int], decoding: Mapping | None = None,
-                 stage_seconds: Mapping[str, float] | None = None) -> dict:
+def build_ledger(
+    groups: Mapping[str, Mapping[int, dict]],
+    comparisons: Sequence[stats.Comparison],
+    *,
+    command: str,
+    commit: str | None,
+    dirty: bool | None,
+    cpu_flags: str | None,
+    preset: str,
+    seeds: Sequence[int],
+    decoding: Mapping | None = None,
+    stage_seconds: Mapping[str, float] | None = None,
+) -> dict:
     """The ledger of one run (keys in the module docstring). ``groups``: method key -> {training seed: evaluation}
     (``key_groups``); ``comparisons``: the report's ``results.comparisons``, whose sides are display labels."""
     keys = {method_label(k): k for k in groups}
-    return {"command": command, "commit": commit, "dirty": dirty, "cpu_flags": cpu_flags, "preset": preset,
-            "held_out_tasks": held_out_tasks(groups), "seeds": [int(s) for s in seeds],
-            "decoding": dict(decoding or {}), "methods": method_entries(groups),
-            "comparisons": [comparison_entry(c, keys) for c in comparisons],
-            "stage_seconds": {k: round(float(v), 1) for k, v in (stage_seconds or {}).items()},
-            "stages_total_s": round(sum(float(v) for v in (stage_seconds or {}).values()), 1)}
+    return {
+        "command": command,
+        "commit": commit,
+        "dirty": dirty,
+        "cpu_flags": cpu_flags,
+        "preset": preset,
+        "held_out_tasks": held_out_tasks(groups),
+        "seeds": [int(s) for s in seeds],
+        "decoding": dict(decoding or {}),
+        "methods": method_entries(groups),
+        "comparisons": [comparison_entry(c, keys) for c in comparisons],
+        "stage_seconds": {k: round(float(v), 1) for k, v in (stage_seconds or {}).items()},
+        "stages_total_s": round(sum(float(v) for v in (stage_seconds or {}).values()), 1),
+    }
 
 
 def finished_stage_seconds(status: Sequence[Mapping]) -> dict[str, float]:

@@ -8,6 +8,7 @@ because a few hundred actions show too few copies. The page text repeats the que
 history, the search box, the results header), so a short pass of plain language modelling over it is the "base
 model" pretraining that a from-scratch model otherwise lacks. Only training episodes are read.
 """
+
 from __future__ import annotations
 
 from typing import Iterator
@@ -24,8 +25,9 @@ def step_texts(episodes_dir: str, system_prompt: str) -> Iterator[tuple[str, str
     cfg = BuildConfig(prompt_budget_tokens=1 << 20, system_prompt=system_prompt)
     for ep in iter_episodes(episodes_dir):
         for t, step in enumerate(ep.steps):
-            user = "\n".join(m["content"] for m in step_prompt(tasks.get(ep.task_id), ep, t, cfg)
-                             if m["role"] != "system")
+            user = "\n".join(
+                m["content"] for m in step_prompt(tasks.get(ep.task_id), ep, t, cfg) if m["role"] != "system"
+            )
             yield ep.task_id, f"{user}\n{step.get('output') or ''}"
 
 
@@ -33,7 +35,7 @@ def windows(ids: list[int], window: int) -> list[list[int]]:
     """Consecutive windows of ``window`` token ids (the last one may be shorter; empty input gives none)."""
     if window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
-    return [ids[i:i + window] for i in range(0, len(ids), window)]
+    return [ids[i : i + window] for i in range(0, len(ids), window)]
 
 
 def lm_records(episodes_dir: str, tokenizer, window: int, system_prompt: str) -> list[NodeRecord]:
@@ -44,9 +46,24 @@ def lm_records(episodes_dir: str, tokenizer, window: int, system_prompt: str) ->
             piece = tokenizer.decode(chunk)
             if not piece.strip():
                 continue
-            branch = Branch(action=piece, command="", q=0.0, rewards={}, n_total=1, n_success=1, n_failed=0,
-                            on_success_path=True, reaches_success=True)
-            records.append(NodeRecord(task_id=task_id, node_id=f"lm-{i}-{j}",
-                                      prompt=[{"role": "system", "content": system_prompt}], branches=[branch],
-                                      meta={"kind": "lm", "split": "train"}))
+            branch = Branch(
+                action=piece,
+                command="",
+                q=0.0,
+                rewards={},
+                n_total=1,
+                n_success=1,
+                n_failed=0,
+                on_success_path=True,
+                reaches_success=True,
+            )
+            records.append(
+                NodeRecord(
+                    task_id=task_id,
+                    node_id=f"lm-{i}-{j}",
+                    prompt=[{"role": "system", "content": system_prompt}],
+                    branches=[branch],
+                    meta={"kind": "lm", "split": "train"},
+                )
+            )
     return records

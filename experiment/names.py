@@ -1,9 +1,19 @@
 """Model names of a pipeline run: ``<method>[-r<round>][-s<seed>]`` and the labels Table 1 shows for them."""
+
 from __future__ import annotations
 
-DISPLAY = {"base": "base", "sft": "SFT", "kto": "KTO", "kto_tree": "KTO-Tree", "dpo": "DPO", "tgpo": "TGPO",
-           "traj_dpo": "Trajectory DPO", "search_dpo": "DPO (search)", "judge_dpo": "DPO (judge)",
-           "sft_more": "SFT (continued)"}
+DISPLAY = {
+    "base": "base",
+    "sft": "SFT",
+    "kto": "KTO",
+    "kto_tree": "KTO-Tree",
+    "dpo": "DPO",
+    "tgpo": "TGPO",
+    "traj_dpo": "Trajectory DPO",
+    "search_dpo": "DPO (search)",
+    "judge_dpo": "DPO (judge)",
+    "sft_more": "SFT (continued)",
+}
 # what the pipeline can train, in Table 1's order: each a training section of the pipeline config (configs/<method>.py),
 # trained on round 1's tree dataset, except Agent Q's baselines: traj_dpo on trajectory pairs of the same episodes,
 # search_dpo (DPO) on the node pairs of a search collection that SFT's model proposes in, and the computer-use

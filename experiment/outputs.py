@@ -1,6 +1,7 @@
 """What a finished pipeline run gives its user: the evaluations read back, the best model, Table 1's groups, the
 report with its results ledger (``experiment.ledger``) and the export (stage bodies of
 ``experiment.pipeline.Pipeline``, which passes itself as ``p``)."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,15 @@ def best(p, evals: dict[str, dict] | None = None) -> str:
     candidates = [(n, ev["mean"]) for n, ev in (evals or eval_results(p)).items() if n != "base"]
     if not candidates:
         raise RuntimeError("no trained model was evaluated (eval.models has only 'base'): nothing to export")
-    return max(candidates, key=lambda nm: (sign * (nm[1][sel] or 0), nm[1]["success_rate"] or 0,
-                                           -(nm[1]["avg_steps"] or 0), -(nm[1]["redundant_steps"] or 0)))[0]
+    return max(
+        candidates,
+        key=lambda nm: (
+            sign * (nm[1][sel] or 0),
+            nm[1]["success_rate"] or 0,
+            -(nm[1]["avg_steps"] or 0),
+            -(nm[1]["redundant_steps"] or 0),
+        ),
+    )[0]
 
 
 def groups(p, evals: dict[str, dict] | None = None) -> dict[str, dict[int, dict]]:
@@ -50,12 +58,17 @@ def methods_note(methods, sft_continue: bool = False) -> str:
     """The report's line on the trained methods, naming the paper's methods left out (a control or a baseline
     beside them leaves none out), and SFT's two phases where ``sft_continue`` trains them."""
     missing = [DISPLAY[m] for m in METHODS if m not in methods]
-    return (f"Trained methods: {', '.join(DISPLAY[m] for m in methods)}"
-            + (f" (this preset trains fewer than the full table; not trained: {', '.join(missing)})" if missing
-               else "") + "."
-            + (" SFT is trained in two phases: as configured, then on from that model with SFT (continued)'s recipe "
-               "(sft_continue); the preference methods start from the second phase's model." if sft_continue
-               else ""))
+    return (
+        f"Trained methods: {', '.join(DISPLAY[m] for m in methods)}"
+        + (f" (this preset trains fewer than the full table; not trained: {', '.join(missing)})" if missing else "")
+        + "."
+        + (
+            " SFT is trained in two phases: as configured, then on from that model with SFT (continued)'s recipe "
+            "(sft_continue); the preference methods start from the second phase's model."
+            if sft_continue
+            else ""
+        )
+    )
 
 
 def report(p) -> dict:
@@ -100,30 +113,48 @@ def report(p) -> dict:
         for tid in sorted(by_task, key=lambda t: (-len(by_task[t]), t))[: p.cfg.trees]:  # K-run trees first
             rel = os.path.join("trees", f"{tid}.html")
             task = tasks.get(tid)
-            write_task_pages(build_task_graph(by_task[tid], task, tcfg), by_task[tid], task, os.path.join(out, rel),
-                             title=f"Task {tid}")
+            write_task_pages(
+                build_task_graph(by_task[tid], task, tcfg),
+                by_task[tid],
+                task,
+                os.path.join(out, rel),
+                title=f"Task {tid}",
+            )
             trees[tid] = rel
     trained = [n for n in p.evaluated() if n != "base"]
     best_ = best(p, evals) if trained else None
     e = p.cfg.eval
     decoding = "greedy decoding" if e.temperature == 0 else f"sampling at temperature {e.temperature}"
-    notes = [f"Exported model: {display_name(best_)} (best {p.cfg.export.select} among the trained models)."
-             if best_ else "No trained model was evaluated: nothing to export.",
-             f"Training seeds: {list(p.seeds)} (seed = initialisation and data order); evaluation: "
-             f"{decoding}, evaluation seeds {list(e.seeds)}, {e.runs} run(s) per task.",
-             methods_note(p.cfg.methods, p.cfg.sft_continue),
-             f"Configuration: {p.path('pipeline_config.json')}; stage timings: {p.path('stages')}.",
-             f"Rounds: {p.rounds}; behaviour policy of round 1: {p.cfg.collect.policy}."]
+    notes = [
+        f"Exported model: {display_name(best_)} (best {p.cfg.export.select} among the trained models)."
+        if best_
+        else "No trained model was evaluated: nothing to export.",
+        f"Training seeds: {list(p.seeds)} (seed = initialisation and data order); evaluation: "
+        f"{decoding}, evaluation seeds {list(e.seeds)}, {e.runs} run(s) per task.",
+        methods_note(p.cfg.methods, p.cfg.sft_continue),
+        f"Configuration: {p.path('pipeline_config.json')}; stage timings: {p.path('stages')}.",
+        f"Rounds: {p.rounds}; behaviour policy of round 1: {p.cfg.collect.policy}.",
+    ]
     notes += agent_q.budget_notes(p) + judge_dpo.budget_notes(p)
     fams = results.families(groups_)
     comparisons = results.comparisons(groups_)  # the report's and the ledger's: one bootstrap
-    paths = write_report(out, title=p.cfg.title, models={k: list(v.values()) for k, v in groups_.items()},
-                         dataset=dataset, curves=curves, trees=trees, notes="\n".join(notes),
-                         rows=results.table(groups_),
-                         family_rows={f: results.table(groups_, f) for f in fams} if len(fams) > 1 else None,
-                         comparisons=comparisons, claims=results.claims(groups_),
-                         family_comparisons=results.family_comparisons(groups_),
-                         learning_curves=learning, search_rows=agent_q.search_rows(p, evals), grad_rows=grads)
+    paths = write_report(
+        out,
+        title=p.cfg.title,
+        models={k: list(v.values()) for k, v in groups_.items()},
+        dataset=dataset,
+        curves=curves,
+        trees=trees,
+        notes="\n".join(notes),
+        rows=results.table(groups_),
+        family_rows={f: results.table(groups_, f) for f in fams} if len(fams) > 1 else None,
+        comparisons=comparisons,
+        claims=results.claims(groups_),
+        family_comparisons=results.family_comparisons(groups_),
+        learning_curves=learning,
+        search_rows=agent_q.search_rows(p, evals),
+        grad_rows=grads,
+    )
     return {"best": best_, **paths, "ledger": write_run_ledger(p, evals, comparisons)}
 
 
@@ -132,14 +163,27 @@ def write_run_ledger(p, evals: dict[str, dict], comparisons: list) -> str:
     from experiment import ledger
 
     e = p.cfg.eval
-    decoding = {"greedy": e.temperature == 0, "temperature": float(e.temperature), "top_p": float(e.top_p),
-                "constrain": bool(e.constrain), "eval_seeds": [int(s) for s in e.seeds], "runs_per_task": int(e.runs)}
+    decoding = {
+        "greedy": e.temperature == 0,
+        "temperature": float(e.temperature),
+        "top_p": float(e.top_p),
+        "constrain": bool(e.constrain),
+        "eval_seeds": [int(s) for s in e.seeds],
+        "runs_per_task": int(e.runs),
+    }
     commit = ledger.git_commit()
-    entry = ledger.build_ledger(ledger.key_groups(evals, p.seeds[0]), comparisons, command=ledger.command_line(),
-                                commit=commit, dirty=ledger.git_dirty() if commit else None,
-                                cpu_flags=ledger.cpu_flags(), preset=str(p.cfg.get("preset") or "pipeline"),
-                                seeds=p.seeds, decoding=decoding,
-                                stage_seconds=ledger.finished_stage_seconds(p.runner().status()))
+    entry = ledger.build_ledger(
+        ledger.key_groups(evals, p.seeds[0]),
+        comparisons,
+        command=ledger.command_line(),
+        commit=commit,
+        dirty=ledger.git_dirty() if commit else None,
+        cpu_flags=ledger.cpu_flags(),
+        preset=str(p.cfg.get("preset") or "pipeline"),
+        seeds=p.seeds,
+        decoding=decoding,
+        stage_seconds=ledger.finished_stage_seconds(p.runner().status()),
+    )
     return ledger.write_ledger(p.path("report", "results"), entry)
 
 
@@ -150,14 +194,25 @@ def save_policy_file(cfg, model_dir: str) -> None:
     and caps its episodes as this run's evaluation did (``evaluation``)."""
     from rollout.policies.prompt import POLICY_FILE
 
-    saved = {"prompt_style": cfg.prompt_style, "budget_tokens": cfg.prompt_tokens,
-             "thought_chars": cfg.history_thoughts, "page_ids": cfg.page_ids, "history_last": cfg.history_last,
-             "keep_recent": cfg.keep_recent, "page_cut": cfg.page_cut, "thoughts": cfg.thoughts}
+    saved = {
+        "prompt_style": cfg.prompt_style,
+        "budget_tokens": cfg.prompt_tokens,
+        "thought_chars": cfg.history_thoughts,
+        "page_ids": cfg.page_ids,
+        "history_last": cfg.history_last,
+        "keep_recent": cfg.keep_recent,
+        "page_cut": cfg.page_cut,
+        "thoughts": cfg.thoughts,
+    }
     if cfg.env.name == "shop":
         saved["shop"] = shop_kwargs(cfg)
     e = cfg.eval  # how the report's held-out numbers were decoded: launch.evaluate's defaults for this model
-    saved["evaluation"] = {"constrain": bool(e.constrain), "max_tokens": int(e.max_tokens),
-                           "max_steps": int(e.max_steps), "step_slack": int(e.step_slack)}
+    saved["evaluation"] = {
+        "constrain": bool(e.constrain),
+        "max_tokens": int(e.max_tokens),
+        "max_steps": int(e.max_steps),
+        "step_slack": int(e.step_slack),
+    }
     write_text_atomic(os.path.join(model_dir, POLICY_FILE), json.dumps(saved))
 
 
@@ -169,7 +224,16 @@ def export(p) -> dict:
     name = best(p, evals)
     out_dir, line = export_run(p.path("runs", name), p.path("export"), dtype=p.cfg.export.dtype or None)
     save_policy_file(p.cfg, out_dir)
-    write_text_atomic(os.path.join(out_dir, "tgpo_pipeline.json"), json.dumps(
-        {"model": name, "method": parse_name(name)[0], "eval": evals[name]["mean"],
-         "run_dir": p.path("runs", name)}, indent=1))
+    write_text_atomic(
+        os.path.join(out_dir, "tgpo_pipeline.json"),
+        json.dumps(
+            {
+                "model": name,
+                "method": parse_name(name)[0],
+                "eval": evals[name]["mean"],
+                "run_dir": p.path("runs", name),
+            },
+            indent=1,
+        ),
+    )
     return {"best": name, "dir": out_dir, "summary": line}

@@ -20,6 +20,7 @@ Model names: ``sft``, ``dpo``, ``kto``, ``kto_tree``, ``tgpo`` for round 1, ``<m
 with several training seeds (``train_seeds``) ``<method>-s<seed>``: seed k initialises its own base (from-scratch
 models) or LoRA adapters, shuffles the data with seed k, and its preference methods start from SFT seed k.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -37,14 +38,28 @@ import recipes
 from tgpo_jax.files import write_text_atomic
 
 log = logging.getLogger(__name__)
-NOT_IN_SPEC = {("train", "progress"), ("train", "output_dir"), ("data", "train_dir"),
-               ("data", "eval_dir"), ("model", "path"), ("model", "tokenizer")}
+NOT_IN_SPEC = {
+    ("train", "progress"),
+    ("train", "output_dir"),
+    ("data", "train_dir"),
+    ("data", "eval_dir"),
+    ("model", "path"),
+    ("model", "tokenizer"),
+}
 # training settings added after runs were made: at these values (their defaults) they stay out of a stage's spec, so
 # the runs made before each option keep their stages
-SPEC_DEFAULTS = {("loss", "rpo_alpha"): 0, ("loss", "decision_window"): 0, ("loss", "sft_alpha"): 0,
-                 ("loss", "margin_copies"): True, ("data", "distance_agree"): False,
-                 ("data", "distance_strict"): False, ("data", "family_balance"): False,
-                 ("data", "kto_reachable"): False, ("data", "weight_sigma"): "branch", ("model", "train_layers"): 0}
+SPEC_DEFAULTS = {
+    ("loss", "rpo_alpha"): 0,
+    ("loss", "decision_window"): 0,
+    ("loss", "sft_alpha"): 0,
+    ("loss", "margin_copies"): True,
+    ("data", "distance_agree"): False,
+    ("data", "distance_strict"): False,
+    ("data", "family_balance"): False,
+    ("data", "kto_reachable"): False,
+    ("data", "weight_sigma"): "branch",
+    ("model", "train_layers"): 0,
+}
 # training settings removed from the configs after runs were made, at the value every run had them (the SFT loss
 # weightings tried for the from-scratch model and not kept, BUILD_NOTES.md): a training stage's spec still names
 # them so, so the runs made while they existed keep their stages (a run made with another value is reported changed)
@@ -140,8 +155,9 @@ class Pipeline:
     # ------------------------------------------------------------ the plan
     def trained(self) -> list[tuple[str, str, int, int]]:
         """(model name, method, round, seed) of every training stage, in order."""
-        out = [(model_name(m, 1, self.tag(s)), m, 1, s) for s in self.seeds for m in MODEL_KINDS
-               if m in self.cfg.methods]
+        out = [
+            (model_name(m, 1, self.tag(s)), m, 1, s) for s in self.seeds for m in MODEL_KINDS if m in self.cfg.methods
+        ]
         for r in range(2, self.rounds + 1):
             out += [(model_name(m, r), m, r, self.seeds[0]) for m in self.cfg.rounds.methods]
         return out
@@ -201,72 +217,153 @@ class Pipeline:
                 for k in ("temperature", "top_p", "max_tokens"):
                     spec["collect"].pop(k)
                 spec.update(self.thoughts_spec(oracle=True))
-            out.append(Stage(f"collect-r{r}", lambda r=r: self.collect(r), spec, deps,
-                             (self.episodes(r),), f"{runs} runs x "
-                             f"{min(tree_tasks, c.tasks.num_train) if tree_tasks else c.tasks.num_train} training tasks"
-                             f"{' (1 run on the rest)' if tree_tasks and runs > 1 else ''}, policy {policy}"))
+            out.append(
+                Stage(
+                    f"collect-r{r}",
+                    lambda r=r: self.collect(r),
+                    spec,
+                    deps,
+                    (self.episodes(r),),
+                    f"{runs} runs x "
+                    f"{min(tree_tasks, c.tasks.num_train) if tree_tasks else c.tasks.num_train} training tasks"
+                    f"{' (1 run on the rest)' if tree_tasks and runs > 1 else ''}, policy {policy}",
+                )
+            )
             if r == 1:
                 if self.scratch:
-                    out.append(Stage("tokenizer", self.train_tokenizer, {**_plain(c.tokenizer), **ids_spec},
-                                     ("collect-r1",),
-                                     (self.tokenizer,), f"SentencePiece, {c.tokenizer.vocab_size} pieces"))
+                    out.append(
+                        Stage(
+                            "tokenizer",
+                            self.train_tokenizer,
+                            {**_plain(c.tokenizer), **ids_spec},
+                            ("collect-r1",),
+                            (self.tokenizer,),
+                            f"SentencePiece, {c.tokenizer.vocab_size} pieces",
+                        )
+                    )
                     lm = c.pretrain_window > 0
                     bases = [self.base_name(sd) for sd in self.seeds]
-                    out.append(Stage("base", self.init_base,
-                                     {"model": self._spec("sft")["model"], "prompt_style": c.prompt_style,
-                                      "pretrain": self._spec("pretrain") if lm else None,
-                                      "window": c.pretrain_window, "seeds": list(self.seeds)}, ("tokenizer",),
-                                     tuple(self.path("models", b) for b in bases)
-                                     + tuple(self.path("models", b.replace("base", "init")) for b in bases)
-                                     + tuple(self.path("runs", b) for b in bases)
-                                     + (self.path("datasets", "pretrain"),),
-                                     f"from-scratch '{c.sft.model.scratch}' model, {len(bases)} seed(s)"
-                                     + (", language-model pretraining on the round-1 page text" if lm else "")))
+                    out.append(
+                        Stage(
+                            "base",
+                            self.init_base,
+                            {
+                                "model": self._spec("sft")["model"],
+                                "prompt_style": c.prompt_style,
+                                "pretrain": self._spec("pretrain") if lm else None,
+                                "window": c.pretrain_window,
+                                "seeds": list(self.seeds),
+                            },
+                            ("tokenizer",),
+                            tuple(self.path("models", b) for b in bases)
+                            + tuple(self.path("models", b.replace("base", "init")) for b in bases)
+                            + tuple(self.path("runs", b) for b in bases)
+                            + (self.path("datasets", "pretrain"),),
+                            f"from-scratch '{c.sft.model.scratch}' model, {len(bases)} seed(s)"
+                            + (", language-model pretraining on the round-1 page text" if lm else ""),
+                        )
+                    )
                     tok_deps = ("tokenizer", "base")
                 else:
                     tok_deps = ()
             rounds = tuple(range(1, r + 1)) if c.rounds.accumulate else (r,)
-            out.append(Stage(f"dataset-r{r}", lambda r=r: self.build(r), {**data_spec, "rounds": rounds},
-                             tuple(f"collect-r{k}" for k in rounds) + tok_deps,
-                             (self.dataset(r),), "merged trees, process rewards, node records"))
+            out.append(
+                Stage(
+                    f"dataset-r{r}",
+                    lambda r=r: self.build(r),
+                    {**data_spec, "rounds": rounds},
+                    tuple(f"collect-r{k}" for k in rounds) + tok_deps,
+                    (self.dataset(r),),
+                    "merged trees, process rewards, node records",
+                )
+            )
             if r == 1 and "traj_dpo" in c.methods:  # the same episodes as the trees: the same browser budget
-                out.append(Stage("dataset-traj-r1", lambda: agent_q.build_trajectories(self),
-                                 {**data_spec, "traj": _plain(c.traj)},
-                                 ("collect-r1",) + tok_deps, (self.traj_dataset(1),),
-                                 "trajectory pairs: successful vs failed episodes of a task"))
+                out.append(
+                    Stage(
+                        "dataset-traj-r1",
+                        lambda: agent_q.build_trajectories(self),
+                        {**data_spec, "traj": _plain(c.traj)},
+                        ("collect-r1",) + tok_deps,
+                        (self.traj_dataset(1),),
+                        "trajectory pairs: successful vs failed episodes of a task",
+                    )
+                )
             out += self._training_stages(r)
         # one model's evaluation does not depend on which others are evaluated: adding a model to eval.models runs
         # its evaluation only (the report and export, which read the evaluations, re-run: experiment.stages)
-        eval_cfg = {k: v for k, v in _plain(c.eval).items()
-                    if not k.startswith(("curve_", "search_")) and k != "models"}
+        eval_cfg = {
+            k: v for k, v in _plain(c.eval).items() if not k.startswith(("curve_", "search_")) and k != "models"
+        }
         eval_spec = {"eval": eval_cfg, **env_spec, **prompt_spec, **self.thoughts_spec()}
         for name in self.evaluated():
             deps = (name,) if name != "base" or self.scratch else ()
-            out.append(Stage(f"eval-{name}", lambda n=name: self.evaluate(n), eval_spec, deps,
-                             (self.path("eval", name),), f"{display_name(name)} on {c.tasks.num_test} held-out tasks"))
+            out.append(
+                Stage(
+                    f"eval-{name}",
+                    lambda n=name: self.evaluate(n),
+                    eval_spec,
+                    deps,
+                    (self.path("eval", name),),
+                    f"{display_name(name)} on {c.tasks.num_test} held-out tasks",
+                )
+            )
         evals = tuple(f"eval-{n}" for n in self.evaluated())
         # (without curve_methods: adding a method's curve runs that curve only)
-        curve_spec = {**eval_spec, "curve": {k: v for k, v in _plain(c.eval).items()
-                                             if k.startswith("curve_") and k != "curve_methods"}}
+        curve_spec = {
+            **eval_spec,
+            "curve": {k: v for k, v in _plain(c.eval).items() if k.startswith("curve_") and k != "curve_methods"},
+        }
         curves = tuple(f"curve-{n}" for n in self.curve_models())
         for name in self.curve_models():
-            out.append(Stage(f"curve-{name}", lambda n=name: self.curve(n), curve_spec, (name,),
-                             (self.path("curves", name),),
-                             f"{display_name(name)}: success vs training steps on {c.eval.curve_tasks} tasks"))
+            out.append(
+                Stage(
+                    f"curve-{name}",
+                    lambda n=name: self.curve(n),
+                    curve_spec,
+                    (name,),
+                    (self.path("curves", name),),
+                    f"{display_name(name)}: success vs training steps on {c.eval.curve_tasks} tasks",
+                )
+            )
         searches = tuple(f"search-{n}" for n in self.search_models())
         # the search's settings without search.tasks (how many training tasks search_dpo's collection searches)
-        search_spec = {**eval_spec, "search": {k: v for k, v in _plain(c.search).items() if k != "tasks"},
-                       "search_tasks": c.eval.search_tasks}
+        search_spec = {
+            **eval_spec,
+            "search": {k: v for k, v in _plain(c.search).items() if k != "tasks"},
+            "search_tasks": c.eval.search_tasks,
+        }
         for name in self.search_models():
-            out.append(Stage(f"search-{name}", lambda n=name: agent_q.search_evaluate(self, n), search_spec, (name,),
-                             (self.path("eval-search", name),),
-                             f"{display_name(name)} with Agent Q's search at inference on "
-                             f"{min(c.eval.search_tasks, c.tasks.num_test)} held-out tasks"))
-        out.append(Stage("report", self.report, {"title": c.title, "trees": c.trees},
-                         evals + curves + searches + ("dataset-r1",),
-                         (self.path("report"),), "Markdown + HTML, Table 1 and 2, comparisons, claims, curves, trees"))
-        out.append(Stage("export", self.export, _plain(c.export), evals, (self.path("export"),),
-                         "the best trained model as a Hugging Face directory"))
+            out.append(
+                Stage(
+                    f"search-{name}",
+                    lambda n=name: agent_q.search_evaluate(self, n),
+                    search_spec,
+                    (name,),
+                    (self.path("eval-search", name),),
+                    f"{display_name(name)} with Agent Q's search at inference on "
+                    f"{min(c.eval.search_tasks, c.tasks.num_test)} held-out tasks",
+                )
+            )
+        out.append(
+            Stage(
+                "report",
+                self.report,
+                {"title": c.title, "trees": c.trees},
+                evals + curves + searches + ("dataset-r1",),
+                (self.path("report"),),
+                "Markdown + HTML, Table 1 and 2, comparisons, claims, curves, trees",
+            )
+        )
+        out.append(
+            Stage(
+                "export",
+                self.export,
+                _plain(c.export),
+                evals,
+                (self.path("export"),),
+                "the best trained model as a Hugging Face directory",
+            )
+        )
         return out
 
     def _training_stages(self, r: int) -> list[Stage]:
@@ -283,17 +380,27 @@ class Pipeline:
             else:
                 init = self.previous(method, r)
             from_base = parse_name(init)[0] == "base"
-            data = {"traj_dpo": "dataset-traj-r1", "search_dpo": "dataset-search-r1",
-                    "judge_dpo": "dataset-judge-r1"}.get(method, f"dataset-r{r}")
+            data = {
+                "traj_dpo": "dataset-traj-r1",
+                "search_dpo": "dataset-search-r1",
+                "judge_dpo": "dataset-judge-r1",
+            }.get(method, f"dataset-r{r}")
             deps = (data,) + (("base",) if from_base and self.scratch else () if from_base else (init,))
             spec, outs = {"train": self._spec(method), "init": init, "seed": seed}, ()
             if self.two_phase(method):  # the second phase's recipe is part of what SFT is
                 spec["continue"] = self._spec("sft_more")
                 outs = (self.path("runs", first_phase(name)), self.model_dir(first_phase(name)))
-            out.append(Stage(name, lambda n=name, m=method, r=r, i=init, sd=seed: self.train(n, m, r, i, sd),
-                             spec, deps, (self.path("runs", name), self.model_dir(name)) + outs,
-                             f"{display_name(name)} from {init}"
-                             + (", then a second phase with SFT (continued)'s recipe" if outs else "")))
+            out.append(
+                Stage(
+                    name,
+                    lambda n=name, m=method, r=r, i=init, sd=seed: self.train(n, m, r, i, sd),
+                    spec,
+                    deps,
+                    (self.path("runs", name), self.model_dir(name)) + outs,
+                    f"{display_name(name)} from {init}"
+                    + (", then a second phase with SFT (continued)'s recipe" if outs else ""),
+                )
+            )
         return out
 
     def prompt_spec(self) -> dict:
@@ -302,8 +409,11 @@ class Pipeline:
         from rollout.policies.prompt import KEEP_RECENT
 
         c = self.cfg
-        spec = {"prompt_tokens": c.prompt_tokens, "prompt_style": c.prompt_style,
-                "history_thoughts": c.history_thoughts}
+        spec = {
+            "prompt_tokens": c.prompt_tokens,
+            "prompt_style": c.prompt_style,
+            "history_thoughts": c.history_thoughts,
+        }
         spec.update({"page_ids": c.page_ids} if c.page_ids != "before" else {})
         spec.update({"history_last": True} if c.history_last else {})
         spec.update({"keep_recent": c.keep_recent} if c.keep_recent != KEEP_RECENT else {})
@@ -357,17 +467,38 @@ class Pipeline:
             self.close()
 
     # ------------------------------------------------------------ stages
-    def policy(self, spec: str, temperature: float, top_p: float, max_tokens: int, max_batch: int, seed: int,
-                step: int | None = None, constrain: bool = False):
+    def policy(
+        self,
+        spec: str,
+        temperature: float,
+        top_p: float,
+        max_tokens: int,
+        max_batch: int,
+        seed: int,
+        step: int | None = None,
+        constrain: bool = False,
+    ):
         from experiment.evaluate import load_policy
         from tgpo_jax.models.sampler import SamplingParams
 
         params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
-        return load_policy(spec, params=params, budget_tokens=self.cfg.prompt_tokens, max_batch=max_batch,
-                           env=self.env, seed=seed, step=step, prompt_style=self.cfg.prompt_style,
-                           thought_chars=self.cfg.history_thoughts, page_ids=self.cfg.page_ids,
-                           history_last=self.cfg.history_last, keep_recent=self.cfg.keep_recent,
-                           page_cut=self.cfg.page_cut, constrain=constrain, thoughts=self.cfg.thoughts)
+        return load_policy(
+            spec,
+            params=params,
+            budget_tokens=self.cfg.prompt_tokens,
+            max_batch=max_batch,
+            env=self.env,
+            seed=seed,
+            step=step,
+            prompt_style=self.cfg.prompt_style,
+            thought_chars=self.cfg.history_thoughts,
+            page_ids=self.cfg.page_ids,
+            history_last=self.cfg.history_last,
+            keep_recent=self.cfg.keep_recent,
+            page_cut=self.cfg.page_cut,
+            constrain=constrain,
+            thoughts=self.cfg.thoughts,
+        )
 
     @staticmethod
     def with_policy(policy, coro):
@@ -395,18 +526,32 @@ class Pipeline:
             constrain = self.cfg.rounds.constrain
         temperature = self.temperature(r)
         policy = self.policy(spec, temperature, c.top_p, c.max_tokens, c.max_batch, seed, constrain=constrain)
-        harness = HarnessConfig(max_steps=c.max_steps, step_slack=c.step_slack, budget_tokens=c.budget_tokens,
-                                screenshots=c.screenshots)
+        harness = HarnessConfig(
+            max_steps=c.max_steps, step_slack=c.step_slack, budget_tokens=c.budget_tokens, screenshots=c.screenshots
+        )
         runs, tree_tasks = self.runs(r)
-        ccfg = CollectConfig(out_dir=self.episodes(r), runs=runs, tree_tasks=tree_tasks, seed=seed,
-                             contexts=c.contexts,
-                             harness=harness, progress=self.progress)
-        meta = {"split": "train", "locale": self.cfg.env.locale, "round": r, "behaviour": spec,
-                "temperature": temperature, **(self.thoughts_spec(oracle=True) if spec.startswith("oracle") else {})}
+        ccfg = CollectConfig(
+            out_dir=self.episodes(r),
+            runs=runs,
+            tree_tasks=tree_tasks,
+            seed=seed,
+            contexts=c.contexts,
+            harness=harness,
+            progress=self.progress,
+        )
+        meta = {
+            "split": "train",
+            "locale": self.cfg.env.locale,
+            "round": r,
+            "behaviour": spec,
+            "temperature": temperature,
+            **(self.thoughts_spec(oracle=True) if spec.startswith("oracle") else {}),
+        }
         counts = self.with_policy(policy, collect_async(self.env, self.tasks("train"), policy, ccfg, meta=meta))
         if not counts.get("success", 0) + counts.get("failure", 0) + counts.get("skipped", 0):
-            raise RuntimeError(f"round {r}: every episode errored ({counts}); the errors are in "
-                               f"{self.episodes(r)} and the log above")
+            raise RuntimeError(
+                f"round {r}: every episode errored ({counts}); the errors are in {self.episodes(r)} and the log above"
+            )
         return counts
 
     def runs(self, r: int) -> tuple[int, int]:
@@ -433,8 +578,11 @@ class Pipeline:
         shutil.rmtree(self.episodes(1), ignore_errors=True)
         os.replace(tmp, self.episodes(1))
         eps = list(iter_episodes(self.episodes(1)))
-        return {"reused": os.path.abspath(src), "episodes": len(eps),
-                "success": sum(bool(e.summary.get("success")) for e in eps)}
+        return {
+            "reused": os.path.abspath(src),
+            "episodes": len(eps),
+            "success": sum(bool(e.summary.get("success")) for e in eps),
+        }
 
     def train_tokenizer(self) -> dict:
         from rollout.policies.prompt import SYSTEM_PROMPT, SYSTEM_PROMPTS
@@ -447,9 +595,15 @@ class Pipeline:
         # untruncated and in the default order, so that the layout settings (history_last, keep_recent, page_cut)
         # leave the tokenizer as it is
         system = SYSTEM_PROMPTS[self.cfg.prompt_style]
-        texts, cfg = [SYSTEM_PROMPT], BuildConfig(prompt_budget_tokens=1 << 20, system_prompt=system,
-                                                  thought_chars=self.cfg.history_thoughts,
-                                                  page_ids=self.cfg.page_ids)
+        texts, cfg = (
+            [SYSTEM_PROMPT],
+            BuildConfig(
+                prompt_budget_tokens=1 << 20,
+                system_prompt=system,
+                thought_chars=self.cfg.history_thoughts,
+                page_ids=self.cfg.page_ids,
+            ),
+        )
         for ep in iter_episodes(self.episodes(1)):
             for t, step in enumerate(ep.steps):
                 texts += [m["content"] for m in step_prompt(tasks.get(ep.task_id), ep, t, cfg)]
@@ -500,10 +654,17 @@ class Pipeline:
         from tgpo_jax.training.restore import export_run
 
         data = self.path("datasets", "pretrain")
-        records = lm_records(self.episodes(1), tokenizer, self.cfg.pretrain_window,
-                             SYSTEM_PROMPTS[self.cfg.prompt_style])
-        write_dataset(records, data, num_shards=1, overwrite=True, config={"window": self.cfg.pretrain_window},
-                      extra={"kind": "lm", "windows": len(records)})
+        records = lm_records(
+            self.episodes(1), tokenizer, self.cfg.pretrain_window, SYSTEM_PROMPTS[self.cfg.prompt_style]
+        )
+        write_dataset(
+            records,
+            data,
+            num_shards=1,
+            overwrite=True,
+            config={"window": self.cfg.pretrain_window},
+            extra={"kind": "lm", "windows": len(records)},
+        )
         t = self.cfg.pretrain.copy_and_resolve_references()
         t.model.path, t.model.tokenizer, t.model.scratch = init, "", ""
         t.train.seed, t.data.shuffle_seed = seed, seed
@@ -517,15 +678,25 @@ class Pipeline:
         summary = train(t)
         export_run(self.path("runs", name), self.path("models", name))
         outputs.save_policy_file(self.cfg, self.path("models", name))
-        return {"windows": len(records), "steps": summary.get("final_step"),
-                "loss": float((summary.get("final") or {}).get("train/loss", float("nan")))}
+        return {
+            "windows": len(records),
+            "steps": summary.get("final_step"),
+            "loss": float((summary.get("final") or {}).get("train/loss", float("nan"))),
+        }
 
     def tree_config(self):
         from trees.build import TreeConfig
 
         d = self.cfg.dataset
-        return TreeConfig(merge=d.merge, phash_threshold=d.phash_threshold, guard=d.guard, alpha=d.alpha,
-                          q_aggregate=d.q_aggregate, gamma=d.gamma, l_min=d.l_min)
+        return TreeConfig(
+            merge=d.merge,
+            phash_threshold=d.phash_threshold,
+            guard=d.guard,
+            alpha=d.alpha,
+            q_aggregate=d.q_aggregate,
+            gamma=d.gamma,
+            l_min=d.l_min,
+        )
 
     def build_config(self):
         """How the datasets' prompts and trees are built: as the policy prompts (the run's prompt settings)."""
@@ -533,12 +704,21 @@ class Pipeline:
         from trees.dataset import BuildConfig
 
         d = self.cfg.dataset
-        return BuildConfig(tree=self.tree_config(), splits=("train",), num_shards=d.num_shards,
-                           prompt_budget_tokens=self.cfg.prompt_tokens, tokenizer=self.tokenizer,
-                           system_prompt=SYSTEM_PROMPTS[self.cfg.prompt_style],
-                           thought_chars=self.cfg.history_thoughts, page_ids=self.cfg.page_ids,
-                           history_last=self.cfg.history_last, keep_recent=self.cfg.keep_recent,
-                           page_cut=self.cfg.page_cut, include_invalid=d.include_invalid, overwrite=True)
+        return BuildConfig(
+            tree=self.tree_config(),
+            splits=("train",),
+            num_shards=d.num_shards,
+            prompt_budget_tokens=self.cfg.prompt_tokens,
+            tokenizer=self.tokenizer,
+            system_prompt=SYSTEM_PROMPTS[self.cfg.prompt_style],
+            thought_chars=self.cfg.history_thoughts,
+            page_ids=self.cfg.page_ids,
+            history_last=self.cfg.history_last,
+            keep_recent=self.cfg.keep_recent,
+            page_cut=self.cfg.page_cut,
+            include_invalid=d.include_invalid,
+            overwrite=True,
+        )
 
     def build(self, r: int) -> dict:
         from trees.dataset import build_dataset
@@ -550,9 +730,14 @@ class Pipeline:
         for task in self.env.tasks("train"):
             for text, kind in self.env.typed_strings(task).items():
                 pools.setdefault(kind, set()).add(text)
-        summary = build_dataset([self.episodes(k) for k in rounds], self.dataset(r), bcfg, progress=self.progress,
-                                typed_strings=self.env.typed_strings,
-                                copy_pools={k: sorted(v) for k, v in pools.items()})
+        summary = build_dataset(
+            [self.episodes(k) for k in rounds],
+            self.dataset(r),
+            bcfg,
+            progress=self.progress,
+            typed_strings=self.env.typed_strings,
+            copy_pools={k: sorted(v) for k, v in pools.items()},
+        )
         summary.pop("copy_pools", None)  # in the manifest; the stage marker keeps the counts only
         summary["broken_episodes"] = len(summary["broken_episodes"])
         if repaired:
@@ -579,8 +764,11 @@ class Pipeline:
         t.model.path = self.model_dir(init)
         t.model.tokenizer, t.model.scratch = "", ""
         t.model.lora_seed, t.train.seed, t.data.shuffle_seed = seed, seed, seed  # seed = initialisation + data order
-        data = {"traj_dpo": self.traj_dataset(r), "search_dpo": self.search_dataset(r),
-                "judge_dpo": self.judge_dataset(r)}.get(method, self.dataset(r))
+        data = {
+            "traj_dpo": self.traj_dataset(r),
+            "search_dpo": self.search_dataset(r),
+            "judge_dpo": self.judge_dataset(r),
+        }.get(method, self.dataset(r))
         t.data.train_dir, t.data.eval_dir = data, ""
         t.data.max_prompt_len = self.cfg.prompt_tokens  # the prompts were built to this budget
         t.data.max_len = max(t.data.max_len, t.data.max_prompt_len + t.data.max_completion_len)
@@ -629,26 +817,51 @@ class Pipeline:
         _, line = export_run(self.path("runs", name), self.model_dir(name))
         outputs.save_policy_file(self.cfg, self.model_dir(name))
         log.info(line)
-        return json.loads(json.dumps({"final": summary.get("final"), "steps": summary.get("final_step"),
-                                      "per_epoch": summary.get("per_epoch")}, default=float))
+        return json.loads(
+            json.dumps(
+                {
+                    "final": summary.get("final"),
+                    "steps": summary.get("final_step"),
+                    "per_epoch": summary.get("per_epoch"),
+                },
+                default=float,
+            )
+        )
 
     def _evaluate(self, model: str, out_dir: str, tasks, label: str, step: int | None = None) -> dict:
         from experiment.evaluate import EvalConfig, evaluate_async, format_table
 
         e = self.cfg.eval
         policy = self.policy(model, e.temperature, e.top_p, e.max_tokens, e.max_batch, 0, step, constrain=e.constrain)
-        ecfg = EvalConfig(out_dir=out_dir, env=self.cfg.env.name, split="test", num_tasks=len(tasks),
-                          families=tuple(f for f in self.cfg.tasks.families if f),
-                          seeds=tuple(e.seeds), runs=e.runs, contexts=e.contexts, max_steps=e.max_steps,
-                          step_slack=e.step_slack,
-                          temperature=e.temperature, progress=self.progress, redundancy=e.redundancy)
-        meta = {"model": label, "top_p": e.top_p, "max_tokens": e.max_tokens,
-                "prompt_tokens": self.cfg.prompt_tokens, "constrain": bool(e.constrain)}
+        ecfg = EvalConfig(
+            out_dir=out_dir,
+            env=self.cfg.env.name,
+            split="test",
+            num_tasks=len(tasks),
+            families=tuple(f for f in self.cfg.tasks.families if f),
+            seeds=tuple(e.seeds),
+            runs=e.runs,
+            contexts=e.contexts,
+            max_steps=e.max_steps,
+            step_slack=e.step_slack,
+            temperature=e.temperature,
+            progress=self.progress,
+            redundancy=e.redundancy,
+        )
+        meta = {
+            "model": label,
+            "top_p": e.top_p,
+            "max_tokens": e.max_tokens,
+            "prompt_tokens": self.cfg.prompt_tokens,
+            "constrain": bool(e.constrain),
+        }
         result = self.with_policy(policy, evaluate_async(self.env, tasks, policy, ecfg, meta=meta))
         print(format_table(result), file=sys.stderr)
         if not result["episodes"]:
-            raise RuntimeError(f"evaluation of {label}: every episode errored ({result['errored']}); the errors are "
-                               f"in {out_dir} and the log above")
+            raise RuntimeError(
+                f"evaluation of {label}: every episode errored ({result['errored']}); the errors are "
+                f"in {out_dir} and the log above"
+            )
         return result
 
     def evaluate(self, name: str) -> dict:
@@ -673,8 +886,7 @@ class Pipeline:
             out = self.path("curves", name, f"step{step}")
             res = self._evaluate(self.path("runs", name), out, tasks, f"{name}@{step}", step=step)
             points[step] = res["mean"]["success_rate"]
-        return {"steps": sorted(points), "final_step": final, "tasks": [t.task_id for t in tasks],
-                "success": points}
+        return {"steps": sorted(points), "final_step": final, "tasks": [t.task_id for t in tasks], "success": points}
 
     # the run's outputs (experiment/outputs.py)
     def eval_results(self) -> dict[str, dict]:

@@ -1,5 +1,6 @@
 """The pipeline configuration's checks: list fields as given on the command line made tuples (``normalize``), and
 clear errors for configurations that cannot run, before any work (``validate``)."""
+
 from __future__ import annotations
 
 import json
@@ -31,14 +32,25 @@ def names(value) -> tuple:
     """A tuple field as given in a config file or on the command line (``--config.methods=sft,tgpo`` arrives as
     ``('sft,tgpo',)``): the comma-separated names, flattened."""
     items = [value] if isinstance(value, (str, int)) else list(value)
-    return tuple(p.strip() if isinstance(p, str) else p for v in items
-                 for p in (str(v).split(",") if isinstance(v, str) else [v]) if not isinstance(p, str) or p.strip())
+    return tuple(
+        p.strip() if isinstance(p, str) else p
+        for v in items
+        for p in (str(v).split(",") if isinstance(v, str) else [v])
+        if not isinstance(p, str) or p.strip()
+    )
 
 
 def normalize(cfg) -> None:
-    for section, key in ((None, "methods"), ("eval", "models"), ("rounds", "methods"), ("tasks", "families"),
-                         ("eval", "seeds"), (None, "train_seeds"), ("eval", "curve_methods"),
-                         ("eval", "search_models")):
+    for section, key in (
+        (None, "methods"),
+        ("eval", "models"),
+        ("rounds", "methods"),
+        ("tasks", "families"),
+        ("eval", "seeds"),
+        (None, "train_seeds"),
+        ("eval", "curve_methods"),
+        ("eval", "search_models"),
+    ):
         node = cfg if section is None else cfg[section]
         with node.ignore_type():
             node[key] = names(node[key])
@@ -81,8 +93,9 @@ def task_file_families(cfg) -> None:
     have = {t.family for t in load_tasks(cfg.env.tasks, cfg.env.origin or None)}
     unknown = sorted(set(wanted) - have)
     if unknown:
-        raise ValueError(f"tasks.families {unknown}: not in {cfg.env.tasks}, whose families are {sorted(have)} "
-                         "('' = every family)")
+        raise ValueError(
+            f"tasks.families {unknown}: not in {cfg.env.tasks}, whose families are {sorted(have)} ('' = every family)"
+        )
 
 
 def curve_methods(cfg) -> tuple[str, ...]:
@@ -98,31 +111,46 @@ def validate(cfg) -> None:
     """Clear errors for configurations that cannot run, before any work."""
     bad = [m for m in cfg.methods if m not in MODEL_KINDS]
     if bad or "sft" not in cfg.methods:
-        raise ValueError(f"methods {list(cfg.methods)}: expected 'sft' plus any of {MODEL_KINDS[1:]} "
-                         "(the preference methods start from the SFT model)")
+        raise ValueError(
+            f"methods {list(cfg.methods)}: expected 'sft' plus any of {MODEL_KINDS[1:]} "
+            "(the preference methods start from the SFT model)"
+        )
     s = cfg.search
     bad = [m for m in cfg.eval.search_models if m not in cfg.methods]
     if bad or (cfg.eval.search_models and cfg.eval.search_tasks < 1):
-        raise ValueError(f"eval.search_models {list(cfg.eval.search_models)}: expected trained methods "
-                         f"{list(cfg.methods)} and eval.search_tasks >= 1 (got {cfg.eval.search_tasks})")
-    if (cfg.eval.search_models or "search_dpo" in cfg.methods) and (s.simulations < 1 or s.k < 1
-                                                                   or not 0 <= s.alpha <= 1):
+        raise ValueError(
+            f"eval.search_models {list(cfg.eval.search_models)}: expected trained methods "
+            f"{list(cfg.methods)} and eval.search_tasks >= 1 (got {cfg.eval.search_tasks})"
+        )
+    if (cfg.eval.search_models or "search_dpo" in cfg.methods) and (
+        s.simulations < 1 or s.k < 1 or not 0 <= s.alpha <= 1
+    ):
         raise ValueError(f"search: simulations >= 1, k >= 1 and 0 <= alpha <= 1 expected; got {dict(s)}")
     if "search_dpo" in cfg.methods and (s.tasks < 1 or s.k < 2):
-        raise ValueError(f"methods with 'search_dpo' need search.tasks >= 1 and k >= 2 (pairs compare a node's "
-                         f"edges); got {dict(s)}")
+        raise ValueError(
+            f"methods with 'search_dpo' need search.tasks >= 1 and k >= 2 (pairs compare a node's edges); got {dict(s)}"
+        )
     j = cfg.judge
-    if "judge_dpo" in cfg.methods and (j.k < (1 if j.mode == "dpo1" else 2) or j.tasks < 1
-                                       or j.mode not in ("dpo1", "dpo2", "dpo3")
-                                       or not 0 <= j.threshold <= 100 or j.max_tokens < 1 or j.concurrency < 1
-                                       or bool(j.url) != bool(j.model)):
-        raise ValueError(f"methods with 'judge_dpo' need judge.k >= 2 (1 for dpo1), tasks >= 1, "
-                         f"mode dpo1 / dpo2 / dpo3, "
-                         f"0 <= threshold <= 100, max_tokens and concurrency >= 1, and judge.model with judge.url "
-                         f"(url '' = the built-in reference judge); got {dict(j)}")
+    if "judge_dpo" in cfg.methods and (
+        j.k < (1 if j.mode == "dpo1" else 2)
+        or j.tasks < 1
+        or j.mode not in ("dpo1", "dpo2", "dpo3")
+        or not 0 <= j.threshold <= 100
+        or j.max_tokens < 1
+        or j.concurrency < 1
+        or bool(j.url) != bool(j.model)
+    ):
+        raise ValueError(
+            f"methods with 'judge_dpo' need judge.k >= 2 (1 for dpo1), tasks >= 1, "
+            f"mode dpo1 / dpo2 / dpo3, "
+            f"0 <= threshold <= 100, max_tokens and concurrency >= 1, and judge.model with judge.url "
+            f"(url '' = the built-in reference judge); got {dict(j)}"
+        )
     if "traj_dpo" in cfg.methods and cfg.collect.runs < 2 and not cfg.collect.reuse:
-        raise ValueError(f"methods with 'traj_dpo' need collect.runs >= 2 (got {cfg.collect.runs}): its pairs are a "
-                         "successful and a failed run of the same task")
+        raise ValueError(
+            f"methods with 'traj_dpo' need collect.runs >= 2 (got {cfg.collect.runs}): its pairs are a "
+            "successful and a failed run of the same task"
+        )
     bad = [m for m in cfg.eval.models if m != "base" and m not in cfg.methods]
     if bad:
         raise ValueError(f"eval.models {bad}: expected 'base' or one of the trained methods {list(cfg.methods)}")
@@ -131,11 +159,15 @@ def validate(cfg) -> None:
     if not cfg.train_seeds or len(set(cfg.train_seeds)) != len(cfg.train_seeds) or min(cfg.train_seeds) < 0:
         raise ValueError(f"train_seeds={list(cfg.train_seeds)}: expected distinct non-negative integers")
     if cfg.rounds.count > 1 and len(cfg.train_seeds) > 1:
-        raise ValueError("rounds.count > 1 with several train_seeds: each seed would need its own round-2 "
-                         "collection; run the rounds with one seed")
+        raise ValueError(
+            "rounds.count > 1 with several train_seeds: each seed would need its own round-2 "
+            "collection; run the rounds with one seed"
+        )
     if cfg.sft_continue and "sft" in curve_methods(cfg):
-        raise ValueError("sft_continue with SFT's curve (eval.curve_methods): the curve's snapshots would be the "
-                         "second phase's alone; leave 'sft' out of eval.curve_methods or set sft_continue=False")
+        raise ValueError(
+            "sft_continue with SFT's curve (eval.curve_methods): the curve's snapshots would be the "
+            "second phase's alone; leave 'sft' out of eval.curve_methods or set sft_continue=False"
+        )
     trained = set(cfg.methods) | ({"sft_more"} if cfg.sft_continue else set()) | set(cfg.rounds.methods)
     for m in sorted(trained & set(MODEL_KINDS)):  # refused now, not after the stages before its training ran
         try:
@@ -147,8 +179,10 @@ def validate(cfg) -> None:
     named = () if tuple(cfg.eval.curve_methods) == ("*",) else cfg.eval.curve_methods
     bad = [m for m in named if m not in cfg.methods]
     if bad:
-        raise ValueError(f"eval.curve_methods {bad}: expected trained methods {list(cfg.methods)}, or '*' alone "
-                         f"(each evaluated method)")
+        raise ValueError(
+            f"eval.curve_methods {bad}: expected trained methods {list(cfg.methods)}, or '*' alone "
+            f"(each evaluated method)"
+        )
     if cfg.eval.curve_methods and cfg.eval.curve_points < 2:
         raise ValueError(f"eval.curve_points={cfg.eval.curve_points}: a curve needs at least 2 points")
     if cfg.rounds.count > 1:
@@ -156,20 +190,27 @@ def validate(cfg) -> None:
         if bad or not cfg.rounds.methods:
             raise ValueError(f"rounds.methods {list(cfg.rounds.methods)}: expected a non-empty subset of {PREFERENCE}")
         if cfg.rounds.behaviour not in (*cfg.rounds.methods, "sft"):
-            raise ValueError(f"rounds.behaviour={cfg.rounds.behaviour!r} must be 'sft' or one of rounds.methods "
-                             f"{list(cfg.rounds.methods)} (its round r-1 model collects round r)")
+            raise ValueError(
+                f"rounds.behaviour={cfg.rounds.behaviour!r} must be 'sft' or one of rounds.methods "
+                f"{list(cfg.rounds.methods)} (its round r-1 model collects round r)"
+            )
     if cfg.rounds.runs < 0 or cfg.rounds.tree_tasks < 0:
-        raise ValueError(f"rounds.runs={cfg.rounds.runs}, rounds.tree_tasks={cfg.rounds.tree_tasks}: expected >= 0 "
-                         "(0 = as round 1)")
+        raise ValueError(
+            f"rounds.runs={cfg.rounds.runs}, rounds.tree_tasks={cfg.rounds.tree_tasks}: expected >= 0 (0 = as round 1)"
+        )
     if cfg.env.name not in ("shop", "miniwob", "tasks"):
         raise ValueError(f"env.name={cfg.env.name!r}: expected shop, miniwob or tasks")
     if (cfg.env.name == "tasks") != bool(cfg.env.tasks):
-        raise ValueError("env.name='tasks' needs env.tasks = a JSONL task file (docs/tasks.md), and env.tasks is only "
-                         f"read with it (env.name={cfg.env.name!r}, env.tasks={cfg.env.tasks!r})")
+        raise ValueError(
+            "env.name='tasks' needs env.tasks = a JSONL task file (docs/tasks.md), and env.tasks is only "
+            f"read with it (env.name={cfg.env.name!r}, env.tasks={cfg.env.tasks!r})"
+        )
     task_file_families(cfg)
     if cfg.env.get("item_names", ITEM_NAMES[0]) not in ITEM_NAMES:
-        raise ValueError(f"env.item_names={cfg.env.item_names!r}: expected {' or '.join(ITEM_NAMES)} (how multi_cart "
-                         "names its items)")
+        raise ValueError(
+            f"env.item_names={cfg.env.item_names!r}: expected {' or '.join(ITEM_NAMES)} (how multi_cart "
+            "names its items)"
+        )
     if cfg.tasks.num_train < 1 or cfg.tasks.num_test < 1:
         raise ValueError("tasks.num_train and tasks.num_test must be >= 1")
     if cfg.pretrain_window < 0:
@@ -178,8 +219,10 @@ def validate(cfg) -> None:
         raise ValueError(f"prompt_tokens={cfg.prompt_tokens}: too small for the system prompt and the task")
     scratch = not cfg.sft.model.path
     if scratch and cfg.collect.policy == "base":
-        raise ValueError("collect.policy='base' with a from-scratch model: its tokenizer is trained on the first "
-                         "collection, so round 1 needs another behaviour policy (e.g. the noisy oracle)")
+        raise ValueError(
+            "collect.policy='base' with a from-scratch model: its tokenizer is trained on the first "
+            "collection, so round 1 needs another behaviour policy (e.g. the noisy oracle)"
+        )
     if scratch and not cfg.sft.model.scratch:
         raise ValueError("sft.model.path is empty and sft.model.scratch names no from-scratch preset")
     if cfg.prompt_style not in ("full", "compact"):

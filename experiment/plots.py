@@ -1,5 +1,6 @@
 """The report's PNG plots (matplotlib figures without pyplot, rendered with Agg, written atomically): success and
 steps per model, success vs training steps, training curves."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,11 @@ if TYPE_CHECKING:
 # Training curves: plot name -> metric keys to look for (first one a run logged wins), y label.
 CURVES = (
     ("loss", ("train/loss", "loss"), "training loss"),
-    ("reward_accuracy", ("train/rewards/accuracies", "rewards/accuracies", "train/reward_accuracy",
-                         "reward_accuracy"), "reward accuracy"),
+    (
+        "reward_accuracy",
+        ("train/rewards/accuracies", "rewards/accuracies", "train/reward_accuracy", "reward_accuracy"),
+        "reward accuracy",
+    ),
     ("eval_loss", ("eval/loss",), "held-out loss"),
 )
 
@@ -38,15 +42,29 @@ def plot_success(path: str, names: list[str], cells: dict[str, dict[str, Cell]])
     xs = list(range(len(names)))
     vals = [cells[n]["success_rate"].value for n in names]
     errs = [cells[n]["success_rate"].ci or 0.0 for n in names]
-    ax.bar(xs, [v if v is not None else 0.0 for v in vals], yerr=errs, capsize=4, color="#4C72B0",
-           edgecolor="black", linewidth=0.6)
+    ax.bar(
+        xs,
+        [v if v is not None else 0.0 for v in vals],
+        yerr=errs,
+        capsize=4,
+        color="#4C72B0",
+        edgecolor="black",
+        linewidth=0.6,
+    )
     for x, n, v, err in zip(xs, names, vals, errs):
         seeds = cells[n]["success_rate"].seeds
         if len(seeds) > 1:
             ax.scatter([x] * len(seeds), seeds, s=10, color="black", alpha=0.6, zorder=3)
         top = max([(v or 0.0) + err] + seeds)
-        ax.annotate(DASH if v is None else f"{v:.1f}", (x, top), textcoords="offset points", xytext=(0, 3),
-                    ha="center", va="bottom", fontsize=8)
+        ax.annotate(
+            DASH if v is None else f"{v:.1f}",
+            (x, top),
+            textcoords="offset points",
+            xytext=(0, 3),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     ax.set_xticks(xs, names)
     ax.set_ylabel("success rate (%)")
     ax.set_ylim(0, 110)
@@ -58,12 +76,23 @@ def plot_success(path: str, names: list[str], cells: dict[str, dict[str, Cell]])
 def plot_steps(path: str, names: list[str], cells: dict[str, dict[str, Cell]]) -> None:
     fig, ax = _figure(max(5.0, 1.3 * len(names) + 2), 4.0)
     w = 0.38
-    for off, key, label, color in ((-w / 2, "avg_steps", "average steps", "#55A868"),
-                                   (w / 2, "redundant_steps", "redundant steps", "#C44E52")):
+    for off, key, label, color in (
+        (-w / 2, "avg_steps", "average steps", "#55A868"),
+        (w / 2, "redundant_steps", "redundant steps", "#C44E52"),
+    ):
         vals = [cells[n][key].value for n in names]
         errs = [cells[n][key].ci or 0.0 for n in names]
-        ax.bar([i + off for i in range(len(names))], [v if v is not None else 0.0 for v in vals], w, yerr=errs,
-               capsize=3, label=label, color=color, edgecolor="black", linewidth=0.6)
+        ax.bar(
+            [i + off for i in range(len(names))],
+            [v if v is not None else 0.0 for v in vals],
+            w,
+            yerr=errs,
+            capsize=3,
+            label=label,
+            color=color,
+            edgecolor="black",
+            linewidth=0.6,
+        )
     ax.set_xticks(list(range(len(names))), names)
     ax.set_ylabel("steps per episode")
     ax.set_title("Average and redundant steps (mean ± 95% CI)")

@@ -14,6 +14,7 @@ The reference section is the paper's whole Table 1 (``PAPER_TABLE1``: C-WebShop 
 GPT-4o's Online-Mind2Web success); Table 2 puts our label-conflict rate beside the paper's two, or says it does not
 apply where the dataset has one run per task (``one_run_per_task``).
 """
+
 from __future__ import annotations
 
 import os
@@ -59,13 +60,24 @@ COLUMNS = (
 
 # Dataset statistics shown first, in this order, with these labels; other scalar keys follow alphabetically.
 DATASET_KEYS = (
-    ("tasks", "tasks"), ("episodes", "episodes"), ("successful_episodes", "successful episodes"),
-    ("success_rate", "episode success rate"), ("steps", "steps"), ("states", "states (before merging)"),
-    ("nodes", "nodes (after merging)"), ("merge_ratio", "nodes / states"), ("edges", "edges"),
-    ("records", "node records"), ("pairs", "preference pairs"), ("sft_items", "SFT items"),
-    ("kto_desirable", "KTO desirable"), ("kto_undesirable", "KTO undesirable"),
-    ("kto_tree_desirable", "KTO-Tree desirable"), ("kto_tree_undesirable", "KTO-Tree undesirable"),
-    ("redundant_steps_per_episode", "redundant steps / episode"), ("label_conflict_rate", "label-conflict rate"),
+    ("tasks", "tasks"),
+    ("episodes", "episodes"),
+    ("successful_episodes", "successful episodes"),
+    ("success_rate", "episode success rate"),
+    ("steps", "steps"),
+    ("states", "states (before merging)"),
+    ("nodes", "nodes (after merging)"),
+    ("merge_ratio", "nodes / states"),
+    ("edges", "edges"),
+    ("records", "node records"),
+    ("pairs", "preference pairs"),
+    ("sft_items", "SFT items"),
+    ("kto_desirable", "KTO desirable"),
+    ("kto_undesirable", "KTO undesirable"),
+    ("kto_tree_desirable", "KTO-Tree desirable"),
+    ("kto_tree_undesirable", "KTO-Tree undesirable"),
+    ("redundant_steps_per_episode", "redundant steps / episode"),
+    ("label_conflict_rate", "label-conflict rate"),
 )
 _RATE_KEYS = {"success_rate", "label_conflict_rate"}
 
@@ -100,8 +112,9 @@ def row_cells(rows: dict) -> dict[str, Cell]:
         if r is None or r.mean is None:
             out[key] = Cell(None, None, dec)
             continue
-        out[key] = Cell(r.mean * scale, None if r.half_width is None else r.half_width * scale, dec,
-                        [v * scale for v in r.per_seed])
+        out[key] = Cell(
+            r.mean * scale, None if r.half_width is None else r.half_width * scale, dec, [v * scale for v in r.per_seed]
+        )
     return out
 
 
@@ -178,9 +191,12 @@ def pct(v) -> str:
 # The report
 
 
-def _table1(names: list[str], episodes: dict[str, str], cells: dict[str, dict[str, Cell]],
-            caption: str = "Mean over evaluation seeds; ± is the 95% confidence half-width; best per column in "
-                           "bold.") -> Table:
+def _table1(
+    names: list[str],
+    episodes: dict[str, str],
+    cells: dict[str, dict[str, Cell]],
+    caption: str = "Mean over evaluation seeds; ± is the 95% confidence half-width; best per column in bold.",
+) -> Table:
     best = best_keys(cells)
     rows = []
     for n in names:
@@ -202,65 +218,120 @@ def _family_table(family_rows: dict[str, dict[str, dict]]) -> Table:
         row = [(label, False)]
         for f in fams:
             r = family_rows[f].get(label, {}).get("success_rate")
-            row.append((DASH if r is None or r.mean is None else
-                        f"{100 * r.mean:.1f}" + ("" if r.half_width is None else f" ± {100 * r.half_width:.1f}"),
-                        False))
+            row.append(
+                (
+                    DASH
+                    if r is None or r.mean is None
+                    else f"{100 * r.mean:.1f}" + ("" if r.half_width is None else f" ± {100 * r.half_width:.1f}"),
+                    False,
+                )
+            )
         out.append(row)
-    return Table(["Model"] + [f"{f} success (%)" for f in fams], out,
-                 "Per task family; mean over training seeds, ± the 95% interval over seeds.")
+    return Table(
+        ["Model"] + [f"{f} success (%)" for f in fams],
+        out,
+        "Per task family; mean over training seeds, ± the 95% interval over seeds.",
+    )
 
 
 def _comparison_table(comparisons: list) -> Table:
     rows = []
     for c in comparisons:
         scale, unit = (100.0, " pts") if c.metric == "success_rate" else (1.0, "")
-        rows.append([(f"{c.a} − {c.b}", False), (c.metric.replace("_", " "), False),
-                     (f"{scale * c.diff:+.2f}{unit}", False), (f"[{scale * c.low:+.2f}, {scale * c.high:+.2f}]", False),
-                     (str(c.tasks), False), (f"{c.seeds_a} / {c.seeds_b}", False)])
-    return Table(["Comparison", "Metric", "Difference", "95% interval", "Tasks", "Seeds"], rows,
-                 "Paired by held-out task (and by training seed where both methods have the same seeds); the "
-                 "interval is a two-level bootstrap over tasks and training seeds (experiment/stats.py).")
+        rows.append(
+            [
+                (f"{c.a} − {c.b}", False),
+                (c.metric.replace("_", " "), False),
+                (f"{scale * c.diff:+.2f}{unit}", False),
+                (f"[{scale * c.low:+.2f}, {scale * c.high:+.2f}]", False),
+                (str(c.tasks), False),
+                (f"{c.seeds_a} / {c.seeds_b}", False),
+            ]
+        )
+    return Table(
+        ["Comparison", "Metric", "Difference", "95% interval", "Tasks", "Seeds"],
+        rows,
+        "Paired by held-out task (and by training seed where both methods have the same seeds); the "
+        "interval is a two-level bootstrap over tasks and training seeds (experiment/stats.py).",
+    )
 
 
 def _family_comparison_table(by_pair: dict) -> Table:
     fams = sorted({f for by_family in by_pair.values() for f in by_family})
     rows = []
     for (a, b), by_family in by_pair.items():
-        cells = [(DASH if c is None else f"{100 * c.diff:+.1f} [{100 * c.low:+.1f}, {100 * c.high:+.1f}]", False)
-                 for c in (by_family.get(f) for f in fams)]
+        cells = [
+            (DASH if c is None else f"{100 * c.diff:+.1f} [{100 * c.low:+.1f}, {100 * c.high:+.1f}]", False)
+            for c in (by_family.get(f) for f in fams)
+        ]
         rows.append([(f"{a} − {b}", False)] + cells)
-    return Table(["Comparison"] + [f"{f} (pts)" for f in fams], rows,
-                 "Success difference in points within each task family [95% interval], paired and bootstrapped as "
-                 "above over that family's held-out tasks. One interval per cell, none corrected for the number of "
-                 "cells: read a single excluded zero as a lead to check, not a finding.")
+    return Table(
+        ["Comparison"] + [f"{f} (pts)" for f in fams],
+        rows,
+        "Success difference in points within each task family [95% interval], paired and bootstrapped as "
+        "above over that family's held-out tasks. One interval per cell, none corrected for the number of "
+        "cells: read a single excluded zero as a lead to check, not a finding.",
+    )
 
 
 def _grad_table(grads: dict) -> Table:
-    rows = [[(label, False), (f"{g.median:.2f}", False), (f"{100 * g.clipped:.0f}", False), (f"{g.clip:g}", False),
-             (str(g.steps), False)] for label, g in grads.items()]
-    return Table(["Method", "Median gradient norm", "Updates clipped (%)", "Clip", "Logged steps"], rows,
-                 "Global gradient norm before clipping, over every logged step of every training seed. "
-                 "A method's terms "
-                 "(pairs or labelled items, anchor, SFT term) are summed before the clip and AdamW, so the term with "
-                 "the largest gradient sets the update's direction: compare a preference method's norm with SFT "
-                 "(continued)'s, the SFT term alone (docs/method.md §7).")
+    rows = [
+        [
+            (label, False),
+            (f"{g.median:.2f}", False),
+            (f"{100 * g.clipped:.0f}", False),
+            (f"{g.clip:g}", False),
+            (str(g.steps), False),
+        ]
+        for label, g in grads.items()
+    ]
+    return Table(
+        ["Method", "Median gradient norm", "Updates clipped (%)", "Clip", "Logged steps"],
+        rows,
+        "Global gradient norm before clipping, over every logged step of every training seed. "
+        "A method's terms "
+        "(pairs or labelled items, anchor, SFT term) are summed before the clip and AdamW, so the term with "
+        "the largest gradient sets the update's direction: compare a preference method's norm with SFT "
+        "(continued)'s, the SFT term alone (docs/method.md §7).",
+    )
 
 
 def _search_table(rows: list[dict]) -> Table:
     p = lambda v: DASH if v is None else f"{100 * v:.1f}"  # noqa: E731
-    return Table(["Model", "Tasks", "Simulations", "Without search (%)", "First simulation (%)",
-                  "Any simulation (%)", "Browser steps per task"],
-                 [[(r["model"], False), (str(r["tasks"]), False), (str(r["simulations"]), False),
-                   (p(r["plain"]), False),
-                   (p(r["first_success_rate"]), False), (p(r["success_rate"]), True),
-                   (f"{r['browser_steps_per_task']:.1f}", False)] for r in rows],
-                 "Agent Q's search on the first held-out tasks (docs/method.md §9.1): the model proposes, its "
-                 "log-probs rank, the environment's success check is the reward it backs up; solved = a simulation "
-                 "succeeded. Without search: the same model's greedy evaluation on the same tasks.")
+    return Table(
+        [
+            "Model",
+            "Tasks",
+            "Simulations",
+            "Without search (%)",
+            "First simulation (%)",
+            "Any simulation (%)",
+            "Browser steps per task",
+        ],
+        [
+            [
+                (r["model"], False),
+                (str(r["tasks"]), False),
+                (str(r["simulations"]), False),
+                (p(r["plain"]), False),
+                (p(r["first_success_rate"]), False),
+                (p(r["success_rate"]), True),
+                (f"{r['browser_steps_per_task']:.1f}", False),
+            ]
+            for r in rows
+        ],
+        "Agent Q's search on the first held-out tasks (docs/method.md §9.1): the model proposes, its "
+        "log-probs rank, the environment's success check is the reward it backs up; solved = a simulation "
+        "succeeded. Without search: the same model's greedy evaluation on the same tasks.",
+    )
 
 
-ELEMENT_COLUMNS = (("localisation", "Localisation (%)"), ("value_match", "Value match (%)"),
-                   ("answer_exact", "Answer exact (%)"), ("answer_f1", "Answer token F1 (%)"))
+ELEMENT_COLUMNS = (
+    ("localisation", "Localisation (%)"),
+    ("value_match", "Value match (%)"),
+    ("answer_exact", "Answer exact (%)"),
+    ("answer_f1", "Answer token F1 (%)"),
+)
 
 
 def element_rows(models: dict) -> list[list]:
@@ -273,8 +344,12 @@ def element_rows(models: dict) -> list[list]:
         for key, _ in ELEMENT_COLUMNS:
             vals = [num((e.get("mean") or {}).get(key)) for e in evs]
             vals = [v for v in vals if v is not None]
-            n = sum(int(((s.get("elements") or {}).get(f"{key}_n")) or 0)
-                    for e in evs for s in (e.get("per_seed") or []) if isinstance(s, dict))
+            n = sum(
+                int(((s.get("elements") or {}).get(f"{key}_n")) or 0)
+                for e in evs
+                for s in (e.get("per_seed") or [])
+                if isinstance(s, dict)
+            )
             any_value |= bool(vals)
             row.append((f"{100 * sum(vals) / len(vals):.1f} (n={n})" if vals else DASH, False))
         if any_value:
@@ -283,19 +358,23 @@ def element_rows(models: dict) -> list[list]:
 
 
 def _element_table(rows: list[list]) -> Table:
-    return Table(["Model"] + [h for _, h in ELEMENT_COLUMNS], rows,
-                 "From the check's HTML elements (docs/tasks.md, \"Element-level metrics\"): localisation = the "
-                 "share of the elements whose state the task changes, shown to the agent, that it acted on; value "
-                 "match = the share of those holding the asked value at the end; answer exact / token F1 = the STOP "
-                 "answer against the check's reference. n = episodes where the metric applies.")
+    return Table(
+        ["Model"] + [h for _, h in ELEMENT_COLUMNS],
+        rows,
+        'From the check\'s HTML elements (docs/tasks.md, "Element-level metrics"): localisation = the '
+        "share of the elements whose state the task changes, shown to the agent, that it acted on; value "
+        "match = the share of those holding the asked value at the end; answer exact / token F1 = the STOP "
+        "answer against the check's reference. n = episodes where the metric applies.",
+    )
 
 
 def _claims_table(claims: list) -> Table:
-    return Table(["Claim (TGPO paper)", "Paper", "Ours (difference [95% interval])", "Verdict"],
-                 [[(c.text, False), (c.paper, False), (c.ours, False), (c.verdict, c.verdict == "reproduced")]
-                  for c in claims],
-                 "Reproduced: the interval lies on the claimed side of 0. Not reproduced: it lies on the other side, "
-                 "or excludes half the paper's gap. Inconclusive: otherwise.")
+    return Table(
+        ["Claim (TGPO paper)", "Paper", "Ours (difference [95% interval])", "Verdict"],
+        [[(c.text, False), (c.paper, False), (c.ours, False), (c.verdict, c.verdict == "reproduced")] for c in claims],
+        "Reproduced: the interval lies on the claimed side of 0. Not reproduced: it lies on the other side, "
+        "or excludes half the paper's gap. Inconclusive: otherwise.",
+    )
 
 
 def _reference_table() -> Table:
@@ -333,14 +412,16 @@ def _label_conflict_blocks(dataset: dict) -> list:
     if len(by_family) < 2 or one_run_per_task(dataset):  # one family: its rate is the pooled one
         by_family = {}
     paper = [[(f"TGPO paper ({b})", False), (pct(rate), False)] for b, rate in PAPER_LABEL_CONFLICT.items()]
-    table = Table(["Dataset", "Label-conflict rate"],
-                  [[("ours", False), (ours, False)]]
-                  + [[(f"ours: {family or 'no family'}", False), (pct(rate), False)]
-                     for family, rate in by_family.items()] + paper,
-                  "Share of step occurrences whose merged branch is taken by at least one successful "
-                  "and at least one failed trajectory (per task family below the pooled rate): steps that "
-                  "KTO's episode outcomes label both ways, where the tree gives them one label. Only a dataset "
-                  "with several runs per task can have such steps.")
+    table = Table(
+        ["Dataset", "Label-conflict rate"],
+        [[("ours", False), (ours, False)]]
+        + [[(f"ours: {family or 'no family'}", False), (pct(rate), False)] for family, rate in by_family.items()]
+        + paper,
+        "Share of step occurrences whose merged branch is taken by at least one successful "
+        "and at least one failed trajectory (per task family below the pooled rate): steps that "
+        "KTO's episode outcomes label both ways, where the tree gives them one label. Only a dataset "
+        "with several runs per task can have such steps.",
+    )
     theirs = ", ".join(f"{pct(rate)} ({b})" for b, rate in PAPER_LABEL_CONFLICT.items())
     return [table, Para(f"Label-conflict rate, ours: {ours}; TGPO paper: {theirs}.")]
 
@@ -372,13 +453,25 @@ def _decoding(models: dict) -> str:
     return " Decoding: valid-argument for some rows only." if len(flags) > 1 else ""
 
 
-def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: dict | None = None,
-                 curves: dict[str, list[dict]] | None = None, trees: dict[str, str] | None = None, notes: str = "",
-                 reference: bool = True, rows: dict | None = None, family_rows: dict | None = None,
-                 comparisons: list | None = None, claims: list | None = None,
-                 family_comparisons: dict | None = None,
-                 learning_curves: dict[str, list[tuple[int, float]]] | None = None,
-                 search_rows: list[dict] | None = None, grad_rows: dict | None = None) -> dict:
+def write_report(
+    out_dir: str,
+    *,
+    title: str,
+    models: dict[str, dict],
+    dataset: dict | None = None,
+    curves: dict[str, list[dict]] | None = None,
+    trees: dict[str, str] | None = None,
+    notes: str = "",
+    reference: bool = True,
+    rows: dict | None = None,
+    family_rows: dict | None = None,
+    comparisons: list | None = None,
+    claims: list | None = None,
+    family_comparisons: dict | None = None,
+    learning_curves: dict[str, list[tuple[int, float]]] | None = None,
+    search_rows: list[dict] | None = None,
+    grad_rows: dict | None = None,
+) -> dict:
     """Write ``report.md``, ``report.html`` and the plots into ``out_dir``; returns their paths.
 
     ``models``: label -> evaluation dict (Table 1 from each evaluation's own mean / interval). ``rows`` (label ->
@@ -393,8 +486,10 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
         names = list(rows)
         cells = {n: row_cells(rows[n]) for n in names}
         episodes = {n: _pooled_episodes(models.get(n) or []) for n in names}
-        caption = ("Mean over training seeds (one model each, greedy decoding unless stated); ± is the 95% "
-                   "t-interval over seeds; best per column in bold.")
+        caption = (
+            "Mean over training seeds (one model each, greedy decoding unless stated); ± is the 95% "
+            "t-interval over seeds; best per column in bold."
+        )
     else:
         names = list(models)
         cells = {n: model_cells(models[n]) for n in names}
@@ -414,8 +509,11 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
     if names:
         evs = [m for v in models.values() for m in (v if isinstance(v, list) else [v]) if isinstance(m, dict)]
         tasks = {m.get("tasks") for m in evs if m.get("tasks") is not None}
-        policies = [] if rows is not None else [f"{n}: {m['policy']}" for n, m in models.items()
-                                                 if isinstance(m, dict) and m.get("policy")]
+        policies = (
+            []
+            if rows is not None
+            else [f"{n}: {m['policy']}" for n, m in models.items() if isinstance(m, dict) and m.get("policy")]
+        )
         info = []
         if tasks:
             info.append("Held-out tasks: " + ", ".join(str(t) for t in sorted(tasks, key=str)))
@@ -450,9 +548,13 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
         plot_learning(os.path.join(out_dir, "learning.png"), learning_curves)
         plots.append(os.path.join(out_dir, "learning.png"))
         blocks.append(Heading("Success vs training steps"))
-        blocks.append(Para("Held-out success of training snapshots (first training seed) on a fixed subset of the "
-                           "held-out tasks; the last point is the final model on the same tasks. A method trained "
-                           "from SFT goes on from SFT's last point (its steps counted after SFT's)."))
+        blocks.append(
+            Para(
+                "Held-out success of training snapshots (first training seed) on a fixed subset of the "
+                "held-out tasks; the last point is the final model on the same tasks. A method trained "
+                "from SFT goes on from SFT's last point (its steps counted after SFT's)."
+            )
+        )
         blocks.append(Image("learning.png", "success vs training steps"))
     if reference:
         blocks.append(Heading("Reference: the TGPO paper"))
@@ -482,8 +584,13 @@ def write_report(out_dir: str, *, title: str, models: dict[str, dict], dataset: 
             if os.path.exists(os.path.join(out_dir, episodes_page(rel))):  # launch.report may name trees alone
                 links.append((f"{task}: episodes", episodes_page(rel)))
         blocks.append(Heading("Trees"))
-        blocks.append(Para("Each task's merged tree, and its episodes step by step (screenshot, output, command or "
-                           "error, effect, process reward).", links))
+        blocks.append(
+            Para(
+                "Each task's merged tree, and its episodes step by step (screenshot, output, command or "
+                "error, effect, process reward).",
+                links,
+            )
+        )
 
     if notes and notes.strip():
         blocks.append(Heading("Notes"))

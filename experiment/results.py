@@ -5,6 +5,7 @@ dicts (``experiment.evaluate``); the statistics are ``experiment.stats``.
 ``groups``: ``{method label: {training seed: eval dict}}`` — e.g. ``{"SFT": {0: ev, 1: ev, 2: ev}, ...}``. A task's
 value for one model is the mean over its episodes (evaluation seeds × runs) of the per-episode metric.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,6 +47,7 @@ def outcomes(runs: Mapping[int, dict], metric: str = "success_rate", **kw) -> di
 class Row:
     """One method's value of one metric: mean over training seeds, its 95 % half-width (None with one seed and one
     evaluation seed), the number of training seeds and the per-seed values."""
+
     mean: float | None
     half_width: float | None
     seeds: int
@@ -79,8 +81,9 @@ def table(groups: Groups, family: str | None = None) -> dict[str, dict[str, Row]
 
 
 def compare(groups: Groups, a: str, b: str, metric: str = "success_rate", **kw) -> stats.Comparison:
-    return stats.paired_bootstrap(outcomes(groups[a], metric, **kw), outcomes(groups[b], metric, **kw),
-                                  names=(a, b), metric=metric)
+    return stats.paired_bootstrap(
+        outcomes(groups[a], metric, **kw), outcomes(groups[b], metric, **kw), names=(a, b), metric=metric
+    )
 
 
 def success_pairs(groups: Groups) -> list[tuple[str, str]]:
@@ -152,18 +155,34 @@ def claims(groups: Groups) -> list[Claim]:
             c = compare(groups, a, b)
             gap = (PAPER_SUCCESS[a] - PAPER_SUCCESS[b]) / 100.0
             bound = _at_bound(groups, a, b)
-            out.append(Claim(f"{a} > {b} in success", f"{PAPER_SUCCESS[a]} vs {PAPER_SUCCESS[b]} %",
-                             _pts(c) + (" (both at the floor/ceiling on every task)" if bound else ""),
-                             stats.INCONCLUSIVE if bound else stats.verdict(c.low, c.high, gap)))
+            out.append(
+                Claim(
+                    f"{a} > {b} in success",
+                    f"{PAPER_SUCCESS[a]} vs {PAPER_SUCCESS[b]} %",
+                    _pts(c) + (" (both at the floor/ceiling on every task)" if bound else ""),
+                    stats.INCONCLUSIVE if bound else stats.verdict(c.low, c.high, gap),
+                )
+            )
     if "TGPO" in groups and len(groups) > 1:
         # fewest redundant steps: TGPO − M < 0 for every other method M; the paper gives no gap for the others
         # (the control is ours, not one of the paper's methods: its comparison is in ``comparisons``)
         cs = [compare(groups, "TGPO", m, "redundant_steps") for m in groups if m not in ("TGPO", "base", CONTROL)]
         vs = [stats.verdict(c.low, c.high, 0.0, higher_is_better=False) for c in cs]
-        v = (stats.REPRODUCED if cs and all(x == stats.REPRODUCED for x in vs) else
-             stats.NOT_REPRODUCED if stats.NOT_REPRODUCED in vs else stats.INCONCLUSIVE)
-        out.append(Claim("TGPO has the fewest redundant steps", "TGPO 0.97 redundant steps (8.66 steps)",
-                         "; ".join(_pts(c) for c in cs), v))
+        v = (
+            stats.REPRODUCED
+            if cs and all(x == stats.REPRODUCED for x in vs)
+            else stats.NOT_REPRODUCED
+            if stats.NOT_REPRODUCED in vs
+            else stats.INCONCLUSIVE
+        )
+        out.append(
+            Claim(
+                "TGPO has the fewest redundant steps",
+                "TGPO 0.97 redundant steps (8.66 steps)",
+                "; ".join(_pts(c) for c in cs),
+                v,
+            )
+        )
     return out
 
 
@@ -189,6 +208,7 @@ def curve_points(curve: dict, final_ev: dict) -> list[tuple[int, float]]:
 class GradRow:
     """A method's gradient norm before clipping, over every logged step of every seed's run: the median, the share
     of updates the clip scaled down (norm > clip), the steps read."""
+
     median: float
     clipped: float
     steps: int

@@ -11,6 +11,7 @@ after) and the stage's small JSON result. On a re-run:
 - a different fingerprint: ``StaleStage`` naming the changed keys, unless the stage is in ``redo`` — then its
   outputs are deleted and it runs again, and so does every stage downstream of it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -106,8 +107,11 @@ class StageRunner:
         # export when a model is added to eval.models) holds derived output: it re-runs, with what follows it,
         # except a stage whose own configuration changed (that one is still refused, naming the change).
         markers = {s.name: self.marker(s.name) for s in self.stages}
-        spec_changed = {s.name for s in self.stages if markers[s.name] is not None
-                        and _canonical(markers[s.name].get("spec")) != _canonical(s.spec)}
+        spec_changed = {
+            s.name
+            for s in self.stages
+            if markers[s.name] is not None and _canonical(markers[s.name].get("spec")) != _canonical(s.spec)
+        }
         self.regathered = {}  # stage -> '+eval-kto, -eval-dpo'
         for s in self.stages:
             m = markers[s.name]
@@ -115,8 +119,9 @@ class StageRunner:
                 continue
             old, new = set(m["deps"]), set(s.deps)
             if old != new:
-                self.regathered[s.name] = ", ".join([f"+{d}" for d in sorted(new - old)] +
-                                                    [f"-{d}" for d in sorted(old - new)])
+                self.regathered[s.name] = ", ".join(
+                    [f"+{d}" for d in sorted(new - old)] + [f"-{d}" for d in sorted(old - new)]
+                )
         self.redo |= downstream(self.stages, list(self.regathered)) - spec_changed
 
     def marker_path(self, name: str) -> str:
@@ -130,8 +135,9 @@ class StageRunner:
             with open(path) as f:
                 return json.load(f)
         except (OSError, json.JSONDecodeError) as e:
-            raise StaleStage(f"stage marker {path} is unreadable ({e}); delete it or re-run with "
-                             f"--redo={name}") from None
+            raise StaleStage(
+                f"stage marker {path} is unreadable ({e}); delete it or re-run with --redo={name}"
+            ) from None
 
     def _write(self, name: str, record: dict) -> None:
         write_text_atomic(self.marker_path(name), json.dumps(record, indent=1, default=str))
@@ -149,8 +155,7 @@ class StageRunner:
                 state = "stale"
             else:
                 state = m.get("status", "running")
-            rows.append({"stage": s.name, "state": state, "seconds": (m or {}).get("seconds"),
-                         "describe": s.describe})
+            rows.append({"stage": s.name, "state": state, "seconds": (m or {}).get("seconds"), "describe": s.describe})
         return rows
 
     def producer(self, message: str, reader: str) -> tuple[str, str] | None:
@@ -174,13 +179,19 @@ class StageRunner:
             if m is None or s.name in self.redo or m.get("fingerprint") == self.prints[s.name]:
                 continue
             changes = diff(m.get("spec"), s.spec)
-            why = "; ".join(changes[:6]) + (" …" if len(changes) > 6 else "") if changes else \
-                "a stage it depends on changed or was re-run"
+            why = (
+                "; ".join(changes[:6]) + (" …" if len(changes) > 6 else "")
+                if changes
+                else "a stage it depends on changed or was re-run"
+            )
             problems.append(f"  {s.name} ({m.get('status')}): {why}")
         if problems:
-            raise StaleStage("these stages ran with a different configuration:\n" + "\n".join(problems) +
-                             f"\nRe-run them (and everything after them) with --redo={problems[0].split()[0]} "
-                             "(comma-separated for several), or use a new output directory.")
+            raise StaleStage(
+                "these stages ran with a different configuration:\n"
+                + "\n".join(problems)
+                + f"\nRe-run them (and everything after them) with --redo={problems[0].split()[0]} "
+                "(comma-separated for several), or use a new output directory."
+            )
 
     def run(self, until: str | None = None) -> dict[str, dict]:
         """Run every stage in order (``until``: stop after that one)."""
@@ -217,8 +228,14 @@ class StageRunner:
                 self.log(f"{head}: reads other stages now ({self.regathered[s.name]}), running again")
             resumed = m is not None and m.get("status") == "running"
             self.log(f"{head}: {'resuming' if resumed else 'running'}" + (f" - {s.describe}" if s.describe else ""))
-            record = {"name": s.name, "fingerprint": self.prints[s.name], "spec": s.spec, "deps": list(s.deps),
-                      "status": "running", "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            record = {
+                "name": s.name,
+                "fingerprint": self.prints[s.name],
+                "spec": s.spec,
+                "deps": list(s.deps),
+                "status": "running",
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            }
             self._write(s.name, record)
             t0 = time.perf_counter()
             try:
@@ -227,11 +244,17 @@ class StageRunner:
                 source = self.producer(str(e), s.name)
                 if source is None:
                     raise
-                raise DamagedInput(f"{s.name}: {e}\n{source[1]} was written by stage {source[0]}, and reading it "
-                                   f"failed: re-run that stage with --redo={source[0]} (and what follows it), "
-                                   "or restore the file") from e
-            record.update(status="done", result=result, seconds=time.perf_counter() - t0,
-                          finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
+                raise DamagedInput(
+                    f"{s.name}: {e}\n{source[1]} was written by stage {source[0]}, and reading it "
+                    f"failed: re-run that stage with --redo={source[0]} (and what follows it), "
+                    "or restore the file"
+                ) from e
+            record.update(
+                status="done",
+                result=result,
+                seconds=time.perf_counter() - t0,
+                finished=time.strftime("%Y-%m-%dT%H:%M:%S"),
+            )
             self._write(s.name, record)
             self.log(f"{head}: done in {record['seconds']:.0f} s")
             results[s.name] = result

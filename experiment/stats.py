@@ -15,6 +15,7 @@ the mean over that task's episodes (e.g. success 0/1 with one greedy episode per
   when it excludes every gap of at least g/2 on the claimed side (the paper's effect is ruled out even if a small one
   remains possible); *inconclusive* otherwise.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -63,8 +64,9 @@ def _matrix(outcomes: Outcomes, seeds: Sequence[int], tasks: Sequence[str]) -> n
     return np.array([[float(outcomes[s][t]) for t in tasks] for s in seeds])  # [seeds, tasks]
 
 
-def paired_bootstrap(a: Outcomes, b: Outcomes, *, names=("A", "B"), metric: str = "success_rate",
-                     n_boot: int = 10000, seed: int = 0) -> Comparison:
+def paired_bootstrap(
+    a: Outcomes, b: Outcomes, *, names=("A", "B"), metric: str = "success_rate", n_boot: int = 10000, seed: int = 0
+) -> Comparison:
     """The difference A − B over the held-out tasks both methods ran (see the module docstring)."""
     tasks = sorted(set.intersection(*[set(v) for v in a.values()], *[set(v) for v in b.values()]))
     if not tasks or not a or not b:
@@ -83,8 +85,7 @@ def paired_bootstrap(a: Outcomes, b: Outcomes, *, names=("A", "B"), metric: str 
     rep_a = np.take_along_axis(task_means_a.T, ia, axis=1).mean(axis=1)  # [n_boot]
     rep_b = np.take_along_axis(task_means_b.T, ib, axis=1).mean(axis=1)
     low, high = np.percentile(rep_a - rep_b, [2.5, 97.5])
-    return Comparison(names[0], names[1], metric, diff, float(low), float(high), len(tasks), len(sa), len(sb),
-                      paired)
+    return Comparison(names[0], names[1], metric, diff, float(low), float(high), len(tasks), len(sa), len(sb), paired)
 
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"

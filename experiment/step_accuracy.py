@@ -14,6 +14,7 @@ the model writes only the command: whether it *carries out* a right decision, as
 cal13 (BUILD_NOTES.md): with the thought given, held-out TYPE commands copy the thought's text in 58 of 120 steps
 and SELECT commands its value in 8 of 49, so most wrong free text is lost between the thought and the command.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -69,7 +70,7 @@ def thought_prefix(output: str) -> str:
     from rollout.policies.prompt import _COMMAND_LINE
 
     m = _COMMAND_LINE.search(output)
-    return output[:m.start("body")].rstrip(" \t") if m else ""  # the command's leading space is the model's
+    return output[: m.start("body")].rstrip(" \t") if m else ""  # the command's leading space is the model's
 
 
 def forced_output(prefix: str, completion: str) -> str:
@@ -107,10 +108,14 @@ def score(steps: Sequence[StepCase], outputs: Sequence[str], examples: int = 3) 
             counts[key][0] += ok
             counts[key][1] += 1
         if not ok and len(wrong[f"{case.family}/{kind}"]) < examples:
-            wrong[f"{case.family}/{kind}"].append({"task_id": case.task_id, "step": case.step, "gold": case.gold,
-                                                   "output": text})
-    return {"accuracy": {k: [c, n, c / n] for k, (c, n) in sorted(counts.items())}, "wrong": dict(wrong),
-            "heads": {f: dict(c.most_common()) for f, c in sorted(heads.items())}}
+            wrong[f"{case.family}/{kind}"].append(
+                {"task_id": case.task_id, "step": case.step, "gold": case.gold, "output": text}
+            )
+    return {
+        "accuracy": {k: [c, n, c / n] for k, (c, n) in sorted(counts.items())},
+        "wrong": dict(wrong),
+        "heads": {f: dict(c.most_common()) for f, c in sorted(heads.items())},
+    }
 
 
 def table(result: dict) -> str:
@@ -120,8 +125,16 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def measure(policy, episodes_dir: str, *, batch: int = 16, progress: bool = True, force_thought: bool = False,
-            examples: int = 3, match: str = "") -> dict:
+def measure(
+    policy,
+    episodes_dir: str,
+    *,
+    batch: int = 16,
+    progress: bool = True,
+    force_thought: bool = False,
+    examples: int = 3,
+    match: str = "",
+) -> dict:
     """Score a ``ModelPolicy`` (``experiment.evaluate.load_policy``) on the collection at ``episodes_dir``; with
     ``force_thought`` the recorded thought is given and only the command is the model's; ``examples`` wrong steps
     are kept per family and command kind; ``match``: only the steps whose recorded output contains this regular
@@ -140,30 +153,43 @@ def measure(policy, episodes_dir: str, *, batch: int = 16, progress: bool = True
 
     def prompt_of(task, ep, t):  # as this policy builds it (not the recorded policy's prompt)
         instruction = task.instruction if task is not None else ep.summary.get("instruction", "")
-        return messages_for(instruction, history_of(ep, t), ep.steps[t]["observation"], tokenizer=policy.tokenizer,
-                            budget_tokens=policy.budget_tokens, thought_chars=policy.thought_chars,
-                            system_prompt=policy.system_prompt, page_ids=policy.page_ids,
-                            history_last=policy.history_last, keep_recent=policy.keep_recent,
-                            page_cut=policy.page_cut)
+        return messages_for(
+            instruction,
+            history_of(ep, t),
+            ep.steps[t]["observation"],
+            tokenizer=policy.tokenizer,
+            budget_tokens=policy.budget_tokens,
+            thought_chars=policy.thought_chars,
+            system_prompt=policy.system_prompt,
+            page_ids=policy.page_ids,
+            history_last=policy.history_last,
+            keep_recent=policy.keep_recent,
+            page_cut=policy.page_cut,
+        )
 
     steps = cases(by_task, tasks, prompt_of, match)
     if not steps:
-        raise ValueError(f"{episodes_dir}: no steps to score (no sealed episodes, or only mistakes"
-                         + (f", or none whose output matches {match!r})" if match else ")"))
+        raise ValueError(
+            f"{episodes_dir}: no steps to score (no sealed episodes, or only mistakes"
+            + (f", or none whose output matches {match!r})" if match else ")")
+        )
     params = SamplingParams(temperature=0.0, max_tokens=policy.params.max_tokens)
     outputs: list[str] = []
     for i in tqdm(range(0, len(steps), batch), desc="step accuracy", unit="batch", disable=not progress):
-        chunk = steps[i:i + batch]
+        chunk = steps[i : i + batch]
         prefixes = [thought_prefix(c.output) if force_thought else "" for c in chunk]
-        prompts = [chat_ids(policy.tokenizer, list(c.messages))
-                   + (policy.tokenizer(p, add_special_tokens=False)["input_ids"] if p else [])  # as SFT tokenises
-                   for c, p in zip(chunk, prefixes)]
+        prompts = [
+            chat_ids(policy.tokenizer, list(c.messages))
+            + (policy.tokenizer(p, add_special_tokens=False)["input_ids"] if p else [])  # as SFT tokenises
+            for c, p in zip(chunk, prefixes)
+        ]
         completions = policy.sampler.generate(prompts, params)
         if force_thought:
             outputs += [forced_output(p, c.text) for p, c in zip(prefixes, completions)]
         else:
             outputs += [cut_after_command(c, policy.tokenizer).text for c in completions]
     result = score(steps, outputs, examples)
-    result.update(episodes=episodes_dir, model=policy.name, broken_episodes=len(broken),
-                  force_thought=force_thought, match=match)
+    result.update(
+        episodes=episodes_dir, model=policy.name, broken_episodes=len(broken), force_thought=force_thought, match=match
+    )
     return result

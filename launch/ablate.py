@@ -11,6 +11,7 @@ Values are Python literals where ``ast.literal_eval`` reads them (``3e-6``, ``Tr
 strings otherwise; a string field keeps the text as written. A sweep's overrides are separated by
 commas that precede ``key=`` (so ``mesh.shape=(1,1,1),train.seed=1`` is two overrides).
 """
+
 from __future__ import annotations
 
 import ast
@@ -71,12 +72,14 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
 
 
 def parse_sweep(entry: str) -> tuple[str, dict[str, Any]]:
-    """"name:key=value,key=value" -> (name, overrides); "name" or "name:" alone is a run with no overrides."""
+    """ "name:key=value,key=value" -> (name, overrides); "name" or "name:" alone is a run with no overrides."""
     name, _, rest = entry.partition(":")
     name = name.strip()
     if not _NAME.match(name):
-        raise OverrideError(f"sweep entry {entry!r}: the run name {name!r} must be letters, digits, '_', '-' or '.' "
-                            f"(it names the run's directory); expected name:key=value,key=value")
+        raise OverrideError(
+            f"sweep entry {entry!r}: the run name {name!r} must be letters, digits, '_', '-' or '.' "
+            f"(it names the run's directory); expected name:key=value,key=value"
+        )
     return name, parse_overrides([rest])
 
 
@@ -94,21 +97,26 @@ def apply_overrides(cfg, overrides: dict[str, Any]):
             if child is _MISSING:
                 raise OverrideError(_unknown(key, ".".join(where), node))
             if not hasattr(child, "keys"):
-                raise OverrideError(f"unknown config key {key!r}: {'.'.join(where + [part])} is a value "
-                                    f"({child!r}), not a section")
+                raise OverrideError(
+                    f"unknown config key {key!r}: {'.'.join(where + [part])} is a value ({child!r}), not a section"
+                )
             node, where = child, where + [part]
         current = _get(node, last)
         if current is _MISSING:
             raise OverrideError(_unknown(key, ".".join(where), node))
         if hasattr(current, "keys"):
-            raise OverrideError(f"config key {key!r} is a section ({', '.join(sorted(current.keys()))}), "
-                                f"not a value: set one of its fields, e.g. {key}.{sorted(current.keys())[0]}=...")
+            raise OverrideError(
+                f"config key {key!r} is a section ({', '.join(sorted(current.keys()))}), "
+                f"not a value: set one of its fields, e.g. {key}.{sorted(current.keys())[0]}=..."
+            )
         value = _coerce(value, current)
         try:
             node[last] = value
         except (TypeError, ValueError) as e:
-            raise OverrideError(f"config key {key!r}: cannot set {value!r} ({type(value).__name__}) on a field "
-                                f"of type {type(current).__name__}: {e}") from e
+            raise OverrideError(
+                f"config key {key!r}: cannot set {value!r} ({type(value).__name__}) on a field "
+                f"of type {type(current).__name__}: {e}"
+            ) from e
     return cfg
 
 
@@ -123,8 +131,9 @@ def _get(node, key):
 
 
 def _unknown(key: str, where: str, node) -> str:
-    known = (f"; known keys there: {', '.join(sorted(node.keys()))}" if node is not None and hasattr(node, "keys")
-             else "")
+    known = (
+        f"; known keys there: {', '.join(sorted(node.keys()))}" if node is not None and hasattr(node, "keys") else ""
+    )
     return f"unknown config key {key!r} (no such field in {where or 'the top-level config'}){known}"
 
 
@@ -164,8 +173,12 @@ def summary_row(name: str, overrides: dict[str, Any], summary: dict | None, stat
     """One table row from a run's summary.json contents (None for a failed run)."""
     summary = summary or {}
     metrics = {**(summary.get("final") or {}), **(summary.get("eval") or {})}
-    row = {"run": name, "status": status, "overrides": dict(overrides),
-           "steps": summary.get("final_step", summary.get("steps"))}
+    row = {
+        "run": name,
+        "status": status,
+        "overrides": dict(overrides),
+        "steps": summary.get("final_step", summary.get("steps")),
+    }
     row.update({m: metrics.get(m) for m in METRICS})
     return row
 
@@ -186,8 +199,12 @@ def write_summary(out_dir: str, rows: Sequence[dict], *, common: dict[str, Any] 
 
     def cells(r, fmt, fmt_ov=None):
         ov, fmt_ov = r.get("overrides", {}), fmt_ov or fmt
-        return [fmt(r.get("run")), fmt(r.get("status")), *(fmt_ov(ov[k]) if k in ov else "" for k in keys),
-                *(fmt(r.get(c)) for c in ("steps", *METRICS, *extra))]
+        return [
+            fmt(r.get("run")),
+            fmt(r.get("status")),
+            *(fmt_ov(ov[k]) if k in ov else "" for k in keys),
+            *(fmt(r.get(c)) for c in ("steps", *METRICS, *extra)),
+        ]
 
     csv_path = os.path.join(out_dir, "summary.csv")
     with atomic_path(csv_path) as tmp, open(tmp, "w", newline="") as f:
@@ -225,8 +242,14 @@ def _md_text(v) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- runner
-def run_ablation(config: str | Callable[[], Any], sweeps: Sequence[str], out: str, sets: Sequence[str] = (),
-                 *, train_fn: Callable | None = None) -> list[dict]:
+def run_ablation(
+    config: str | Callable[[], Any],
+    sweeps: Sequence[str],
+    out: str,
+    sets: Sequence[str] = (),
+    *,
+    train_fn: Callable | None = None,
+) -> list[dict]:
     """Train each sweep entry (``name:key=value,...``) in turn into ``<out>/<name>``; write the table.
 
     ``config``: a ``path[:preset]`` spec or a zero-argument factory returning a fresh ConfigDict.
@@ -282,15 +305,21 @@ def run_ablation(config: str | Callable[[], Any], sweeps: Sequence[str], out: st
             log.info("ablation run %s: finished earlier, skipped", name)
             if _config_changed(cfg):
                 status = "done (earlier, with a different config)"
-                log.warning("ablation run %s finished earlier with a config that differs from this one; delete %s "
-                            "to retrain it", name, cfg.train.output_dir)
+                log.warning(
+                    "ablation run %s finished earlier with a config that differs from this one; delete %s "
+                    "to retrain it",
+                    name,
+                    cfg.train.output_dir,
+                )
         with open(path) as f:
             rows.append(summary_row(name, ov, json.load(f), status=status))
         write_summary(out, rows, common=common)  # a partial table survives an interruption
     write_summary(out, rows, common=common)
     if failed:
-        raise RuntimeError(f"{len(failed)} of {len(entries)} ablation runs failed: "
-                           + "; ".join(f"{n}: {type(e).__name__}: {e}" for n, e in failed))
+        raise RuntimeError(
+            f"{len(failed)} of {len(entries)} ablation runs failed: "
+            + "; ".join(f"{n}: {type(e).__name__}: {e}" for n, e in failed)
+        )
     return rows
 
 

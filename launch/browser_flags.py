@@ -1,5 +1,6 @@
 """The flags that ``launch.collect`` and ``launch.evaluate`` share (which tasks, how each episode runs, how a model
 samples), defined once with each launcher's own defaults, and the task selection both do with them."""
+
 from __future__ import annotations
 
 import os
@@ -11,8 +12,17 @@ from rollout.envs.shop.tasks import ITEM_NAMES
 F = flags.FLAGS
 
 
-def define(*, split: str, runs: int, runs_help: str, temperature: float, temperature_help: str, screenshots: bool,
-           out: str, out_help: str) -> None:
+def define(
+    *,
+    split: str,
+    runs: int,
+    runs_help: str,
+    temperature: float,
+    temperature_help: str,
+    screenshots: bool,
+    out: str,
+    out_help: str,
+) -> None:
     from rollout.collect import CollectConfig
     from rollout.harness.runner import HarnessConfig
 
@@ -20,32 +30,55 @@ def define(*, split: str, runs: int, runs_help: str, temperature: float, tempera
     # which tasks
     flags.DEFINE_enum("env", "shop", ["shop", "miniwob", "tasks"], "environment (tasks: your own site, --tasks)")
     flags.DEFINE_string("tasks", None, "--env=tasks: the JSONL task file (docs/tasks.md)")
-    flags.DEFINE_string("tasks_origin", None,
-                        "--env=tasks: the site's origin (http://host:port) for the file's relative start URLs")
+    flags.DEFINE_string(
+        "tasks_origin", None, "--env=tasks: the site's origin (http://host:port) for the file's relative start URLs"
+    )
     flags.DEFINE_enum("split", split, ["train", "test"], "task split (held-out: test)")
     flags.DEFINE_integer("num_tasks", 0, "first N tasks of the split, families interleaved (0 = all)")
     flags.DEFINE_list("task_ids", [], "explicit task ids (overrides --num_tasks)")
-    flags.DEFINE_list("families", [], "only these task families; 'all': every family (--env=miniwob: every task "
-                      "the miniwob package registers, not only the oracle's; named MiniWoB++ tasks need no oracle)")
+    flags.DEFINE_list(
+        "families",
+        [],
+        "only these task families; 'all': every family (--env=miniwob: every task "
+        "the miniwob package registers, not only the oracle's; named MiniWoB++ tasks need no oracle)",
+    )
     # the shop's settings: default as the pipeline run that trained --model built its shop (policy.json)
     flags.DEFINE_enum("locale", None, ["en", "zh"], "shop catalogue locale; default: --model's (policy.json), else en")
-    flags.DEFINE_integer("shop_seed", None, "shop catalogue and task seed (the pipeline's env.seed); default: "
-                         "--model's (policy.json), else 0")
-    flags.DEFINE_enum("item_names", None, list(ITEM_NAMES), "shop: how multi_cart tasks name their items: "
-                      "'second item [..]' (ordinal, the shop's wording) or 'item 2 [..]' (number, the tasks of a model "
-                      "trained before it); default: --model's (policy.json), else ordinal")
+    flags.DEFINE_integer(
+        "shop_seed",
+        None,
+        "shop catalogue and task seed (the pipeline's env.seed); default: --model's (policy.json), else 0",
+    )
+    flags.DEFINE_enum(
+        "item_names",
+        None,
+        list(ITEM_NAMES),
+        "shop: how multi_cart tasks name their items: "
+        "'second item [..]' (ordinal, the shop's wording) or 'item 2 [..]' (number, the tasks of a model "
+        "trained before it); default: --model's (policy.json), else ordinal",
+    )
     flags.DEFINE_integer("runs", runs, runs_help)
     # how the oracle words its thoughts; for a model, the wording it trained on (policy.json)
-    flags.DEFINE_string("thoughts", None, "the oracle's thought wording: plain, or a recipe's (scratch_copy, the "
-                        "from-scratch copy model's); a model's, whose rules the valid-argument decoding follows: "
-                        "default --model's (policy.json), else plain")
-    flags.DEFINE_enum("page_ids", None, ["before", "after"], "where element ids stand in a page line: a model's "
-                      "prompt and the oracle's plain thoughts; default: --model's (policy.json), else before")
+    flags.DEFINE_string(
+        "thoughts",
+        None,
+        "the oracle's thought wording: plain, or a recipe's (scratch_copy, the "
+        "from-scratch copy model's); a model's, whose rules the valid-argument decoding follows: "
+        "default --model's (policy.json), else plain",
+    )
+    flags.DEFINE_enum(
+        "page_ids",
+        None,
+        ["before", "after"],
+        "where element ids stand in a page line: a model's "
+        "prompt and the oracle's plain thoughts; default: --model's (policy.json), else before",
+    )
     # how each episode runs
     flags.DEFINE_integer("contexts", c.contexts, "parallel browser contexts")
     flags.DEFINE_integer("max_steps", h.max_steps, "steps per episode")
-    flags.DEFINE_integer("step_slack", h.step_slack,
-                         "> 0: an episode stops at min(max_steps, the task's optimal length + slack)")
+    flags.DEFINE_integer(
+        "step_slack", h.step_slack, "> 0: an episode stops at min(max_steps, the task's optimal length + slack)"
+    )
     flags.DEFINE_integer("budget_tokens", h.budget_tokens, "observation text budget (tokens)")
     flags.DEFINE_bool("screenshots", screenshots, "save screenshots (the pHash is always recorded)")
     flags.DEFINE_float("step_timeout_s", h.step_timeout_s, "per-step watchdog")
@@ -67,8 +100,13 @@ def env_and_tasks(model: str | None = None):
         raise app.UsageError("--tasks=FILE goes with --env=tasks (and --env=tasks needs it)")
     families = _families()
     given = {"locale": F.locale, "seed": F.shop_seed, "item_names": F.item_names}
-    kwargs = (shop_settings({k: v for k, v in given.items() if v is not None}, model) if F.env == "shop" else
-              {"path": F.tasks, "origin": F.tasks_origin} if F.env == "tasks" else _miniwob_tasks(families))
+    kwargs = (
+        shop_settings({k: v for k, v in given.items() if v is not None}, model)
+        if F.env == "shop"
+        else {"path": F.tasks, "origin": F.tasks_origin}
+        if F.env == "tasks"
+        else _miniwob_tasks(families)
+    )
     try:
         env = make_env(F.env, **kwargs)
         if F.env == "tasks":
@@ -102,8 +140,14 @@ def shop_settings(given: dict, model: str | None) -> dict:
     trained = saved.get("shop") or ({"item_names": saved["item_names"]} if "item_names" in saved else {})
     for k, v in given.items():
         if k in trained and v != trained[k]:
-            logging.warning("--%s=%s, but %s was trained on a shop with %s=%s",
-                            "shop_seed" if k == "seed" else k, v, model, k, trained[k])
+            logging.warning(
+                "--%s=%s, but %s was trained on a shop with %s=%s",
+                "shop_seed" if k == "seed" else k,
+                v,
+                model,
+                k,
+                trained[k],
+            )
     return {k: given.get(k, trained.get(k, d)) for k, d in shop_defaults().items()}
 
 
@@ -156,8 +200,12 @@ def define_search(prefix: str) -> None:
     flags.DEFINE_integer("k", 3, f"{prefix}: commands proposed per expanded node (samples of the policy)")
     flags.DEFINE_float("c_exp", 1.0, f"{prefix}: UCB1 exploration constant")
     flags.DEFINE_float("alpha", 0.5, f"{prefix}: Q = alpha * search value + (1 - alpha) * critic value")
-    flags.DEFINE_string("critic", "logprob", f"{prefix}: 'logprob' (rank proposals by the policy's own log-prob) or "
-                        "the base URL of an OpenAI-compatible server whose model ranks them")
+    flags.DEFINE_string(
+        "critic",
+        "logprob",
+        f"{prefix}: 'logprob' (rank proposals by the policy's own log-prob) or "
+        "the base URL of an OpenAI-compatible server whose model ranks them",
+    )
     flags.DEFINE_string("critic_model", "bundled", f"{prefix}: the critic's model name on that server")
 
 

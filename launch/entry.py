@@ -1,5 +1,6 @@
 """What every entry point does first: refuse stray arguments, stay offline, log to stderr, keep compiled programs,
 register the recipes (``recipes/``: what only one model needs, e.g. ``model.init=copy_circuit``)."""
+
 import logging
 import os
 import sys

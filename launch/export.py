@@ -6,6 +6,7 @@ The model is rebuilt from the run's config.json, its trained parameters restored
 folded into the weights) and written with the run's tokenizer; ``AutoModelForCausalLM.from_pretrained``
 loads the result.
 """
+
 from __future__ import annotations
 
 from absl import app, flags

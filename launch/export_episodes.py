@@ -6,6 +6,7 @@ One JSONL file: a header line, then each episode's line followed by its step lin
 the file names them by paths relative to its own directory. The file appears only once the export is complete and
 has passed the format's reader; each episode's steps are checked against their seal first.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,11 +20,15 @@ from launch.entry import prepare
 F = flags.FLAGS
 flags.DEFINE_string("episodes", None, "collection directory (launch.collect --out)")
 flags.DEFINE_string("out", None, "the trajectories file to write (.jsonl)")
-flags.DEFINE_bool("include_observation", True, "write each step's accessibility text (obs.axtree_txt); "
-                  "without it the file is far smaller and axtree_txt is null")
+flags.DEFINE_bool(
+    "include_observation",
+    True,
+    "write each step's accessibility text (obs.axtree_txt); without it the file is far smaller and axtree_txt is null",
+)
 flags.DEFINE_bool("include_errored", False, "also export errored episodes (browser crash, watchdog)")
-flags.DEFINE_integer("scroll_px", None, "pixels of BrowserGym's scroll(0, ±N) for SCROLL (default: 0.8 x the "
-                     "harness's 768 px viewport)")
+flags.DEFINE_integer(
+    "scroll_px", None, "pixels of BrowserGym's scroll(0, ±N) for SCROLL (default: 0.8 x the harness's 768 px viewport)"
+)
 flags.DEFINE_bool("progress", True, "show a progress bar on stderr")
 
 
@@ -50,9 +55,14 @@ def main(argv):
 
         bar = tqdm(total=_count_episodes(F.episodes), desc="export", unit="ep")
     try:
-        result = export_collection(F.episodes, F.out, include_observation=F.include_observation,
-                                   include_errored=F.include_errored, scroll_px=F.scroll_px or SCROLL_PX,
-                                   progress=None if bar is None else (lambda ep: bar.update(1)))
+        result = export_collection(
+            F.episodes,
+            F.out,
+            include_observation=F.include_observation,
+            include_errored=F.include_errored,
+            scroll_px=F.scroll_px or SCROLL_PX,
+            progress=None if bar is None else (lambda ep: bar.update(1)),
+        )
     except RecordingError as e:
         raise app.UsageError(f"{e}; nothing was written") from None
     finally:

@@ -11,6 +11,7 @@ the interrupted one.
 A finished stage whose configuration changed is refused (the message names the changed keys) until --redo names it.
 Adding a model to --config.eval.models (or a method) runs only what is new; the report and export follow by themselves.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,12 @@ from ml_collections import config_flags
 from launch.entry import prepare
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/pipeline.py", "pipeline config (path[:preset])")
-flags.DEFINE_list("redo", [], "stages to run again (their outputs are deleted), with every stage after them up to "
-                  "--until; a run killed midway re-runs the rest when started again without --redo")
+flags.DEFINE_list(
+    "redo",
+    [],
+    "stages to run again (their outputs are deleted), with every stage after them up to "
+    "--until; a run killed midway re-runs the rest when started again without --redo",
+)
 flags.DEFINE_string("until", None, "stop after this stage (e.g. sft)")
 flags.DEFINE_bool("list", False, "print the stages and their state, run nothing")
 flags.DEFINE_bool("progress", True, "progress bars")
@@ -57,8 +62,18 @@ def main(argv):
     except (StaleStage, DamagedInput, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    print(json.dumps({"out": pipe.out, "report": results["report"].get("markdown"),
-                      "export": results["export"], "stages": len(results)}, indent=1, default=str))
+    print(
+        json.dumps(
+            {
+                "out": pipe.out,
+                "report": results["report"].get("markdown"),
+                "export": results["export"],
+                "stages": len(results),
+            },
+            indent=1,
+            default=str,
+        )
+    )
 
 
 if __name__ == "__main__":

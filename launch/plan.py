@@ -11,6 +11,7 @@
 'tiny' / a from-scratch preset (tgpo_jax.models.config.SCRATCH_PRESETS). The job's other settings come from
 configs/<method>.py (remat, dtypes, reference, optimizer, collation); --set=section.key=value changes any of them.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,13 +32,17 @@ _BATCH = flags.DEFINE_integer("batch", None, "global batch (examples = nodes per
 _ACCUM = flags.DEFINE_integer("grad_accum", None, "micro-batches per step; default: the config's")
 _MESH = flags.DEFINE_string("mesh", "1,-1,1", "data,fsdp,tensor (-1 once: the rest)")
 _REMAT = flags.DEFINE_boolean("remat", None, "rematerialise each layer in the backward pass; default: the config's")
-_REF = flags.DEFINE_enum("reference", None, ["live", "precomputed", "behaviour", "none"],
-                         "reference log-probs; default: the method config's")
+_REF = flags.DEFINE_enum(
+    "reference", None, ["live", "precomputed", "behaviour", "none"], "reference log-probs; default: the method config's"
+)
 _SET = flags.DEFINE_multi_string("set", [], "other config overrides, section.key=value (e.g. data.max_branches=4)")
 _TOPOLOGY = flags.DEFINE_string("topology", "", "TPU topology, e.g. v5e:2x2, v5p:4x4x2, v6e:4x4 (needs libtpu)")
 _CPU = flags.DEFINE_integer("cpu_devices", 0, "CPU route: simulate this many devices (0 = the local devices)")
-_CHIP = flags.DEFINE_string("chip", "", "HBM size and peak to plan against (v4, v5e, v5p, v6e, h100, h200); "
-                                        "default: the topology's, h100 on the CPU route")
+_CHIP = flags.DEFINE_string(
+    "chip",
+    "",
+    "HBM size and peak to plan against (v4, v5e, v5p, v6e, h100, h200); default: the topology's, h100 on the CPU route",
+)
 _HBM = flags.DEFINE_float("hbm_gib", 0, "per-device memory in GiB (overrides the chip's)")
 _PARTS = flags.DEFINE_list("parts", ["train"], "programs to compile: train, reference, prefill, decode")
 _DECODE_BATCH = flags.DEFINE_integer("decode_batch", 0, "sampler rows (0 = --batch)")
@@ -54,8 +59,10 @@ def model_config(name: str):
         if os.path.isfile(path):
             return ModelConfig.from_json_file(path)
     names = sorted(os.listdir(HF_DIR)) if os.path.isdir(HF_DIR) else []
-    raise app.UsageError(f"--model={name!r}: not a config.json, an HF directory, one of {names} (configs/hf/) or "
-                         f"a scratch preset {sorted(SCRATCH_PRESETS)}")
+    raise app.UsageError(
+        f"--model={name!r}: not a config.json, an HF directory, one of {names} (configs/hf/) or "
+        f"a scratch preset {sorted(SCRATCH_PRESETS)}"
+    )
 
 
 def job_config():
@@ -100,8 +107,8 @@ def main(argv):
             raise RuntimeError("jax was imported before --cpu_devices could take effect")
         flag = f"--xla_force_host_platform_device_count={_CPU.value}"
         os.environ["XLA_FLAGS"] = " ".join(
-            [f for f in os.environ.get("XLA_FLAGS", "").split() if "force_host_platform_device_count" not in f]
-            + [flag])
+            [f for f in os.environ.get("XLA_FLAGS", "").split() if "force_host_platform_device_count" not in f] + [flag]
+        )
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
     from tgpo_jax.training import plan as pl
 
@@ -111,8 +118,14 @@ def main(argv):
     if _HBM.value:
         pl.CHIPS[target.chip or "custom"] = {**pl.CHIPS.get(target.chip, {}), "hbm": int(_HBM.value * pl.GiB)}
         target.chip = target.chip or "custom"
-    result = pl.plan(cfg, model_config(_MODEL.value), target, parts=_PARTS.value,
-                     decode_batch=_DECODE_BATCH.value, decode_len=_DECODE_LEN.value)
+    result = pl.plan(
+        cfg,
+        model_config(_MODEL.value),
+        target,
+        parts=_PARTS.value,
+        decode_batch=_DECODE_BATCH.value,
+        decode_len=_DECODE_LEN.value,
+    )
     result["model"] = _MODEL.value
     result["command"] = " ".join(["python -m launch.plan", *sys.argv[1:]])
     print(pl.table(result))

@@ -9,6 +9,7 @@ Rows appear in the order of the ``--eval`` flags. ``--tree`` paths are relative 
 evaluations ran, pooled and per task family: e.g. two SFT runs of an ablation, each evaluated on the same tasks.
 Prints the written paths as JSON.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,8 +63,9 @@ def paired(models: dict[str, dict], pairs: list[tuple[str, str]]) -> tuple[list,
 
     groups = {name: {0: ev} for name, ev in models.items()}
     try:
-        pooled = [results.compare(groups, a, b, metric) for a, b in pairs
-                  for metric in ("success_rate", "redundant_steps")]
+        pooled = [
+            results.compare(groups, a, b, metric) for a, b in pairs for metric in ("success_rate", "redundant_steps")
+        ]
     except ValueError as e:
         raise app.UsageError(f"--compare: {e} (an evaluation without per-episode rows, or on other tasks)")
     fams = results.families(groups)
@@ -111,9 +113,18 @@ def main(argv):
     if notes.startswith("@"):
         with open(notes[1:]) as f:
             notes = f.read()
-    paths = write_report(F.out, title=F.title, models=models, dataset=dataset, curves=curves or None,
-                         trees=parse_pairs(F.tree, "tree") or None, notes=notes, reference=F.reference,
-                         comparisons=comparisons, family_comparisons=by_family or None)
+    paths = write_report(
+        F.out,
+        title=F.title,
+        models=models,
+        dataset=dataset,
+        curves=curves or None,
+        trees=parse_pairs(F.tree, "tree") or None,
+        notes=notes,
+        reference=F.reference,
+        comparisons=comparisons,
+        family_comparisons=by_family or None,
+    )
     print(json.dumps(paths, indent=1))
 
 

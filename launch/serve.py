@@ -5,6 +5,7 @@
   curl -s localhost:8000/v1/chat/completions -H 'Content-Type: application/json' \
       -d '{"model": "bundled", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16, "logprobs": true}'
 """
+
 from __future__ import annotations
 
 import logging
@@ -31,19 +32,28 @@ def main(argv):
     from rollout.httpd import is_loopback
 
     if not is_loopback(_HOST.value) and not _ALLOW_REMOTE.value:
-        raise app.UsageError(f"--host={_HOST.value} is reachable from other machines over plain http: add "
-                             "--allow_remote (and --api_key or $TGPO_API_KEY), or keep the loopback default")
+        raise app.UsageError(
+            f"--host={_HOST.value} is reachable from other machines over plain http: add "
+            "--allow_remote (and --api_key or $TGPO_API_KEY), or keep the loopback default"
+        )
     from serving.serve import ModelServer
 
     t0 = time.perf_counter()
-    server = ModelServer.from_path(_MODEL.value, _SERVED_NAME.value or _MODEL.value, dtype=_DTYPE.value,
-                                   tokenizer_path=_TOKENIZER.value or None, host=_HOST.value, port=_PORT.value,
-                                   default_max_tokens=_MAX_TOKENS.value,
-                                   api_key=_API_KEY.value or os.environ.get("TGPO_API_KEY"),
-                                   allow_remote=_ALLOW_REMOTE.value)
+    server = ModelServer.from_path(
+        _MODEL.value,
+        _SERVED_NAME.value or _MODEL.value,
+        dtype=_DTYPE.value,
+        tokenizer_path=_TOKENIZER.value or None,
+        host=_HOST.value,
+        port=_PORT.value,
+        default_max_tokens=_MAX_TOKENS.value,
+        api_key=_API_KEY.value or os.environ.get("TGPO_API_KEY"),
+        allow_remote=_ALLOW_REMOTE.value,
+    )
     cfg = server.sampler.cfg
-    logging.info("loaded %s (%s, %d layers) in %.1fs", _MODEL.value, cfg.model_type, cfg.num_layers,
-                 time.perf_counter() - t0)
+    logging.info(
+        "loaded %s (%s, %d layers) in %.1fs", _MODEL.value, cfg.model_type, cfg.num_layers, time.perf_counter() - t0
+    )
     server.bind()
     print(f"serving {server.model_name} at {server.base_url}/v1", flush=True)
     try:

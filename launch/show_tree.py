@@ -7,6 +7,7 @@ process reward), ``<tree page>.episodes.html``, each page linking to the other.
 One task: ``--out`` is the HTML file (or a directory: the file is named after the task). ``--all``: ``--out`` is a
 directory with one page per task and an ``index.html`` linking them. Default ``--out``: ``<episodes>/trees``.
 """
+
 from __future__ import annotations
 
 import collections
@@ -39,8 +40,17 @@ def task_file_name(task_id: str) -> str:
     return task_dir_name(task_id) + ".html"
 
 
-def write_trees(episodes_dir: str, *, task_ids=(), all_tasks: bool = False, out: str | None = None,
-                max_tasks: int = 0, thumb_width: int = 160, include_errored: bool = False, cfg=None) -> list[dict]:
+def write_trees(
+    episodes_dir: str,
+    *,
+    task_ids=(),
+    all_tasks: bool = False,
+    out: str | None = None,
+    max_tasks: int = 0,
+    thumb_width: int = 160,
+    include_errored: bool = False,
+    cfg=None,
+) -> list[dict]:
     """Build and draw the trees; -> one summary dict per written page (task_id, path, nodes, edges, ...)."""
     from rollout.recording import iter_episodes, read_tasks
     from trees.build import TreeConfig, build_task_graph
@@ -64,8 +74,9 @@ def write_trees(episodes_dir: str, *, task_ids=(), all_tasks: bool = False, out:
         missing = [t for t in task_ids if t not in by_task]
         if missing:
             have = list(by_task)
-            raise app.UsageError(f"no episodes of {missing} in {episodes_dir}; have {have[:8]}"
-                                 + (" …" if len(have) > 8 else ""))
+            raise app.UsageError(
+                f"no episodes of {missing} in {episodes_dir}; have {have[:8]}" + (" …" if len(have) > 8 else "")
+            )
         chosen = list(task_ids)
     out = out or os.path.join(episodes_dir, "trees")
     to_dir = all_tasks or len(chosen) > 1 or _is_dir_target(out)
@@ -78,9 +89,18 @@ def write_trees(episodes_dir: str, *, task_ids=(), all_tasks: bool = False, out:
         path = os.path.join(out, task_file_name(tid)) if to_dir else out
         _, view = write_task_pages(graph, eps, task, path, title=f"Task {tid}", thumb_width=thumb_width)
         n_success = sum(1 for e in eps if e.summary.get("success", e.summary.get("status") == "success"))
-        written.append({"task_id": tid, "path": path, "episodes_page": view, "episodes": len(eps),
-                        "successful": n_success,
-                        "nodes": len(graph.nodes), "edges": len(graph.edges), "branches": len(graph.branches)})
+        written.append(
+            {
+                "task_id": tid,
+                "path": path,
+                "episodes_page": view,
+                "episodes": len(eps),
+                "successful": n_success,
+                "nodes": len(graph.nodes),
+                "edges": len(graph.edges),
+                "branches": len(graph.branches),
+            }
+        )
     if to_dir and len(written) > 1:
         _write_index(out, written, tasks)
     return written
@@ -88,15 +108,18 @@ def write_trees(episodes_dir: str, *, task_ids=(), all_tasks: bool = False, out:
 
 def _write_index(out: str, written: list[dict], tasks: dict) -> str:
     rows = "".join(
-        f"<tr><td><a href=\"{html.escape(os.path.basename(w['path']))}\">{html.escape(w['task_id'])}</a> "
-        f"(<a href=\"{html.escape(os.path.basename(w['episodes_page']))}\">episodes</a>)</td>"
+        f'<tr><td><a href="{html.escape(os.path.basename(w["path"]))}">{html.escape(w["task_id"])}</a> '
+        f'(<a href="{html.escape(os.path.basename(w["episodes_page"]))}">episodes</a>)</td>'
         f"<td>{html.escape(tasks[w['task_id']].instruction if w['task_id'] in tasks else '')}</td>"
         f"<td>{w['successful']}/{w['episodes']}</td><td>{w['nodes']}</td><td>{w['edges']}</td></tr>"
-        for w in written)
-    page = ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>task trees</title><style>"
-            "body{font:14px system-ui,sans-serif;margin:20px}td,th{padding:3px 10px;border-bottom:1px solid #ddd;"
-            "text-align:left}</style></head><body><h1>task trees</h1><table><tr><th>task</th><th>instruction</th>"
-            f"<th>successful</th><th>nodes</th><th>edges</th></tr>{rows}</table></body></html>\n")
+        for w in written
+    )
+    page = (
+        "<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>task trees</title><style>"
+        "body{font:14px system-ui,sans-serif;margin:20px}td,th{padding:3px 10px;border-bottom:1px solid #ddd;"
+        "text-align:left}</style></head><body><h1>task trees</h1><table><tr><th>task</th><th>instruction</th>"
+        f"<th>successful</th><th>nodes</th><th>edges</th></tr>{rows}</table></body></html>\n"
+    )
     path = os.path.join(out, "index.html")
     write_text_atomic(path, page)
     return path
@@ -108,9 +131,15 @@ def main(argv):
         raise app.UsageError("--episodes is required")
     if not F.all and not F.task_id:
         raise app.UsageError("--task_id is required unless --all")
-    written = write_trees(F.episodes, task_ids=[F.task_id] if F.task_id and not F.all else [], all_tasks=F.all,
-                          out=F.out, max_tasks=F.max_tasks, thumb_width=F.thumb_width,
-                          include_errored=F.include_errored)
+    written = write_trees(
+        F.episodes,
+        task_ids=[F.task_id] if F.task_id and not F.all else [],
+        all_tasks=F.all,
+        out=F.out,
+        max_tasks=F.max_tasks,
+        thumb_width=F.thumb_width,
+        include_errored=F.include_errored,
+    )
     print(json.dumps(written, indent=1))
 
 

@@ -10,6 +10,7 @@
   python -m launch.step_accuracy --model=runs/pipeline/models/sft --episodes=runs/pipeline/episodes \
       --match='button "(Buy Now|Add to cart)"'
 """
+
 from __future__ import annotations
 
 import json
@@ -22,20 +23,30 @@ from launch.entry import prepare
 F = flags.FLAGS
 flags.DEFINE_string("model", None, "training run directory / HF directory / .gguf / 'bundled'")
 flags.DEFINE_integer("step", None, "checkpoint step of a run directory (default: the latest)")
-flags.DEFINE_string("episodes", None, "a collection directory (launch.collect's output), e.g. the clean oracle on "
-                                      "held-out tasks")
+flags.DEFINE_string(
+    "episodes", None, "a collection directory (launch.collect's output), e.g. the clean oracle on held-out tasks"
+)
 flags.DEFINE_integer("prompt_tokens", 0, "prompt budget in the model's tokens (0 = the one saved with the model)")
 flags.DEFINE_enum("prompt_style", None, ["full", "compact"], "system text (default: saved with the model, else full)")
-flags.DEFINE_integer("thought_chars", None, "characters of each earlier thought in the history (default: saved with "
-                                            "the model, else 160)")
+flags.DEFINE_integer(
+    "thought_chars", None, "characters of each earlier thought in the history (default: saved with the model, else 160)"
+)
 flags.DEFINE_integer("batch", 16, "prompts per sampler call")
 flags.DEFINE_integer("max_tokens", 64, "tokens per step")
-flags.DEFINE_bool("force_thought", False, "give the recorded thought and score only the command the model writes "
-                                         "after it (does it carry out a right decision?)")
+flags.DEFINE_bool(
+    "force_thought",
+    False,
+    "give the recorded thought and score only the command the model writes "
+    "after it (does it carry out a right decision?)",
+)
 flags.DEFINE_integer("examples", 3, "wrong steps kept per family and command kind in the result")
-flags.DEFINE_string("match", "", "only the steps whose recorded output contains this regular expression: one "
-                                 "decision alone, e.g. --match='button \"Buy Now\"' on the training episodes "
-                                 "(does the model fit the decision it trained on?)")
+flags.DEFINE_string(
+    "match",
+    "",
+    "only the steps whose recorded output contains this regular expression: one "
+    "decision alone, e.g. --match='button \"Buy Now\"' on the training episodes "
+    "(does the model fit the decision it trained on?)",
+)
 flags.DEFINE_string("out", "", "also write the result here (JSON)")
 flags.mark_flags_as_required(["model", "episodes"])
 
@@ -50,15 +61,22 @@ def main(argv):
     if not os.path.isdir(F.episodes):
         raise app.UsageError(f"--episodes={F.episodes!r} is not a directory")
     try:
-        budget = F.prompt_tokens or (saved_prompt(F.model).get("budget_tokens") if os.path.isdir(F.model)
-                                     else None) or 2048
-        policy = load_policy(F.model, params=SamplingParams(temperature=0.0, max_tokens=F.max_tokens),
-                             budget_tokens=budget, step=F.step, prompt_style=F.prompt_style,
-                             thought_chars=F.thought_chars)
+        budget = (
+            F.prompt_tokens or (saved_prompt(F.model).get("budget_tokens") if os.path.isdir(F.model) else None) or 2048
+        )
+        policy = load_policy(
+            F.model,
+            params=SamplingParams(temperature=0.0, max_tokens=F.max_tokens),
+            budget_tokens=budget,
+            step=F.step,
+            prompt_style=F.prompt_style,
+            thought_chars=F.thought_chars,
+        )
         if not hasattr(policy, "sampler"):
             raise ValueError(f"--model={F.model!r} is not a model policy")
-        result = measure(policy, F.episodes, batch=F.batch, force_thought=F.force_thought, examples=F.examples,
-                         match=F.match)
+        result = measure(
+            policy, F.episodes, batch=F.batch, force_thought=F.force_thought, examples=F.examples, match=F.match
+        )
     except (FileNotFoundError, ValueError) as e:
         raise app.UsageError(str(e)) from None
     import sys

@@ -13,6 +13,7 @@ tasks that execution verifies, and write them as a task file (docs/tasks.md, "Ta
 Recordings (exploration, replays) go to --work_dir; re-running resumes them. The counts go to
 <work_dir>/synthesis.json and stdout.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,11 +34,18 @@ flags.DEFINE_integer("contexts", 4, "parallel browser contexts")
 flags.DEFINE_integer("seed", 0, "exploration seed")
 flags.DEFINE_string("family", "synth", "the tasks' family (and id prefix)")
 flags.DEFINE_enum("split", "train", ["train", "test"], "the tasks' split")
-flags.DEFINE_string("describer", "template", "'template', or the base URL of an OpenAI-compatible server whose "
-                    "model writes each instruction")
+flags.DEFINE_string(
+    "describer",
+    "template",
+    "'template', or the base URL of an OpenAI-compatible server whose model writes each instruction",
+)
 flags.DEFINE_string("describer_model", "bundled", "the describer's model name on that server")
-flags.DEFINE_string("held_out", None, "a task file whose held-out (test) tasks no synthesized task may overlap: "
-                    "none ends on a page their checks accept or types a text their instructions quote")
+flags.DEFINE_string(
+    "held_out",
+    None,
+    "a task file whose held-out (test) tasks no synthesized task may overlap: "
+    "none ends on a page their checks accept or types a text their instructions quote",
+)
 flags.DEFINE_string("work_dir", None, "recordings (default: <out>.work)")
 flags.DEFINE_string("out", "data/tasks/synth.jsonl", "the task file to write")
 
@@ -65,12 +73,27 @@ def main(argv):
         raise app.UsageError(str(e)) from None
     held_out = [t for t in held_out if t.split == "test"]
     describer = None if F.describer == "template" else EndpointDescriber(F.describer, F.describer_model)
-    cfg = SynthConfig(work_dir=F.work_dir or F.out + ".work", runs=F.runs, max_steps=F.max_steps,
-                      contexts=F.contexts, seed=F.seed, family=F.family, split=F.split)
+    cfg = SynthConfig(
+        work_dir=F.work_dir or F.out + ".work",
+        runs=F.runs,
+        max_steps=F.max_steps,
+        contexts=F.contexts,
+        seed=F.seed,
+        family=F.family,
+        split=F.split,
+    )
     os.makedirs(os.path.dirname(os.path.abspath(F.out)), exist_ok=True)
     try:
-        counts = synthesize(starts, origin, F.out, cfg, describer=describer, episodes_dir=F.episodes,
-                            start_of=start_of if F.episodes else None, held_out=held_out)
+        counts = synthesize(
+            starts,
+            origin,
+            F.out,
+            cfg,
+            describer=describer,
+            episodes_dir=F.episodes,
+            start_of=start_of if F.episodes else None,
+            held_out=held_out,
+        )
     except TaskFileError as e:  # an unreachable start URL, a bad origin
         raise app.UsageError(str(e)) from None
     print(json.dumps(counts, indent=1))

@@ -8,6 +8,7 @@
       --config.distributed.process_id=$RANK
 Rerunning the same command resumes from the latest checkpoint in the output directory.
 """
+
 from __future__ import annotations
 
 import json

@@ -13,6 +13,7 @@ selects (``model.init``, ``model.freeze``: ``tgpo_jax/training/registry.py``; ``
 Entry points (``launch.entry.prepare``, ``experiment.pipeline.Pipeline``, the benchmarks that build a model) call
 ``register_all()`` before they build or train anything; registering imports no jax.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -1,4 +1,5 @@
 """Where the Chromium that Playwright drives lives: Debian's package, or Playwright's own download."""
+
 from __future__ import annotations
 
 import glob
@@ -10,8 +11,16 @@ SYSTEM_CHROMIUM = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 # cores the browser is most of an evaluation's CPU. Headed runs need the full browser.
 SYSTEM_HEADLESS_SHELL = ("/usr/bin/chromium-headless-shell",)
 # Flags for a headless Chromium on a machine without network or GPU (see BUILD_NOTES.md).
-CHROMIUM_ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync")
+CHROMIUM_ARGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 
 
 def playwright_chromium() -> str | None:
@@ -34,5 +43,7 @@ def chromium_executable(headless: bool = True) -> str | None:
             return path
     if playwright_chromium():
         return None
-    raise FileNotFoundError("no Chromium found: run `bash scripts/setup.sh` (installs Debian's chromium as root, "
-                            "Playwright's otherwise) or set TGPO_CHROMIUM")
+    raise FileNotFoundError(
+        "no Chromium found: run `bash scripts/setup.sh` (installs Debian's chromium as root, "
+        "Playwright's otherwise) or set TGPO_CHROMIUM"
+    )

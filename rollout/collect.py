@@ -5,6 +5,7 @@ n-th one, so processes or hosts split the work without talking to each other. Fi
 (``summary.json`` present) are skipped on a re-run; interrupted ones are re-run; errored ones are
 re-run unless ``retry_errored=False``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -50,8 +51,9 @@ class CollectConfig:
             raise ValueError(f"shard_index {self.shard_index} must be in [0, num_shards={self.num_shards})")
 
 
-def select_tasks(env: Environment, split: str, num_tasks: int = 0, task_ids: Sequence[str] = (),
-                 families: Sequence[str] = ()) -> list[Task]:
+def select_tasks(
+    env: Environment, split: str, num_tasks: int = 0, task_ids: Sequence[str] = (), families: Sequence[str] = ()
+) -> list[Task]:
     """The tasks of a split: only ``families`` if given;
     ``task_ids`` in their order if given; else the first ``num_tasks`` (0 = all) with families interleaved."""
     if num_tasks < 0:
@@ -78,26 +80,36 @@ def select_tasks(env: Environment, split: str, num_tasks: int = 0, task_ids: Seq
     return list(tasks)
 
 
-def shard_episodes(tasks: list[Task], runs: int, shard_index: int, num_shards: int,
-                   tree_tasks: int = 0) -> list[tuple[Task, int]]:
+def shard_episodes(
+    tasks: list[Task], runs: int, shard_index: int, num_shards: int, tree_tasks: int = 0
+) -> list[tuple[Task, int]]:
     """This shard's (task, run) pairs: ``runs`` runs of each of the first ``tree_tasks`` tasks (all when 0), one run
     of every other task; every ``num_shards``-th pair of that fixed order."""
     episodes = [(t, r) for i, t in enumerate(tasks) for r in range(runs if not tree_tasks or i < tree_tasks else 1)]
     return episodes[shard_index::num_shards]
 
 
-async def collect_async(env: Environment, tasks: list[Task], policy: Policy, cfg: CollectConfig,
-                        meta: dict | None = None) -> dict:
+async def collect_async(
+    env: Environment, tasks: list[Task], policy: Policy, cfg: CollectConfig, meta: dict | None = None
+) -> dict:
     """Run every unfinished episode of this shard; returns counts by status (and browser launches)."""
     ids = [t.task_id for t in tasks]
     if len(set(ids)) != len(ids):
         raise ValueError("duplicate task ids in the task list")
-    check_collection(cfg.out_dir, {"env": env.name, "runs": cfg.runs, "seed": cfg.seed,
-                                   **({"tree_tasks": cfg.tree_tasks} if cfg.tree_tasks else {}),
-                                   "policy": getattr(policy, "name", type(policy).__name__),
-                                   "num_tasks": len(tasks), "max_steps": cfg.harness.max_steps,
-                                   **({"step_slack": cfg.harness.step_slack} if cfg.harness.step_slack else {}),
-                                   **(meta or {})})
+    check_collection(
+        cfg.out_dir,
+        {
+            "env": env.name,
+            "runs": cfg.runs,
+            "seed": cfg.seed,
+            **({"tree_tasks": cfg.tree_tasks} if cfg.tree_tasks else {}),
+            "policy": getattr(policy, "name", type(policy).__name__),
+            "num_tasks": len(tasks),
+            "max_steps": cfg.harness.max_steps,
+            **({"step_slack": cfg.harness.step_slack} if cfg.harness.step_slack else {}),
+            **(meta or {}),
+        },
+    )
     write_tasks(cfg.out_dir, tasks)  # every shard: hosts may write to separate directories merged later
     mine = shard_episodes(tasks, cfg.runs, cfg.shard_index, cfg.num_shards, cfg.tree_tasks)
     counts = collections.Counter()
@@ -109,8 +121,14 @@ async def collect_async(env: Environment, tasks: list[Task], policy: Policy, cfg
         else:
             todo.append((task, run))
     env.start()
-    bar = tqdm(total=len(mine), initial=counts["skipped"], desc=f"collect {env.name}", unit="ep",
-               disable=not cfg.progress, dynamic_ncols=True)
+    bar = tqdm(
+        total=len(mine),
+        initial=counts["skipped"],
+        desc=f"collect {env.name}",
+        unit="ep",
+        disable=not cfg.progress,
+        dynamic_ncols=True,
+    )
     streak = [0]
 
     async def worker(pool: BrowserPool) -> None:
@@ -122,8 +140,10 @@ async def collect_async(env: Environment, tasks: list[Task], policy: Policy, cfg
             if summary["status"] == "errored":
                 log.warning("episode %s/%d errored: %s", task.task_id, run, summary["error"]["message"][:200])
             if streak[0] >= cfg.max_consecutive_errors:
-                raise CollectionAborted(f"{streak[0]} episodes in a row errored; last: "
-                                        f"{summary['error']['type']}: {summary['error']['message'][:300]}")
+                raise CollectionAborted(
+                    f"{streak[0]} episodes in a row errored; last: "
+                    f"{summary['error']['type']}: {summary['error']['message'][:300]}"
+                )
             bar.update(1)
             bar.set_postfix(ok=counts["success"], fail=counts["failure"], err=counts["errored"], refresh=False)
 

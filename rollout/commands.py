@@ -6,6 +6,7 @@
 A bare command line (no ``Thought:``/``Command:`` labels) is accepted too. Anything else is a typed
 error (``rollout.core.ActionError`` subclasses) that the harness feeds back in the next observation.
 """
+
 from __future__ import annotations
 
 import re
@@ -17,8 +18,16 @@ _HEAD = re.compile(r"^\s*([A-Za-z_]+)(.*)$", re.S)
 _ID = re.compile(r"^\s*\[([^\[\]]*)\]")
 _LABEL = re.compile(r"^\s*(command|action)\s*:\s*(.*)$", re.I)
 _THOUGHT = re.compile(r"^\s*thought\s*:\s*", re.I)
-_ARITY = {"CLICK": (1, 0), "CLEAR": (1, 0), "TYPE": (1, 1), "SELECT": (1, 1),
-          "SCROLL": (0, 1), "GOTO": (0, 1), "GO_BACK": (0, 0), "STOP": (0, 1)}
+_ARITY = {
+    "CLICK": (1, 0),
+    "CLEAR": (1, 0),
+    "TYPE": (1, 1),
+    "SELECT": (1, 1),
+    "SCROLL": (0, 1),
+    "GOTO": (0, 1),
+    "GO_BACK": (0, 0),
+    "STOP": (0, 1),
+}
 
 
 def parse_command(line: str) -> Command:
@@ -38,7 +47,7 @@ def parse_command(line: str) -> Command:
         element_id = im.group(1).strip()
         if re.search(r"\s", element_id):
             raise MalformedCommand(f"element id {element_id!r} has spaces; ids are like [12]")
-        rest = rest[im.end():].strip()
+        rest = rest[im.end() :].strip()
     arg = None
     if n_arg:
         if name == "STOP" and not rest:
@@ -87,9 +96,16 @@ def closed_length(body: str) -> int | None:
 
 
 def _example(name: str) -> str:
-    return {"CLICK": "CLICK [12]", "CLEAR": "CLEAR [12]", "TYPE": "TYPE [12] [text]",
-            "SELECT": "SELECT [12] [option]", "SCROLL": "SCROLL [DOWN]", "GOTO": "GOTO [http://127.0.0.1/]",
-            "GO_BACK": "GO_BACK", "STOP": "STOP [answer]"}[name]
+    return {
+        "CLICK": "CLICK [12]",
+        "CLEAR": "CLEAR [12]",
+        "TYPE": "TYPE [12] [text]",
+        "SELECT": "SELECT [12] [option]",
+        "SCROLL": "SCROLL [DOWN]",
+        "GOTO": "GOTO [http://127.0.0.1/]",
+        "GO_BACK": "GO_BACK",
+        "STOP": "STOP [answer]",
+    }[name]
 
 
 def parse_output(text: str) -> tuple[str, Command]:
@@ -100,7 +116,7 @@ def parse_output(text: str) -> tuple[str, Command]:
         m = _LABEL.match(lines[i])
         if m:
             body = m.group(2).strip()
-            extra = [ln for ln in lines[i + 1:] if ln.strip()]
+            extra = [ln for ln in lines[i + 1 :] if ln.strip()]
             if extra:
                 raise MalformedCommand(f"text after the command line: {extra[0][:60]!r}")
             if not body:

@@ -3,6 +3,7 @@
 Every other rollout module speaks in these types; they hold plain, JSON-able values so that a step
 can be recorded as it is and read back by the tree builder.
 """
+
 from __future__ import annotations
 
 import abc
@@ -17,6 +18,7 @@ COMMANDS = ("CLICK", "TYPE", "SELECT", "CLEAR", "SCROLL", "GOTO", "GO_BACK", "ST
 @dataclasses.dataclass(frozen=True)
 class Command:
     """One parsed command. ``id`` is an injected element id; ``arg`` is text / option / UP|DOWN / url / answer."""
+
     name: str
     id: str | None = None
     arg: str | None = None
@@ -36,6 +38,7 @@ class Command:
 
 class ActionError(Exception):
     """A command that could not be parsed or executed. ``kind`` is the stable, typed name the agent sees."""
+
     kind = "action_error"
 
     def __init__(self, message: str):
@@ -64,6 +67,7 @@ class NoSuchElement(ActionError):
 
 class InvalidTarget(ActionError):
     """The element exists but the command cannot apply to it (SELECT on a link, an option it lacks)."""
+
     kind = "invalid_target"
 
 
@@ -75,8 +79,18 @@ class NavigationBlocked(ActionError):
     kind = "navigation_blocked"
 
 
-ERROR_KINDS = tuple(c.kind for c in (UnknownCommand, MalformedCommand, MissingId, NoSuchElement, InvalidTarget,
-                                     ActionTimeout, NavigationBlocked))
+ERROR_KINDS = tuple(
+    c.kind
+    for c in (
+        UnknownCommand,
+        MalformedCommand,
+        MissingId,
+        NoSuchElement,
+        InvalidTarget,
+        ActionTimeout,
+        NavigationBlocked,
+    )
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +103,7 @@ class ErrorInfo:
 @dataclasses.dataclass(frozen=True)
 class Element:
     """An element the harness gave an id. ``role`` + ``name`` is its stable descriptor across runs."""
+
     id: str
     role: str
     name: str
@@ -168,6 +183,7 @@ class Task:
 @dataclasses.dataclass(frozen=True)
 class CheckResult:
     """The environment's task check on the current state (the merge guard of docs/method.md §2 reads ``progress``)."""
+
     success: bool
     score: float  # task reward in [0, 1] (WebShop's score formula, MiniWoB's own reward mapped to [0, 1], ...)
     progress: str = ""  # canonical partial-progress key: two states with different keys are never merged
@@ -214,6 +230,7 @@ class Policy(Protocol):
 # ---------------------------------------------------------------- environments
 class Environment(abc.ABC):
     """A website family: serves its pages on loopback, lists tasks, checks them, and knows their optimal plans."""
+
     name: str = "env"
 
     @abc.abstractmethod

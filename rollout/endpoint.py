@@ -8,6 +8,7 @@ An API key travels only over https or to a loopback address (``allow_insecure_ke
 to send it anyway): a key given explicitly for a plain-http remote URL is an error, one picked up from
 ``$OPENAI_API_KEY`` is then left out. Redirects are not followed (urllib would carry the key to the new host).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -65,19 +66,30 @@ _OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 class ChatEndpoint:
-    def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 120, retries: int = 3,
-                 backoff_s: float = 0.5, allow_insecure_key: bool | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 120,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        allow_insecure_key: bool | None = None,
+    ):
         self.url = chat_url(base_url)
         if allow_insecure_key is None:
             allow_insecure_key = os.environ.get("TGPO_ALLOW_INSECURE_KEY") == "1"
         if api_key and not key_safe(self.url) and not allow_insecure_key:
-            raise EndpointError(f"refusing to send an API key to {self.url} over plain http (readable on the way): "
-                                "use https, a loopback address, or allow_insecure_key / TGPO_ALLOW_INSECURE_KEY=1")
+            raise EndpointError(
+                f"refusing to send an API key to {self.url} over plain http (readable on the way): "
+                "use https, a loopback address, or allow_insecure_key / TGPO_ALLOW_INSECURE_KEY=1"
+            )
         if api_key is None:
             api_key = os.environ.get("OPENAI_API_KEY")
             if api_key and not key_safe(self.url) and not allow_insecure_key:
-                log.warning("$OPENAI_API_KEY is set but %s is plain http to another host: the key is not sent",
-                            self.url)
+                log.warning(
+                    "$OPENAI_API_KEY is set but %s is plain http to another host: the key is not sent", self.url
+                )
                 api_key = None
         self.api_key = api_key
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
@@ -105,8 +117,7 @@ class ChatEndpoint:
 
     def _give_up(self, e: EndpointError, attempt: int) -> bool:
         if e.retryable and attempt == self.retries:
-            raise EndpointError(f"{self.url}: no answer after {self.retries + 1} attempts: {e}",
-                                status=e.status) from e
+            raise EndpointError(f"{self.url}: no answer after {self.retries + 1} attempts: {e}", status=e.status) from e
         return not e.retryable
 
     def post(self, body: dict) -> dict:

@@ -14,6 +14,7 @@ What a plain ``ThreadingHTTPServer`` lacks, and this adds:
   + 16 s): measured with 50 connections beside two busy loops, 69 of 1,200 requests took over 0.9 s and one 27.6 s
   (the load tests' rare 30 s timeouts); with 128, none over 0.21 s (BUILD_NOTES.md).
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -51,8 +52,10 @@ class BoundedHTTPServer(ThreadingHTTPServer):
     def process_request(self, request, client_address):
         if not self._slots.acquire(blocking=False):
             try:
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
-                                b"Content-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n")
+                request.sendall(
+                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+                    b"Content-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n"
+                )
             except OSError:
                 pass
             self.shutdown_request(request)

@@ -12,6 +12,7 @@ Layout under a collection directory::
 A directory without ``summary.json`` is an interrupted episode; resuming deletes and re-runs it.
 Errored episodes (browser crash, watchdog) have ``status == "errored"``; resume re-runs them by default.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -113,8 +114,9 @@ def set_aside(out_dir: str, path: str, problem: str) -> str:
     """Move the damaged episode ``path`` to ``<out_dir>/damaged/<task>/<run>-<time>`` (kept for inspection, out of
     the way: a resumed collection runs that episode again). -> the new path."""
     task, run = os.path.split(os.path.normpath(path))
-    dst = os.path.join(out_dir, "damaged", os.path.basename(task),
-                       f"{run}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
+    dst = os.path.join(
+        out_dir, "damaged", os.path.basename(task), f"{run}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+    )
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     os.rename(path, dst)
     log.warning("damaged episode: %s; moved to %s, it runs again", problem, dst)
@@ -163,8 +165,10 @@ def _check_seal(path: str, summary: dict, data: bytes) -> None:
         return
     got = hashlib.sha256(data).hexdigest()
     if got != want:
-        raise RecordingError(f"{path}/steps.jsonl was changed after the episode was sealed (sha256 {got[:12]}…, "
-                             f"the summary says {want[:12]}…)")
+        raise RecordingError(
+            f"{path}/steps.jsonl was changed after the episode was sealed (sha256 {got[:12]}…, "
+            f"the summary says {want[:12]}…)"
+        )
 
 
 def iter_episodes(out_dir: str, include_errored: bool = False, verify: bool = False) -> Iterator[EpisodeRecord]:
@@ -183,8 +187,10 @@ def iter_episodes(out_dir: str, include_errored: bool = False, verify: bool = Fa
 
 
 def write_tasks(out_dir: str, tasks: list[Task]) -> None:
-    write_text_atomic(os.path.join(out_dir, "tasks.jsonl"),
-                      "".join(json.dumps(t.to_json(), ensure_ascii=False, sort_keys=True) + "\n" for t in tasks))
+    write_text_atomic(
+        os.path.join(out_dir, "tasks.jsonl"),
+        "".join(json.dumps(t.to_json(), ensure_ascii=False, sort_keys=True) + "\n" for t in tasks),
+    )
 
 
 def read_tasks(out_dir: str) -> list[Task]:
@@ -204,6 +210,7 @@ def check_collection(out_dir: str, meta: dict) -> None:
             raise RecordingError(
                 f"{out_dir} holds a collection with other settings ("
                 f"{', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in sorted(diff.items()))}); "
-                "use another --out, or move that directory aside to start over")
+                "use another --out, or move that directory aside to start over"
+            )
         return
     write_json_atomic(path, meta)

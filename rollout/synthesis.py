@@ -18,6 +18,7 @@ trajectory, keep the ones that execution verifies, and write them as a task file
 The pure parts (``plan_of``, ``page_label``, ``checked_typing``, ``describe``, ``derive_check``, ``candidates``)
 work on recorded episodes; ``verify`` and ``synthesize`` run the browser.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,8 +38,12 @@ from rollout.envs.taskfile import FIELDS, TARGETED
 SEPARATORS = (" — ", " – ", " - ", " | ", " · ", " :: ")
 FIRST_WORDS = 8  # words of a text line that name a page (``page_label``)
 # a session, CSRF or tracking parameter (rollout/urls.py's list) with any value, and one in the path (;jsessionid=…)
-_ANY_DROPPED = (r"(?:(?i:" + "|".join(re.escape(k) for k in sorted(urls.DROPPED_PARAMS))
-                + "".join("|" + re.escape(p) + r"[^=&#]*" for p in urls.DROPPED_PREFIXES) + r")(?:=[^&#]*)?)")
+_ANY_DROPPED = (
+    r"(?:(?i:"
+    + "|".join(re.escape(k) for k in sorted(urls.DROPPED_PARAMS))
+    + "".join("|" + re.escape(p) + r"[^=&#]*" for p in urls.DROPPED_PREFIXES)
+    + r")(?:=[^&#]*)?)"
+)
 _ANY_PATH_SESSION = r"(?:;(?i:" + "|".join(urls.PATH_SESSION_PARAMS) + r")=[^/;?#]*)?"
 _LINE = re.compile(r'^\s*(heading|text) ("(?:[^"\\]|\\.)*")')
 
@@ -76,7 +81,7 @@ def plan_of(steps: Sequence[dict], final: dict | None = None) -> list[dict] | No
             cmd = parse_command(s["command"])
         except ActionError:
             continue
-        if cmd.name == "TYPE" and final is not None and not _shows(cmd.arg or "", steps[k + 1:], final):
+        if cmd.name == "TYPE" and final is not None and not _shows(cmd.arg or "", steps[k + 1 :], final):
             continue
         step: dict = {"do": cmd.name}
         if cmd.name in TARGETED:
@@ -105,8 +110,10 @@ def _shows(text: str, later: Sequence[dict], final: dict) -> bool:
     if not t:
         return False
     urls = [str(s.get("url") or "") for s in later] + [str(final.get("url") or "")]
-    return (any(t in u.casefold() or quote_plus(text.strip()).casefold() in u.casefold() for u in urls)
-            or t in str(final.get("observation") or "").casefold())
+    return (
+        any(t in u.casefold() or quote_plus(text.strip()).casefold() in u.casefold() for u in urls)
+        or t in str(final.get("observation") or "").casefold()
+    )
 
 
 def held_values(plan: Sequence[dict], final_observation: str) -> list[dict]:
@@ -117,8 +124,9 @@ def held_values(plan: Sequence[dict], final_observation: str) -> list[dict]:
     leaves = []
     for s in plan:
         if s["do"] == "TYPE" and f"{s['role']} {quote(s['name'])} value={quote(s['text'])}" in final_observation:
-            leaves.append({"element": {"role": s["role"], "name": s["name"]},
-                           "form_value": "^" + re.escape(s["text"]) + "$"})
+            leaves.append(
+                {"element": {"role": s["role"], "name": s["name"]}, "form_value": "^" + re.escape(s["text"]) + "$"}
+            )
     return leaves
 
 
@@ -150,8 +158,7 @@ def url_pattern(url: str) -> str:
     path_re = (_ANY_PATH_SESSION + "/").join(re.escape(p) for p in path.split("/")) + _ANY_PATH_SESSION
     d = _ANY_DROPPED
     kept = [re.escape(p) for p in query.split("&") if p]
-    query_re = (rf"\?(?:{d}&)*" + f"(?:&{d})*&".join(kept) + f"(?:&{d})*" if kept
-                else rf"(?:\?(?:{d}(?:&{d})*)?)?")
+    query_re = rf"\?(?:{d}&)*" + f"(?:&{d})*&".join(kept) + f"(?:&{d})*" if kept else rf"(?:\?(?:{d}(?:&{d})*)?)?"
     return "^" + site + path_re + query_re + r"(#.*)?$"
 
 
@@ -177,6 +184,7 @@ def page_lines(observation: str, role: str) -> list[str]:
 class SiteText:
     """What pages of the explored site share, so that no instruction names a page by it: the titles' suffix, page
     names (titles less it) and heading or text lines that more than one page has."""
+
     suffix: str = ""
     titles: frozenset[str] = frozenset()
     lines: frozenset[str] = frozenset()
@@ -197,8 +205,11 @@ def site_text(pages: Iterable[dict]) -> SiteText:
         obs = p.get("observation") or ""
         for line in set(page_lines(obs, "heading") + page_lines(obs, "text")):
             lines.setdefault(line, set()).add(key)
-    return SiteText(suffix, frozenset(t for t, k in titles.items() if len(k) > 1),
-                    frozenset(t for t, k in lines.items() if len(k) > 1))
+    return SiteText(
+        suffix,
+        frozenset(t for t, k in titles.items() if len(k) > 1),
+        frozenset(t for t, k in lines.items() if len(k) > 1),
+    )
 
 
 def page_label(final: dict, site: SiteText) -> tuple[str, str]:
@@ -234,8 +245,9 @@ def checked_typing(plan: Sequence[dict], tested: Sequence[str], held: Sequence[d
     return [s for s in plan if s["do"] != "TYPE" or matters(s)]
 
 
-def describe(plan: Sequence[dict], start_url: str, final_url: str, page: tuple[str, str],
-             held: Sequence[dict] = ()) -> str | None:
+def describe(
+    plan: Sequence[dict], start_url: str, final_url: str, page: tuple[str, str], held: Sequence[dict] = ()
+) -> str | None:
     """The template instruction: what was typed, chosen and ticked, and the page it ended on (``page``,
     ``page_label``'s: by its title or heading, the first words it shows, or its URL); values that the final page's
     fields hold (``held``, ``held_values``' leaves) were entered there, so they come after it. None when the
@@ -253,7 +265,8 @@ def describe(plan: Sequence[dict], start_url: str, final_url: str, page: tuple[s
     kind, name = page
     if _path(final_url) != _path(start_url) and name:
         opened = {"text": f"open the page that shows “{name}”", "url": f"open the page at “{name}”"}.get(
-            kind, f"open the page “{name}”")
+            kind, f"open the page “{name}”"
+        )
         parts = before + [opened] + [p + " there" for p in after]
     else:
         parts = before + after
@@ -299,12 +312,18 @@ def candidate(ep, start_url: str, site: SiteText) -> tuple[dict | None, str]:
     if instruction is None:
         return None, "nothing achieved"
     check = derive_check(final["url"], title, held, heading)
-    return {"instruction": instruction, "start_url": start_url, "check": check, "plan": plan + [{"do": "STOP"}],
-            "final_url": final["url"]}, "ok"
+    return {
+        "instruction": instruction,
+        "start_url": start_url,
+        "check": check,
+        "plan": plan + [{"do": "STOP"}],
+        "final_url": final["url"],
+    }, "ok"
 
 
-def candidates(episodes, start_urls: dict[str, str], family: str = "synth", describer=None,
-               held_out: Sequence = ()) -> tuple[list[dict], Counter]:
+def candidates(
+    episodes, start_urls: dict[str, str], family: str = "synth", describer=None, held_out: Sequence = ()
+) -> tuple[list[dict], Counter]:
     """Candidate tasks from recorded episodes (``start_urls``: task id of the episode -> its start URL as the task
     file will write it), deduplicated by (start URL, instruction) keeping the shortest plan; and why the others
     were dropped. ``describer``: None for the template, else an object whose ``describe(plan, final)`` writes the
@@ -353,8 +372,11 @@ def held_out_marks(held_out: Sequence) -> tuple[list[str], set[str]]:
     checks' URL patterns, and the texts their instructions quote in brackets (case folded)."""
     urls, quoted = [], set()
     for t in held_out:
-        urls += [leaf.pattern for leaf in checks.leaves(checks.parse_check(t.goal["check"], t.goal["start_url"]))
-                 if isinstance(leaf, checks.UrlLeaf)]
+        urls += [
+            leaf.pattern
+            for leaf in checks.leaves(checks.parse_check(t.goal["check"], t.goal["start_url"]))
+            if isinstance(leaf, checks.UrlLeaf)
+        ]
         quoted |= {q.strip().casefold() for q in re.findall(r"\[([^\]]+)\]", t.instruction)}
     return urls, quoted
 
@@ -380,12 +402,19 @@ class EndpointDescriber:
 
     def describe(self, plan: Sequence[dict], final: dict) -> str:
         steps = "\n".join(json.dumps(s, ensure_ascii=False) for s in plan)
-        prompt = ("A user did these steps on a website (elements named by role and name):\n" + steps +
-                  f"\nThey ended on the page titled {final.get('title')!r} at {final.get('url')!r}.\n"
-                  "Write the task they achieved as one imperative sentence, with any text they typed in square "
-                  "brackets. Answer with the sentence only.")
-        body = {"model": self.model, "max_tokens": self.max_tokens, "temperature": 0.0,
-                "messages": [{"role": "user", "content": prompt}]}
+        prompt = (
+            "A user did these steps on a website (elements named by role and name):\n"
+            + steps
+            + f"\nThey ended on the page titled {final.get('title')!r} at {final.get('url')!r}.\n"
+            "Write the task they achieved as one imperative sentence, with any text they typed in square "
+            "brackets. Answer with the sentence only."
+        )
+        body = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "temperature": 0.0,
+            "messages": [{"role": "user", "content": prompt}],
+        }
         text = self.endpoint.post(body)["choices"][0]["message"]["content"]
         line = " ".join(str(text).split())
         if not line:
@@ -415,13 +444,15 @@ class SynthConfig:
 def write_tasks(path: str, tasks: Sequence[dict]) -> str:
     from tgpo_jax.files import write_text_atomic
 
-    write_text_atomic(path, "".join(json.dumps({k: v for k, v in t.items() if k in FIELDS}, ensure_ascii=False)
-                                    + "\n" for t in tasks))
+    write_text_atomic(
+        path, "".join(json.dumps({k: v for k, v in t.items() if k in FIELDS}, ensure_ascii=False) + "\n" for t in tasks)
+    )
     return path
 
 
-def _collect(tasks: Sequence[dict], origin: str | None, name: str, policy_of, cfg: SynthConfig, max_steps: int,
-             runs: int = 1):
+def _collect(
+    tasks: Sequence[dict], origin: str | None, name: str, policy_of, cfg: SynthConfig, max_steps: int, runs: int = 1
+):
     """Run ``tasks`` (written to ``<work_dir>/<name>.jsonl``) ``runs`` times each; -> ({task id: success}, the
     episodes)."""
     from rollout.collect import CollectConfig, collect
@@ -434,9 +465,19 @@ def _collect(tasks: Sequence[dict], origin: str | None, name: str, policy_of, cf
     env.start()
     selected = env.tasks("train") + env.tasks("test")
     out = os.path.join(cfg.work_dir, name)
-    collect(env, selected, policy_of(env), CollectConfig(
-        out_dir=out, runs=runs, seed=cfg.seed, contexts=cfg.contexts,
-        progress=cfg.progress, harness=HarnessConfig(max_steps=max_steps, screenshots=False)))
+    collect(
+        env,
+        selected,
+        policy_of(env),
+        CollectConfig(
+            out_dir=out,
+            runs=runs,
+            seed=cfg.seed,
+            contexts=cfg.contexts,
+            progress=cfg.progress,
+            harness=HarnessConfig(max_steps=max_steps, screenshots=False),
+        ),
+    )
     eps = list(iter_episodes(out, include_errored=True))
     return {e.task_id: bool(e.summary.get("success")) for e in eps}, eps
 
@@ -445,10 +486,13 @@ def explore(start_urls: Sequence[str], origin: str | None, cfg: SynthConfig, pol
     """Exploration episodes from each start URL (``cfg.runs`` each); -> (episodes, task id -> start URL)."""
     from rollout.policies.explore import ExplorePolicy
 
-    tasks = [{"id": f"explore/{i}", "start_url": u, "instruction": "Explore the site.", "check": {"url": "."}}
-             for i, u in enumerate(start_urls)]
-    _, eps = _collect(tasks, origin, "explore", lambda env: policy or ExplorePolicy(seed=cfg.seed), cfg,
-                      cfg.max_steps, runs=cfg.runs)
+    tasks = [
+        {"id": f"explore/{i}", "start_url": u, "instruction": "Explore the site.", "check": {"url": "."}}
+        for i, u in enumerate(start_urls)
+    ]
+    _, eps = _collect(
+        tasks, origin, "explore", lambda env: policy or ExplorePolicy(seed=cfg.seed), cfg, cfg.max_steps, runs=cfg.runs
+    )
     return eps, {t["id"]: t["start_url"] for t in tasks}
 
 
@@ -467,16 +511,34 @@ def verify(tasks: Sequence[dict], origin: str | None, cfg: SynthConfig) -> tuple
     unrelated_failed = {k.split("~")[0] for k, ok in passed.items() if not ok and not k.endswith("~nothing")}
     nothing_failed = {k.split("~")[0] for k, ok in passed.items() if not ok and k.endswith("~nothing")}
     has_unrelated = {k.split("~")[0] for k in passed if not k.endswith("~nothing")}
-    kept = [t for t in tasks if replay.get(t["id"]) and t["id"] in nothing_failed
-            and (t["id"] in unrelated_failed or t["id"] not in has_unrelated)]
-    counts = {"candidates": len(tasks), "replay_passed": sum(bool(replay.get(t["id"])) for t in tasks),
-              "unrelated_failed": len(unrelated_failed), "nothing_failed": len(nothing_failed), "kept": len(kept)}
+    kept = [
+        t
+        for t in tasks
+        if replay.get(t["id"])
+        and t["id"] in nothing_failed
+        and (t["id"] in unrelated_failed or t["id"] not in has_unrelated)
+    ]
+    counts = {
+        "candidates": len(tasks),
+        "replay_passed": sum(bool(replay.get(t["id"])) for t in tasks),
+        "unrelated_failed": len(unrelated_failed),
+        "nothing_failed": len(nothing_failed),
+        "kept": len(kept),
+    }
     return kept, counts
 
 
-def synthesize(start_urls: Sequence[str], origin: str | None, out_path: str, cfg: SynthConfig, policy=None,
-               describer=None, episodes_dir: str | None = None, start_of: dict | None = None,
-               held_out: Sequence = ()) -> dict:
+def synthesize(
+    start_urls: Sequence[str],
+    origin: str | None,
+    out_path: str,
+    cfg: SynthConfig,
+    policy=None,
+    describer=None,
+    episodes_dir: str | None = None,
+    start_of: dict | None = None,
+    held_out: Sequence = (),
+) -> dict:
     """Explore (or read ``episodes_dir``, whose task ids ``start_of`` maps to start URLs), write candidates (none
     overlapping ``held_out``), verify them, and write the kept tasks to ``out_path``; returns the counts (also
     ``<work_dir>/synthesis.json``)."""

@@ -9,6 +9,7 @@ row for its final state and no action. Rewards are sparse: the episode's score o
 The export streams (one episode in memory at a time), checks each episode's steps against their seal, and writes
 through a temporary file renamed at the end, so an interrupted or failed export leaves no partial file.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -109,8 +110,11 @@ def _step_stats(rec: dict, prev: dict | None) -> dict:
     command's execution, observing, checking), agent_elapsed = the policy's time choosing this step's action."""
     t = rec.get("timings") or {}
     env = [t.get("observe_s"), t.get("check_s")] + ([(prev.get("timings") or {}).get("execute_s")] if prev else [])
-    return {"step_elapsed": sum(env) if all(v is not None for v in env) else None,
-            "agent_elapsed": t.get("policy_s"), "num_tokens": rec.get("num_tokens")}
+    return {
+        "step_elapsed": sum(env) if all(v is not None for v in env) else None,
+        "agent_elapsed": t.get("policy_s"),
+        "num_tokens": rec.get("num_tokens"),
+    }
 
 
 def _aggregate(rows: list[dict]) -> dict:
@@ -124,8 +128,9 @@ def _aggregate(rows: list[dict]) -> dict:
     return out
 
 
-def episode_rows(ep: EpisodeRecord, goal: str, base_dir: str, *, include_observation: bool = True,
-                 scroll_px: int = SCROLL_PX) -> tuple[dict, list[dict]]:
+def episode_rows(
+    ep: EpisodeRecord, goal: str, base_dir: str, *, include_observation: bool = True, scroll_px: int = SCROLL_PX
+) -> tuple[dict, list[dict]]:
     """(episode line, step lines) of one recorded episode; screenshot paths relative to ``base_dir``."""
     s, steps = ep.summary, ep.steps
     if s.get("steps", len(steps)) != len(steps):
@@ -144,44 +149,92 @@ def episode_rows(ep: EpisodeRecord, goal: str, base_dir: str, *, include_observa
         rec = steps[n] if n < len(steps) else None  # None: the final state, no action
         act = to_browsergym(rec.get("command"), rec.get("output") or "", scroll_px) if rec is not None else None
         reward = score if rec is None else 0.0
-        tgpo: dict[str, Any] = {"final": rec is None, "norm_url": state.get("norm_url"), "phash": state.get("phash"),
-                                "obs_truncated": bool(state.get("truncated")), "last_action_error_kind": last_kind}
+        tgpo: dict[str, Any] = {
+            "final": rec is None,
+            "norm_url": state.get("norm_url"),
+            "phash": state.get("phash"),
+            "obs_truncated": bool(state.get("truncated")),
+            "last_action_error_kind": last_kind,
+        }
         if rec is not None:
-            tgpo.update(command=rec.get("command"), command_name=rec.get("command_name"),
-                        format_ok=rec.get("format_ok", rec.get("command") is not None), action_ok=act.ok,
-                        action_problem=act.problem, output=rec.get("output"), target=rec.get("target"),
-                        error=rec.get("error"), effect=rec.get("effect"), logprob=rec.get("logprob"),
-                        num_tokens=rec.get("num_tokens"), policy_info=rec.get("policy_info"),
-                        timings=rec.get("timings"))
+            tgpo.update(
+                command=rec.get("command"),
+                command_name=rec.get("command_name"),
+                format_ok=rec.get("format_ok", rec.get("command") is not None),
+                action_ok=act.ok,
+                action_problem=act.problem,
+                output=rec.get("output"),
+                target=rec.get("target"),
+                error=rec.get("error"),
+                effect=rec.get("effect"),
+                logprob=rec.get("logprob"),
+                num_tokens=rec.get("num_tokens"),
+                policy_info=rec.get("policy_info"),
+                timings=rec.get("timings"),
+            )
         url, title = state.get("url"), state.get("title")
-        rows.append({
-            "type": "step", "episode_id": episode_id, "step": n,
-            "obs": {"goal": goal, "url": url, "open_pages_urls": [url], "open_pages_titles": [title],
+        rows.append(
+            {
+                "type": "step",
+                "episode_id": episode_id,
+                "step": n,
+                "obs": {
+                    "goal": goal,
+                    "url": url,
+                    "open_pages_urls": [url],
+                    "open_pages_titles": [title],
                     "axtree_txt": state.get("observation") if include_observation else None,
-                    "last_action": last_action, "last_action_error": last_error,
-                    "screenshot": _screenshot(ep.path, state.get("screenshot"), base_dir)},
-            "reward": reward, "raw_reward": reward,
-            "terminated": terminated and rec is None, "truncated": truncated and rec is None,
-            "action": None if act is None else act.action,
-            "agent_info": {} if rec is None else {"think": rec.get("thought") or ""},
-            "stats": None if rec is None else _step_stats(rec, steps[n - 1] if n else None),
-            "task_info": state.get("check"), "tgpo": tgpo})
+                    "last_action": last_action,
+                    "last_action_error": last_error,
+                    "screenshot": _screenshot(ep.path, state.get("screenshot"), base_dir),
+                },
+                "reward": reward,
+                "raw_reward": reward,
+                "terminated": terminated and rec is None,
+                "truncated": truncated and rec is None,
+                "action": None if act is None else act.action,
+                "agent_info": {} if rec is None else {"think": rec.get("thought") or ""},
+                "stats": None if rec is None else _step_stats(rec, steps[n - 1] if n else None),
+                "task_info": state.get("check"),
+                "tgpo": tgpo,
+            }
+        )
         if rec is not None:
             err = rec.get("error") or {}
             last_action, last_error, last_kind = act.action, err.get("message") or "", err.get("kind")
     error = s.get("error") or {}
     episode = {
-        "type": "episode", "episode_id": episode_id, "task_name": s["task_id"], "agent_name": s.get("policy") or "",
-        "goal": goal, "n_steps": len(steps), "cum_reward": sum(r["reward"] for r in rows),
-        "cum_raw_reward": sum(r["raw_reward"] for r in rows), "terminated": terminated, "truncated": truncated,
+        "type": "episode",
+        "episode_id": episode_id,
+        "task_name": s["task_id"],
+        "agent_name": s.get("policy") or "",
+        "goal": goal,
+        "n_steps": len(steps),
+        "cum_reward": sum(r["reward"] for r in rows),
+        "cum_raw_reward": sum(r["raw_reward"] for r in rows),
+        "terminated": terminated,
+        "truncated": truncated,
         "err_msg": f"{error.get('type', 'error')}: {error.get('message', '')}" if errored else None,
-        "stack_trace": error.get("traceback") if errored else None, **_aggregate(rows),
-        "tgpo": {"task_id": s["task_id"], "run": s.get("run"), "env": s.get("env"), "family": s.get("family"),
-                 "split": s.get("split"), "seed": s.get("seed"), "status": s.get("status"),
-                 "success": bool(s.get("success")), "score": score, "end_reason": end,
-                 "optimal_steps": s.get("optimal_steps"), "duration_s": s.get("duration_s"),
-                 "started_at": s.get("started_at"), "error_type": error.get("type") if errored else None,
-                 "step_lines": len(rows)}}
+        "stack_trace": error.get("traceback") if errored else None,
+        **_aggregate(rows),
+        "tgpo": {
+            "task_id": s["task_id"],
+            "run": s.get("run"),
+            "env": s.get("env"),
+            "family": s.get("family"),
+            "split": s.get("split"),
+            "seed": s.get("seed"),
+            "status": s.get("status"),
+            "success": bool(s.get("success")),
+            "score": score,
+            "end_reason": end,
+            "optimal_steps": s.get("optimal_steps"),
+            "duration_s": s.get("duration_s"),
+            "started_at": s.get("started_at"),
+            "error_type": error.get("type") if errored else None,
+            "step_lines": len(rows),
+        },
+    }
     return episode, rows
 
 
@@ -189,17 +242,26 @@ def _line(obj: dict) -> str:
     return json.dumps(obj, ensure_ascii=False, sort_keys=True) + "\n"
 
 
-def export_collection(episodes_dir: str, out: str, *, include_observation: bool = True, include_errored: bool = False,
-                      scroll_px: int = SCROLL_PX, validate: bool = True,
-                      progress: Callable[[EpisodeRecord], None] | None = None) -> dict:
+def export_collection(
+    episodes_dir: str,
+    out: str,
+    *,
+    include_observation: bool = True,
+    include_errored: bool = False,
+    scroll_px: int = SCROLL_PX,
+    validate: bool = True,
+    progress: Callable[[EpisodeRecord], None] | None = None,
+) -> dict:
     """Write the collection ``episodes_dir`` as one trajectories file ``out``; -> {out, episodes, steps}. With
     ``validate``, the written file is read back by the format's reader before it takes its name."""
     from rollout.trajectory_format import TrajectoryFormatError, validate_file
 
     tasks_path = os.path.join(episodes_dir, "tasks.jsonl")
     if not os.path.isdir(os.path.join(episodes_dir, "episodes")) or not os.path.exists(tasks_path):
-        raise RecordingError(f"{episodes_dir} is not a collection directory (it needs episodes/ and tasks.jsonl, "
-                             "as launch.collect --out writes them)")
+        raise RecordingError(
+            f"{episodes_dir} is not a collection directory (it needs episodes/ and tasks.jsonl, "
+            "as launch.collect --out writes them)"
+        )
     goals = {t.task_id: t.instruction for t in read_tasks(episodes_dir)}
     meta_path = os.path.join(episodes_dir, "collection.json")
     meta = {}
@@ -210,14 +272,25 @@ def export_collection(episodes_dir: str, out: str, *, include_observation: bool 
     n_eps = n_rows = 0
     with atomic_path(out) as tmp:
         with open(tmp, "w", encoding="utf-8", newline="") as f:
-            f.write(_line({"type": "header", "format": FORMAT, "schema_version": SCHEMA_VERSION, "collection": meta,
-                           "include_observation": include_observation, "include_errored": include_errored,
-                           "scroll_px": scroll_px}))
+            f.write(
+                _line(
+                    {
+                        "type": "header",
+                        "format": FORMAT,
+                        "schema_version": SCHEMA_VERSION,
+                        "collection": meta,
+                        "include_observation": include_observation,
+                        "include_errored": include_errored,
+                        "scroll_px": scroll_px,
+                    }
+                )
+            )
             for ep in iter_episodes(episodes_dir, include_errored=include_errored, verify=True):
                 if ep.task_id not in goals:
                     raise RecordingError(f"{ep.path}: task {ep.task_id!r} is not in {tasks_path}")
-                episode, rows = episode_rows(ep, goals[ep.task_id], base_dir,
-                                             include_observation=include_observation, scroll_px=scroll_px)
+                episode, rows = episode_rows(
+                    ep, goals[ep.task_id], base_dir, include_observation=include_observation, scroll_px=scroll_px
+                )
                 f.write(_line(episode))
                 f.writelines(_line(r) for r in rows)
                 n_eps, n_rows = n_eps + 1, n_rows + len(rows)

@@ -4,6 +4,7 @@
 known type with its required fields and types, step lines follow their episode line in order, and each episode's
 counts and rewards add up. Any problem is a ``TrajectoryFormatError`` naming the file and the line.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,16 +22,56 @@ class TrajectoryFormatError(ValueError):
 
 _NUM = "number"  # int or float, not bool
 _HEADER = {"type": str, "format": str, "schema_version": int, "collection": dict, "include_observation": bool}
-_EPISODE = {"type": str, "episode_id": str, "task_name": str, "agent_name": str, "goal": str, "n_steps": int,
-            "cum_reward": _NUM, "cum_raw_reward": _NUM, "terminated": bool, "truncated": bool,
-            "err_msg": (str, None), "stack_trace": (str, None), "stats.cum_steps": int, "tgpo": dict}
-_EPISODE_TGPO = {"task_id": str, "run": (int, None), "status": str, "success": bool, "score": _NUM,
-                 "end_reason": (str, None), "step_lines": int}
-_STEP = {"type": str, "episode_id": str, "step": int, "obs": dict, "reward": _NUM, "raw_reward": _NUM,
-         "terminated": bool, "truncated": bool, "action": (str, None), "agent_info": dict, "stats": (dict, None),
-         "task_info": (dict, None), "tgpo": dict}
-_OBS = {"goal": str, "url": (str, None), "open_pages_urls": list, "open_pages_titles": list,
-        "axtree_txt": (str, None), "last_action": str, "last_action_error": str, "screenshot": (str, None)}
+_EPISODE = {
+    "type": str,
+    "episode_id": str,
+    "task_name": str,
+    "agent_name": str,
+    "goal": str,
+    "n_steps": int,
+    "cum_reward": _NUM,
+    "cum_raw_reward": _NUM,
+    "terminated": bool,
+    "truncated": bool,
+    "err_msg": (str, None),
+    "stack_trace": (str, None),
+    "stats.cum_steps": int,
+    "tgpo": dict,
+}
+_EPISODE_TGPO = {
+    "task_id": str,
+    "run": (int, None),
+    "status": str,
+    "success": bool,
+    "score": _NUM,
+    "end_reason": (str, None),
+    "step_lines": int,
+}
+_STEP = {
+    "type": str,
+    "episode_id": str,
+    "step": int,
+    "obs": dict,
+    "reward": _NUM,
+    "raw_reward": _NUM,
+    "terminated": bool,
+    "truncated": bool,
+    "action": (str, None),
+    "agent_info": dict,
+    "stats": (dict, None),
+    "task_info": (dict, None),
+    "tgpo": dict,
+}
+_OBS = {
+    "goal": str,
+    "url": (str, None),
+    "open_pages_urls": list,
+    "open_pages_titles": list,
+    "axtree_txt": (str, None),
+    "last_action": str,
+    "last_action_error": str,
+    "screenshot": (str, None),
+}
 _STEP_TGPO = {"final": bool}
 
 
@@ -105,6 +146,7 @@ def iter_trajectories(path: str) -> Iterator[Trajectory]:
     episode, ep_line, steps = None, 0, []
     seen_header = False
     for n, obj in _lines(path):
+
         def fail(msg: str, line: int = n):
             raise TrajectoryFormatError(f"{path}, line {line}: {msg}")
 
@@ -126,8 +168,7 @@ def iter_trajectories(path: str) -> Iterator[Trajectory]:
             _check(obj["obs"], _OBS, "step line's obs", fail)
             _check(obj["tgpo"], _STEP_TGPO, "step line's tgpo", fail)
             if obj["episode_id"] != episode["episode_id"]:
-                fail(f"step of episode {obj['episode_id']!r} inside episode {episode['episode_id']!r} "
-                     f"(line {ep_line})")
+                fail(f"step of episode {obj['episode_id']!r} inside episode {episode['episode_id']!r} (line {ep_line})")
             if obj["step"] != len(steps):
                 fail(f"step {obj['step']} where step {len(steps)} of {episode['episode_id']!r} was due")
             if steps and (steps[-1]["terminated"] or steps[-1]["truncated"]):
@@ -146,6 +187,7 @@ def iter_trajectories(path: str) -> Iterator[Trajectory]:
 
 def _close(path: str, line: int, episode: dict, steps: list[dict]) -> Trajectory:
     """An episode's totals against its steps (errors name the episode's line)."""
+
     def fail(msg: str):
         raise TrajectoryFormatError(f"{path}, line {line}: episode {episode['episode_id']!r}: {msg}")
 

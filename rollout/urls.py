@@ -4,6 +4,7 @@ Lower-case scheme and host, no fragment, default ports dropped, tracking, sessio
 dropped, remaining query parameters sorted. Which parameters identify a page is a per-site setting:
 ``essential`` maps a path pattern (``fnmatch`` style, e.g. ``/item/*``) to the parameters to keep.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -13,11 +14,42 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 # Parameters that never identify a page: analytics, session and CSRF tokens (they vary per visit or per session).
 # State identity drops them, and so do synthesized tasks' URL checks (rollout/synthesis.py): one list for both.
-DROPPED_PARAMS = frozenset({"sid", "session", "sessionid", "session_id", "phpsessid", "jsessionid", "fbclid",
-                            "gclid", "msclkid", "ref", "ref_", "_ga", "mc_cid", "mc_eid", "yclid",
-                            "sectok", "sesskey", "token", "_token", "csrf", "_csrf", "csrf_token", "_csrf_token",
-                            "csrftoken", "csrfmiddlewaretoken", "xsrf", "_xsrf", "xsrf_token", "authenticity_token",
-                            "form_key", "nonce", "_wpnonce"})
+DROPPED_PARAMS = frozenset(
+    {
+        "sid",
+        "session",
+        "sessionid",
+        "session_id",
+        "phpsessid",
+        "jsessionid",
+        "fbclid",
+        "gclid",
+        "msclkid",
+        "ref",
+        "ref_",
+        "_ga",
+        "mc_cid",
+        "mc_eid",
+        "yclid",
+        "sectok",
+        "sesskey",
+        "token",
+        "_token",
+        "csrf",
+        "_csrf",
+        "csrf_token",
+        "_csrf_token",
+        "csrftoken",
+        "csrfmiddlewaretoken",
+        "xsrf",
+        "_xsrf",
+        "xsrf_token",
+        "authenticity_token",
+        "form_key",
+        "nonce",
+        "_wpnonce",
+    }
+)
 DROPPED_PREFIXES = ("utm_",)
 PATH_SESSION_PARAMS = ("jsessionid", "phpsessid", "sid", "sessionid")  # ;jsessionid=… in the path
 PATH_SESSION = re.compile(r";(?:" + "|".join(PATH_SESSION_PARAMS) + r")=[^/;]*", re.I)
@@ -34,7 +66,7 @@ def site_relative(url: str, origin: str) -> str:
     origin = (origin or "").rstrip("/")
     if not origin or not url.startswith(origin):
         return url
-    rest = url[len(origin):]
+    rest = url[len(origin) :]
     if rest and rest[0] not in "/?#":  # another port or host that merely starts alike (…:8080 vs …:80)
         return url
     return rest if rest.startswith("/") else "/" + rest

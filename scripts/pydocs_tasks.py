@@ -11,6 +11,7 @@ that the other split of the file already uses (held-out tasks stay disjoint from
 
 Then run the clean oracle on the file (docs/tasks.md): every task must succeed in the browser.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,7 +71,7 @@ def search_titles() -> dict[str, str]:
     """docname → the title a search result shows (its HTML as text)."""
     with open(os.path.join(SITE, "searchindex.js"), encoding="utf-8") as f:
         s = f.read()
-    index = json.loads(s[s.index("(") + 1:s.rindex(")")])
+    index = json.loads(s[s.index("(") + 1 : s.rindex(")")])
     return {d: _squash(html.unescape(re.sub(r"<[^>]+>", "", t))) for d, t in zip(index["docnames"], index["titles"])}
 
 
@@ -86,14 +87,22 @@ def task(module: str, split: str, titles: dict[str, str]) -> dict:
     h1, title = h1_text(page), titles.get(f"library/{module}")
     if h1 != title:
         raise SystemExit(f"{module}: the page's h1 {h1!r} is not the search result's title {title!r}")
-    return {"id": f"pydocs/search/{module}", "family": "search", "split": split, "start_url": "/index.html",
-            "instruction": f"Search the Python documentation for [{module}] and open the page of the {module} module.",
-            "check": {"all": [{"url": f"/library/{rx(module)}\\.html(#.*)?$"},
-                              {"element": {"css": "h1"}, "text": "^" + rx(h1)}]},
-            "plan": [{"do": "TYPE", "role": "textbox", "name": "Quick search", "text": module},
-                     {"do": "CLICK", "role": "button", "name": "Go"},
-                     {"do": "CLICK", "role": "link", "name": h1},
-                     {"do": "STOP"}]}
+    return {
+        "id": f"pydocs/search/{module}",
+        "family": "search",
+        "split": split,
+        "start_url": "/index.html",
+        "instruction": f"Search the Python documentation for [{module}] and open the page of the {module} module.",
+        "check": {
+            "all": [{"url": f"/library/{rx(module)}\\.html(#.*)?$"}, {"element": {"css": "h1"}, "text": "^" + rx(h1)}]
+        },
+        "plan": [
+            {"do": "TYPE", "role": "textbox", "name": "Quick search", "text": module},
+            {"do": "CLICK", "role": "button", "name": "Go"},
+            {"do": "CLICK", "role": "link", "name": h1},
+            {"do": "STOP"},
+        ],
+    }
 
 
 def main(argv=None):

@@ -12,6 +12,7 @@ socket timeout, body size). A bind beyond loopback must be asked for (``allow_re
 of the sampled tokens, EOS included when generation ended with it, so their sum is the behaviour log-prob that
 ``ModelPolicy`` reports. Unsupported fields get a 400 answer in OpenAI's error shape.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -32,8 +33,14 @@ _FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
 
 
 class RequestError(Exception):
-    def __init__(self, message: str, status: int = 400, param: str | None = None,
-                 type_: str = "invalid_request_error", code: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        status: int = 400,
+        param: str | None = None,
+        type_: str = "invalid_request_error",
+        code: str | None = None,
+    ):
         super().__init__(message)
         self.message, self.status, self.param, self.type, self.code = message, status, param, type_, code
 
@@ -45,10 +52,15 @@ def _number(body: dict, key: str, kind, default, lo=None, hi=None):
     v = body.get(key)
     if v is None:
         return default
-    if (isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v))
-            or (kind is int and not float(v).is_integer())):
-        raise RequestError(f"'{key}' must be {'an integer' if kind is int else 'a finite number'}, got {v!r}",
-                           param=key)
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float))
+        or (isinstance(v, float) and not math.isfinite(v))
+        or (kind is int and not float(v).is_integer())
+    ):
+        raise RequestError(
+            f"'{key}' must be {'an integer' if kind is int else 'a finite number'}, got {v!r}", param=key
+        )
     v = kind(v)
     if (lo is not None and v < lo) or (hi is not None and v > hi):
         raise RequestError(f"'{key}' must be in [{lo}, {hi}], got {v}", param=key)
@@ -56,13 +68,25 @@ def _number(body: dict, key: str, kind, default, lo=None, hi=None):
 
 
 class ModelServer:
-    def __init__(self, sampler, tokenizer, model_name: str, host: str = "127.0.0.1", port: int = 0, *,
-                 default_max_tokens: int = DEFAULT_MAX_TOKENS, api_key: str | None = None,
-                 allow_remote: bool = False, max_connections: int | None = None,
-                 socket_timeout: float | None = None):
+    def __init__(
+        self,
+        sampler,
+        tokenizer,
+        model_name: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        default_max_tokens: int = DEFAULT_MAX_TOKENS,
+        api_key: str | None = None,
+        allow_remote: bool = False,
+        max_connections: int | None = None,
+        socket_timeout: float | None = None,
+    ):
         if not is_loopback(host) and not allow_remote:
-            raise ValueError(f"host={host!r} is reachable from other machines and this server has no TLS: pass "
-                             "allow_remote=True (launch.serve --allow_remote), ideally with an API key (--api_key)")
+            raise ValueError(
+                f"host={host!r} is reachable from other machines and this server has no TLS: pass "
+                "allow_remote=True (launch.serve --allow_remote), ideally with an API key (--api_key)"
+            )
         if not is_loopback(host) and not api_key:
             log.warning("serving on %s without an API key: anyone who reaches it can use the model", host)
         self.sampler, self.tokenizer, self.model_name = sampler, tokenizer, model_name
@@ -77,8 +101,15 @@ class ModelServer:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def from_path(cls, path: str, model_name: str | None = None, *, dtype: str | None = None,
-                  tokenizer_path: str | None = None, **kwargs) -> "ModelServer":
+    def from_path(
+        cls,
+        path: str,
+        model_name: str | None = None,
+        *,
+        dtype: str | None = None,
+        tokenizer_path: str | None = None,
+        **kwargs,
+    ) -> "ModelServer":
         """A server for the model saved at ``path`` (a run's model directory or a Hugging Face one), its EOS
         ids taken from the tokenizer; ``kwargs`` as the constructor's."""
         from tgpo_jax.models.loading import load_model, with_tokenizer_eos
@@ -140,8 +171,10 @@ class ModelServer:
 
     # ------------------------------------------------------------------ endpoints
     def models(self) -> dict:
-        return {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": self.created,
-                                            "owned_by": "tgpo-jax"}]}
+        return {
+            "object": "list",
+            "data": [{"id": self.model_name, "object": "model", "created": self.created, "owned_by": "tgpo-jax"}],
+        }
 
     def _common(self, body: dict):
         from tgpo_jax.models.sampler import SamplingParams
@@ -150,8 +183,12 @@ class ModelServer:
             raise RequestError("the request body must be a JSON object")
         model = body.get("model")
         if model is not None and model != self.model_name:
-            raise RequestError(f"The model `{model}` does not exist; this server serves `{self.model_name}`",
-                               status=404, param="model", code="model_not_found")
+            raise RequestError(
+                f"The model `{model}` does not exist; this server serves `{self.model_name}`",
+                status=404,
+                param="model",
+                code="model_not_found",
+            )
         if _number(body, "n", int, 1) != 1:
             raise RequestError("only n=1 is supported", param="n")
         if _number(body, "best_of", int, 1) != 1:
@@ -171,13 +208,15 @@ class ModelServer:
         key = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
         context = self.sampler.cfg.max_position_embeddings
         max_tokens = _number({key: max_tokens}, key, int, min(self.default_max_tokens, context), lo=1, hi=context)
-        seed = _number(body, "seed", int, None, lo=-(2 ** 63), hi=2 ** 64 - 1)
+        seed = _number(body, "seed", int, None, lo=-(2**63), hi=2**64 - 1)
         params = SamplingParams(
             temperature=_number(body, "temperature", float, 1.0, lo=0.0, hi=2.0),
             top_p=_number(body, "top_p", float, 1.0, lo=1e-9, hi=1.0),
             top_k=max(_number(body, "top_k", int, 0, lo=-1, hi=self.sampler.cfg.vocab_size), 0),  # vLLM's -1 = off
-            max_tokens=max_tokens, stop=stop,
-            seed=(seed & 0x7FFFFFFF) if seed is not None else secrets.randbits(31))
+            max_tokens=max_tokens,
+            stop=stop,
+            seed=(seed & 0x7FFFFFFF) if seed is not None else secrets.randbits(31),
+        )
         return params
 
     def _generate(self, prompt: list[int], params):
@@ -185,9 +224,11 @@ class ModelServer:
             raise RequestError("the prompt is empty")
         limit = self.sampler.cfg.max_position_embeddings
         if len(prompt) + params.max_tokens > limit:
-            raise RequestError(f"the prompt has {len(prompt)} tokens and max_tokens is {params.max_tokens}: "
-                               f"together more than the model's context of {limit} tokens",
-                               code="context_length_exceeded")
+            raise RequestError(
+                f"the prompt has {len(prompt)} tokens and max_tokens is {params.max_tokens}: "
+                f"together more than the model's context of {limit} tokens",
+                code="context_length_exceeded",
+            )
         with self._lock:
             return self.sampler.generate([prompt], params)[0]
 
@@ -197,7 +238,7 @@ class ModelServer:
         for i in range(len(tokens)):
             cur = self.tokenizer.decode(tokens[: i + 1], skip_special_tokens=False)
             if cur.startswith(prev):
-                out.append(cur[len(prev):])
+                out.append(cur[len(prev) :])
             else:  # a partial UTF-8 sequence resolved: fall back to the token alone
                 out.append(self.tokenizer.decode([tokens[i]], skip_special_tokens=False))
             prev = cur
@@ -228,19 +269,27 @@ class ModelServer:
         if want_logprobs is not None and not isinstance(want_logprobs, bool):
             raise RequestError("'logprobs' must be a boolean", param="logprobs")
         if _number(body, "top_logprobs", int, 0):
-            raise RequestError("top_logprobs > 0 is not supported (the sampled tokens' log-probs are)",
-                               param="top_logprobs")
+            raise RequestError(
+                "top_logprobs > 0 is not supported (the sampled tokens' log-probs are)", param="top_logprobs"
+            )
         try:
             prompt = chat_ids(self.tokenizer, clean)
         except Exception as e:  # noqa: BLE001 - a template that rejects the messages
             raise RequestError(f"the chat template rejected the messages: {e}", param="messages") from e
         c = self._generate(prompt, params)
-        choice = {"index": 0, "message": {"role": "assistant", "content": c.text},
-                  "finish_reason": _FINISH[c.finish_reason], "logprobs": None}
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": c.text},
+            "finish_reason": _FINISH[c.finish_reason],
+            "logprobs": None,
+        }
         if want_logprobs:
-            choice["logprobs"] = {"content": [
-                {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
-                for t, lp in zip(self._token_texts(c.tokens), c.logprobs)]}
+            choice["logprobs"] = {
+                "content": [
+                    {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+                    for t, lp in zip(self._token_texts(c.tokens), c.logprobs)
+                ]
+            }
         return self._response("chat.completion", "chatcmpl", choice, len(prompt), len(c.tokens))
 
     def completion(self, body: dict) -> dict:
@@ -264,8 +313,10 @@ class ModelServer:
         if nlp is not None and (isinstance(nlp, bool) or not isinstance(nlp, int) or nlp < 0):
             raise RequestError("'logprobs' must be a non-negative integer", param="logprobs")
         if nlp:
-            raise RequestError("logprobs > 0 (top alternatives) is not supported; use logprobs=0 for the "
-                               "sampled tokens' log-probs", param="logprobs")
+            raise RequestError(
+                "logprobs > 0 (top alternatives) is not supported; use logprobs=0 for the sampled tokens' log-probs",
+                param="logprobs",
+            )
         c = self._generate(ids, params)
         choice = {"index": 0, "text": c.text, "finish_reason": _FINISH[c.finish_reason], "logprobs": None}
         if nlp is not None:
@@ -274,15 +325,27 @@ class ModelServer:
             for t in texts:
                 offsets.append(pos)
                 pos += len(t)
-            choice["logprobs"] = {"tokens": texts, "token_logprobs": list(c.logprobs),
-                                  "top_logprobs": None, "text_offset": offsets}
+            choice["logprobs"] = {
+                "tokens": texts,
+                "token_logprobs": list(c.logprobs),
+                "top_logprobs": None,
+                "text_offset": offsets,
+            }
         return self._response("text_completion", "cmpl", choice, len(ids), len(c.tokens))
 
     def _response(self, obj: str, prefix: str, choice: dict, n_prompt: int, n_completion: int) -> dict:
-        return {"id": f"{prefix}-{uuid.uuid4().hex}", "object": obj, "created": int(time.time()),
-                "model": self.model_name, "choices": [choice],
-                "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_completion,
-                          "total_tokens": n_prompt + n_completion}}
+        return {
+            "id": f"{prefix}-{uuid.uuid4().hex}",
+            "object": obj,
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [choice],
+            "usage": {
+                "prompt_tokens": n_prompt,
+                "completion_tokens": n_completion,
+                "total_tokens": n_prompt + n_completion,
+            },
+        }
 
 
 class _Handler(LimitedHandler):
@@ -310,8 +373,11 @@ class _Handler(LimitedHandler):
         if hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
             return True
         self.close_connection = True
-        self._error(RequestError("a valid API key is required (Authorization: Bearer <key>)", status=401,
-                                 code="invalid_api_key"))
+        self._error(
+            RequestError(
+                "a valid API key is required (Authorization: Bearer <key>)", status=401, code="invalid_api_key"
+            )
+        )
         return False
 
     def do_GET(self):
@@ -350,5 +416,4 @@ class _Handler(LimitedHandler):
             self._error(RequestError(str(e)))
         except Exception as e:  # noqa: BLE001
             log.exception("request failed")
-            self._error(RequestError(f"internal error: {type(e).__name__}: {e}", status=500,
-                                     type_="server_error"))
+            self._error(RequestError(f"internal error: {type(e).__name__}: {e}", status=500, type_="server_error"))

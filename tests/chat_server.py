@@ -1,5 +1,6 @@
 """A chat-completions server on loopback for tests of the clients (the judge, the critic, the sampler): a real
 HTTP server whose answers a test decides, and the numbered-list reader for the prompts those clients send."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Shared test set-up: 8 fake CPU devices for mesh tests, offline transformers, common fixtures."""
+
 import os
 
 # Must precede the first jax import: single-process sharding tests run on 8 fake CPU devices.
@@ -9,8 +10,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # pipeline, a second test building the same train step, and the slow tier after the fast one load the compiled
 # programs instead of compiling them again (BUILD_NOTES.md, "a persistent XLA cache"). The key is the
 # program, the jax version and the XLA flags, so a stale entry is never used; the directory is git-ignored.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
-                      os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache", "jax"))
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR",
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache", "jax"),
+)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 import jax  # noqa: E402
@@ -29,14 +32,18 @@ def pytest_configure(config):
 
     flags = os.environ.get("XLA_FLAGS", "")
     plugin = bool(importlib.metadata.entry_points(group="jax_plugins")) or importlib.util.find_spec("jax_plugins")
-    if config.option.markexpr.replace(" ", "") == "notslow" and "xla_backend_optimization_level" not in flags \
-            and not plugin:
+    if (
+        config.option.markexpr.replace(" ", "") == "notslow"
+        and "xla_backend_optimization_level" not in flags
+        and not plugin
+    ):
         os.environ["XLA_FLAGS"] = flags + " --xla_backend_optimization_level=0"
     # GPUs multiply float32 matrices in TF32 by default (measured on an H200: 3e-4 relative error, 3e-7 at
     # 'highest'), above the parity tests' tolerances, which come from float32 numerics; the CPU computes them in
     # float32 anyway
     if jax.default_backend() != "cpu":
         jax.config.update("jax_default_matmul_precision", "highest")
+
 
 CORPUS = [
     "search for red running shoes under 50 dollars",
@@ -71,7 +78,8 @@ def browser():
     from rollout import browser_path
 
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=browser_path.chromium_executable(),
-                               args=list(browser_path.CHROMIUM_ARGS))
+        b = pw.chromium.launch(
+            executable_path=browser_path.chromium_executable(), args=list(browser_path.CHROMIUM_ARGS)
+        )
         yield b
         b.close()

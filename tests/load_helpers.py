@@ -1,5 +1,6 @@
 """A bounded load test of a loopback HTTP server: many requests over a pool of connections, raw sockets, so
 malformed requests reach the server as sent."""
+
 from __future__ import annotations
 
 import collections
@@ -24,8 +25,9 @@ def exchange(host: str, port: int, data: bytes, timeout: float = 30.0) -> tuple[
         head, _, body = buf.partition(b"\r\n\r\n")
         if not head.startswith(b"HTTP/"):
             return 0, buf
-        n = int(next((ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")),
-                     b"0"))
+        n = int(
+            next((ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")), b"0")
+        )
         while len(body) < n:
             chunk = c.recv(65536)
             if not chunk:
@@ -53,13 +55,15 @@ def settle(threads0: int, wait_s: float = 10.0) -> int:
 
 
 def rss_mb() -> float:
-    return psutil.Process().memory_info().rss / 2 ** 20
+    return psutil.Process().memory_info().rss / 2**20
 
 
 def post(path: str, body: bytes, length: str | None = None) -> bytes:
     n = str(len(body)) if length is None else length
-    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {n}\r\n"
-            "Connection: close\r\n\r\n").encode() + body
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {n}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode() + body
 
 
 def get(path: str) -> bytes:

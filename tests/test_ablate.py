@@ -1,25 +1,52 @@
 """launch/ablate: override parsing, the summary table, and a resumable 2-run sweep of the tiny config."""
+
 import csv
 import os
 
 import pytest
 
 from conftest import CORPUS
-from launch.ablate import (OverrideError, apply_overrides, parse_overrides, parse_sweep, run_ablation,
-                           summary_row, write_summary)
+from launch.ablate import (
+    OverrideError,
+    apply_overrides,
+    parse_overrides,
+    parse_sweep,
+    run_ablation,
+    summary_row,
+    write_summary,
+)
 
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "tgpo.py")
 
 
 def test_parse_overrides():
-    assert parse_overrides(["data.margin=0.1", "train.output_dir=/x/y", "train.progress=False",
-                            "mesh.shape=(1, 2, 1)", "optim.learning_rate=3e-6", "model.path=",
-                            "data.layout='plain'", "train.max_steps=10"]) == {
-        "data.margin": 0.1, "train.output_dir": "/x/y", "train.progress": False, "mesh.shape": (1, 2, 1),
-        "optim.learning_rate": 3e-6, "model.path": "", "data.layout": "plain", "train.max_steps": 10}
+    assert parse_overrides(
+        [
+            "data.margin=0.1",
+            "train.output_dir=/x/y",
+            "train.progress=False",
+            "mesh.shape=(1, 2, 1)",
+            "optim.learning_rate=3e-6",
+            "model.path=",
+            "data.layout='plain'",
+            "train.max_steps=10",
+        ]
+    ) == {
+        "data.margin": 0.1,
+        "train.output_dir": "/x/y",
+        "train.progress": False,
+        "mesh.shape": (1, 2, 1),
+        "optim.learning_rate": 3e-6,
+        "model.path": "",
+        "data.layout": "plain",
+        "train.max_steps": 10,
+    }
     # several in one item: only a comma that starts the next key=value separates
     assert parse_overrides(["mesh.shape=(1,1,1),train.seed=2,data.train_dir=a,b"]) == {
-        "mesh.shape": (1, 1, 1), "train.seed": 2, "data.train_dir": "a,b"}
+        "mesh.shape": (1, 1, 1),
+        "train.seed": 2,
+        "data.train_dir": "a,b",
+    }
     assert parse_overrides(["a=1", "a=2", ""]) == {"a": 2}  # later wins; empty items ignored
     assert parse_overrides(["x = [1, 2] "]) == {"x": [1, 2]}
     for bad in ("data.margin", "=1", "1x=2", "a..b=1"):
@@ -30,7 +57,9 @@ def test_parse_overrides():
 def test_parse_sweep():
     assert parse_sweep("alpha3:data.margin=0.0") == ("alpha3", {"data.margin": 0.0})
     assert parse_sweep("clip2:data.weight_clip=2.0,optim.learning_rate=1e-4") == (
-        "clip2", {"data.weight_clip": 2.0, "optim.learning_rate": 1e-4})
+        "clip2",
+        {"data.weight_clip": 2.0, "optim.learning_rate": 1e-4},
+    )
     assert parse_sweep("base:") == ("base", {}) and parse_sweep("base") == ("base", {})
     for bad in (":data.margin=1", "a b:data.margin=1", "../x:data.margin=1"):
         with pytest.raises(OverrideError, match="run name"):
@@ -41,8 +70,18 @@ def test_apply_overrides_types_and_unknown_keys():
     from configs import tgpo
 
     c = tgpo.get_config("tiny")
-    apply_overrides(c, parse_overrides(["data.margin=1", "model.tokenizer=123", "train.progress=false",
-                                        "mesh.shape=[1,1,1]", "optim.learning_rate=1e-3"]))
+    apply_overrides(
+        c,
+        parse_overrides(
+            [
+                "data.margin=1",
+                "model.tokenizer=123",
+                "train.progress=false",
+                "mesh.shape=[1,1,1]",
+                "optim.learning_rate=1e-3",
+            ]
+        ),
+    )
     assert c.data.margin == 1.0 and isinstance(c.data.margin, float)
     assert c.model.tokenizer == "123" and c.train.progress is False and c.mesh.shape == (1, 1, 1)
     assert c.optim.learning_rate == 1e-3
@@ -59,9 +98,18 @@ def test_apply_overrides_types_and_unknown_keys():
 
 
 def test_write_summary(tmp_path):
-    rows = [summary_row("a", {"data.margin": 0.0}, {"final_step": 3, "final": {"train/loss": 0.5},
-                                                     "eval": {"eval/loss": 0.25, "eval/rewards/accuracies": 1.0}}),
-            summary_row("b", {"data.weight_clip": 2.0, "train.output_dir": "x|y"}, None, status="failed: boom")]
+    rows = [
+        summary_row(
+            "a",
+            {"data.margin": 0.0},
+            {
+                "final_step": 3,
+                "final": {"train/loss": 0.5},
+                "eval": {"eval/loss": 0.25, "eval/rewards/accuracies": 1.0},
+            },
+        ),
+        summary_row("b", {"data.weight_clip": 2.0, "train.output_dir": "x|y"}, None, status="failed: boom"),
+    ]
     md, path = write_summary(str(tmp_path), rows, common={"train.max_steps": 3})
     with open(path) as f:
         table = list(csv.DictReader(f))
@@ -98,9 +146,14 @@ def test_sweep_runs_and_resumes(tmp_path, monkeypatch, compile_cache):
     tok = train_sentencepiece(CORPUS * 20 + [" ".join(ITEMS)] * 20, str(tmp_path / "tok"), vocab_size=400)
     write_dataset(synthetic_nodes(16, seed=1), str(tmp_path / "train"))
     write_dataset(synthetic_nodes(4, seed=2), str(tmp_path / "test"))
-    sets = [f"model.tokenizer={tok}", f"data.train_dir={tmp_path / 'train'}", f"data.eval_dir={tmp_path / 'test'}",
-            "train.max_steps=3,train.batch_size=4,train.save_every=3,train.eval_batches=1",
-            "train.progress=False", "mesh.shape=(1,1,1)"]
+    sets = [
+        f"model.tokenizer={tok}",
+        f"data.train_dir={tmp_path / 'train'}",
+        f"data.eval_dir={tmp_path / 'test'}",
+        "train.max_steps=3,train.batch_size=4,train.save_every=3,train.eval_batches=1",
+        "train.progress=False",
+        "mesh.shape=(1,1,1)",
+    ]
     sweeps = ["margin0:data.margin=0.0", "clip2:data.weight_clip=2.0,data.margin=0.5"]
     calls = []
     real_train = loop.train
@@ -143,8 +196,21 @@ def test_cli_fails_fast_on_unknown_key(tmp_path):
     import sys
 
     root = os.path.dirname(os.path.dirname(CONFIG))
-    r = subprocess.run([sys.executable, "-m", "launch.ablate", f"--config={CONFIG}:tiny", f"--out={tmp_path / 'a'}",
-                        "--set=train.max_steps=1", "--sweep=ok:data.margin=0.1", "--sweep=typo:data.margn=0.1"],
-                       cwd=root, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.ablate",
+            f"--config={CONFIG}:tiny",
+            f"--out={tmp_path / 'a'}",
+            "--set=train.max_steps=1",
+            "--sweep=ok:data.margin=0.1",
+            "--sweep=typo:data.margn=0.1",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode != 0 and "unknown config key 'data.margn'" in r.stderr, r.stderr[-2000:]
     assert not (tmp_path / "a" / "ok").exists()  # nothing trained

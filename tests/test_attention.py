@@ -3,6 +3,7 @@
 On the CPU the ``xla`` path of ``jax.nn.dot_product_attention`` must equal the dense one in float32 (same math, other
 code); on a GPU the ``cudnn`` kernel must match dense in bf16 to bf16's rounding. ``auto`` must pick dense here.
 """
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,6 +32,7 @@ def qkv(dtype, b=2, t=24, h=4, k=2, d=16, seed=0):
 
 def assert_same_gradients(q, k, v, mask, impl):
     """float32: ``impl``'s gradients of sum(sin(attention)) w.r.t. q, k and v equal dense's to 1e-5."""
+
     def loss(impl):
         return lambda q, k, v: jnp.sum(jnp.sin(attention(q, k, v, mask, impl)))
 
@@ -136,7 +138,7 @@ def _prefill_logits(cfg, flat, prompts, max_tokens=16):
     tokens = np.zeros((len(prompts), p), np.int32)
     valid = np.zeros((len(prompts), p), bool)
     for i, x in enumerate(prompts):
-        tokens[i, p - len(x):], valid[i, p - len(x):] = x, True
+        tokens[i, p - len(x) :], valid[i, p - len(x) :] = x, True
     logits = sampler._prefill(sampler.weights, jnp.asarray(tokens), jnp.asarray(valid), p + max_tokens)[1]
     out = sampler.generate_ids(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens))
     return np.asarray(logits, np.float32), [toks for toks, _, _ in out]
@@ -174,7 +176,7 @@ def test_a_decode_steps_attention_equals_writing_its_keys_into_the_cache_first(t
     mask = np.zeros((b, t, s), bool)
     mask[:, :, :index] = rng.random((b, t, index)) < 0.8  # padding / other branches masked out
     for i in range(t):  # each new token sees itself and the step's earlier ones
-        mask[:, i, index:index + i + 1] = True
+        mask[:, i, index : index + i + 1] = True
     mask = jnp.asarray(mask)
     full_k = jax.lax.dynamic_update_slice_in_dim(ck, k, index, axis=1)
     full_v = jax.lax.dynamic_update_slice_in_dim(cv, v, index, axis=1)

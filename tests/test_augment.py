@@ -1,4 +1,5 @@
 """Copy-swap augmentation: consistent whole-token replacement, and a resumable stream with new strings per epoch."""
+
 import os
 import re
 
@@ -15,10 +16,22 @@ RW = {"r_acc": 1.0, "r_format": 1.0, "r_red": 0.0, "r_subgoal": 1.0, "r": 5.0}
 
 
 def _node(i=0, query="red tent"):
-    prompt = [{"role": "system", "content": "You are a web agent. No content here."},
-              {"role": "user", "content": f'Task: Search for "{query}", sort by rating.\nPage: [2] textbox "Search"'}]
-    good = Branch(f"Thought: Type '{query}' into textbox 'Search'.\nCommand: TYPE [2] [{query}]",
-                  f"TYPE textbox \"Search\" [{query}]", 5.0, RW, 2, 2, 0, True, True, behaviour_logprob=-1.5)
+    prompt = [
+        {"role": "system", "content": "You are a web agent. No content here."},
+        {"role": "user", "content": f'Task: Search for "{query}", sort by rating.\nPage: [2] textbox "Search"'},
+    ]
+    good = Branch(
+        f"Thought: Type '{query}' into textbox 'Search'.\nCommand: TYPE [2] [{query}]",
+        f'TYPE textbox "Search" [{query}]',
+        5.0,
+        RW,
+        2,
+        2,
+        0,
+        True,
+        True,
+        behaviour_logprob=-1.5,
+    )
     bad = Branch("Command: CLICK [3]", "CLICK button", 2.0, RW, 1, 0, 1, False, False)
     return NodeRecord(f"t{i}", "n0", prompt, [good, bad], meta={"copy": [{"text": query, "kind": "query"}]})
 
@@ -38,8 +51,10 @@ def test_swap_replaces_every_occurrence_and_only_whole_tokens():
 
 
 def test_swapped_string_is_never_the_original_and_covers_the_pool():
-    seen = {swap_copies(_node(), POOLS, np.random.default_rng(s), 1.0).branches[0].action.rsplit("[", 1)[1]
-            for s in range(60)}
+    seen = {
+        swap_copies(_node(), POOLS, np.random.default_rng(s), 1.0).branches[0].action.rsplit("[", 1)[1]
+        for s in range(60)
+    }
     assert seen == {"blue kayak]", "green stove]", "wool socks]"}
 
 
@@ -79,8 +94,9 @@ def test_swap_needs_a_reference_it_can_compute(tmp_path):
 def test_swap_never_puts_in_a_string_the_prompt_already_holds():
     node = _node(query="red tent")
     node.prompt[1]["content"] += '\n[3] link "blue kayak"'
-    seen = {swap_copies(node, POOLS, np.random.default_rng(s), 1.0).branches[0].action.rsplit("[", 1)[1]
-            for s in range(60)}
+    seen = {
+        swap_copies(node, POOLS, np.random.default_rng(s), 1.0).branches[0].action.rsplit("[", 1)[1] for s in range(60)
+    }
     assert seen == {"green stove]", "wool socks]"}  # "blue kayak" is on the page: it would be two things of one
     crowded = _node(query="red tent")
     crowded.prompt[1]["content"] += "\nblue kayak, green stove, wool socks"
@@ -91,11 +107,14 @@ def test_copy_spans_name_the_combobox_a_successful_select_sets():
     from rollout.core import Task
     from trees.dataset import copy_spans
 
-    task = Task("t0", "shop", "webshop", "i am looking for [oak desk] with size [large], color [red]", "/", 6,
-                "train", {})
-    page = ('[2] textbox "Search" value="oak desk"\n[6] combobox "size" value="small" options=["small","large"]\n'
-            '[7] combobox "color" value="red" options=["red","blue"]\n[8] combobox "finish" value="matte"\n'
-            '[9] button "Buy Now"')
+    task = Task(
+        "t0", "shop", "webshop", "i am looking for [oak desk] with size [large], color [red]", "/", 6, "train", {}
+    )
+    page = (
+        '[2] textbox "Search" value="oak desk"\n[6] combobox "size" value="small" options=["small","large"]\n'
+        '[7] combobox "color" value="red" options=["red","blue"]\n[8] combobox "finish" value="matte"\n'
+        '[9] button "Buy Now"'
+    )
 
     def branch(out, n_success):
         return Branch(out, "", 1.0, RW, 2, n_success, 2 - n_success, n_success > 0, n_success > 0)
@@ -107,7 +126,9 @@ def test_copy_spans_name_the_combobox_a_successful_select_sets():
     # the set combobox's name, kind from the environment when it names one; a failed branch's and a name the
     # task does not write ("finish") are not copies
     assert copy_spans([good, failed, unnamed, typed], task, {"oak desk": "query"}, page) == [
-        {"text": "size", "kind": "option"}, {"text": "oak desk", "kind": "query"}]
+        {"text": "size", "kind": "option"},
+        {"text": "oak desk", "kind": "query"},
+    ]
     assert copy_spans([good], task, {"size": "dim"}, page) == [{"text": "size", "kind": "dim"}]
     assert copy_spans([good], task, {}) == []  # no page: no element names
 
@@ -120,9 +141,13 @@ def test_shop_typed_strings_name_every_option_a_task_sets():
     env = ShopEnv()  # tasks and catalog only: no server
     for t in [t for t in env.tasks("train") if t.family != "procedure"][:200]:
         kinds = env.typed_strings(t)
-        opts = t.goal["goal_options"] if t.family == "webshop" else {
-            k: v for it in t.goal["items"] for k, v in it["options"].items()}
+        opts = (
+            t.goal["goal_options"]
+            if t.family == "webshop"
+            else {k: v for it in t.goal["items"] for k, v in it["options"].items()}
+        )
         assert {s for s, k in kinds.items() if k == "option"} == {env.catalog.option_label(k) for k in opts}
         assert all(re.search(rf"\b{re.escape(s)} \[", t.instruction) for s, k in kinds.items() if k == "option")
-        assert {k for k in kinds.values()} - {"option"} == ({"query"} if t.family == "webshop" else
-                                                            {"title", "name", "address"})
+        assert {k for k in kinds.values()} - {"option"} == (
+            {"query"} if t.family == "webshop" else {"title", "name", "address"}
+        )

@@ -1,4 +1,5 @@
 """Which Chromium the harness launches: the headless shell for headless runs, the full browser for headed ones."""
+
 import pytest
 
 from rollout import browser_path

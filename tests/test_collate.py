@@ -1,4 +1,5 @@
 """Collation: loss only on action tokens, EOS once, no merge across the prompt/action boundary."""
+
 import numpy as np
 import pytest
 
@@ -126,8 +127,9 @@ def test_family_balance_weighs_every_family_alike(tmp_path, spm_tokenizer):
     with pytest.raises(ValueError, match="family_balance weighs SFT"):
         CollateConfig(method="tgpo", family_balance=True, **CC)
     # TGPO with the SFT term: the same weights on the node's slots (objective.sft_term reads slot_weight)
-    tg = NodeExamples(str(tmp_path / "d"), spm_tokenizer,
-                      CollateConfig(method="tgpo", family_balance=True, sft_slots=True, **CC))
+    tg = NodeExamples(
+        str(tmp_path / "d"), spm_tokenizer, CollateConfig(method="tgpo", family_balance=True, sft_slots=True, **CC)
+    )
     plain = NodeExamples(str(tmp_path / "d"), spm_tokenizer, CollateConfig(method="tgpo", sft_slots=True, **CC))
     for i in range(len(tg)):
         f = tg.node_family[i] or ""

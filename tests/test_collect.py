@@ -1,5 +1,6 @@
 """The harness end to end with real Chromium on the embedded shop: oracle success, determinism across
 parallel contexts, typed errors in the next observation, the GOTO allowlist, a killed browser, resume."""
+
 import asyncio
 import json
 import os
@@ -41,9 +42,15 @@ def run(env, tasks, policy, out, **kw):
 
 
 def trajectories(out):
-    return {(e.summary["task_id"], e.summary["run"]): ([s["output"] for s in e.steps], [s["phash"] for s in e.steps],
-                                                       [s["check"]["progress"] for s in e.steps], e.summary["status"])
-            for e in iter_episodes(str(out))}
+    return {
+        (e.summary["task_id"], e.summary["run"]): (
+            [s["output"] for s in e.steps],
+            [s["phash"] for s in e.steps],
+            [s["check"]["progress"] for s in e.steps],
+            e.summary["status"],
+        )
+        for e in iter_episodes(str(out))
+    }
 
 
 @pytest.mark.slow  # browser end-to-end, > 20 s on 2 cores: the slow tier
@@ -60,8 +67,7 @@ def test_clean_oracle_solves_every_family_and_wrong_choices_fail(shop, tmp_path)
             assert s["format_ok"] and s["error"] is None, s
             assert s["effect"] is None or s["effect"]["expected_change"], s
     # Always taking the wrong item / option: every task fails (webshop partially scored below 1).
-    wrong = run(shop, tasks, OraclePolicy(shop, OracleNoise(wrong_choice=1.0)), tmp_path / "wrong", runs=1,
-                contexts=2)
+    wrong = run(shop, tasks, OraclePolicy(shop, OracleNoise(wrong_choice=1.0)), tmp_path / "wrong", runs=1, contexts=2)
     assert wrong["failure"] == len(tasks), wrong
     for e in iter_episodes(str(tmp_path / "wrong")):
         assert e.summary["score"] < 1.0
@@ -87,28 +93,42 @@ def test_same_seed_same_trajectories_with_1_or_4_contexts(shop, tmp_path):
 
 def test_each_error_kind_reaches_the_next_observation(shop, tmp_path):
     task = sample(shop, "train", 1)[0]
-    script = ["Thought: x\nCommand: JUMP [1]",  # unknown_command
-              "Command: CLICK []",  # missing_id
-              "Command: TYPE [5] hello",  # malformed_command
-              "Command: CLICK [9999]",  # no_such_element
-              lambda obs: f"Command: SELECT [{obs.find(role='link')[0].id}] [x]",  # invalid_target
-              "Command: GOTO [http://example.com/]",  # navigation_blocked
-              "Command: GOTO [file:///etc/passwd]",  # navigation_blocked (scheme)
-              "Command: GO_BACK",  # invalid_target: no history
-              "Command: STOP []"]
+    script = [
+        "Thought: x\nCommand: JUMP [1]",  # unknown_command
+        "Command: CLICK []",  # missing_id
+        "Command: TYPE [5] hello",  # malformed_command
+        "Command: CLICK [9999]",  # no_such_element
+        lambda obs: f"Command: SELECT [{obs.find(role='link')[0].id}] [x]",  # invalid_target
+        "Command: GOTO [http://example.com/]",  # navigation_blocked
+        "Command: GOTO [file:///etc/passwd]",  # navigation_blocked (scheme)
+        "Command: GO_BACK",  # invalid_target: no history
+        "Command: STOP []",
+    ]
     run(shop, [task], ScriptedPolicy(script), tmp_path, runs=1, contexts=1)
     (e,) = list(iter_episodes(str(tmp_path)))
     kinds = [s["error"]["kind"] if s["error"] else None for s in e.steps]
-    assert kinds == ["unknown_command", "missing_id", "malformed_command", "no_such_element", "invalid_target",
-                     "navigation_blocked", "navigation_blocked", "invalid_target", None]
+    assert kinds == [
+        "unknown_command",
+        "missing_id",
+        "malformed_command",
+        "no_such_element",
+        "invalid_target",
+        "navigation_blocked",
+        "navigation_blocked",
+        "invalid_target",
+        None,
+    ]
     assert set(kinds[:-1]) <= set(ERROR_KINDS)
     for prev, step in zip(e.steps, e.steps[1:]):
         assert step["obs_error"]["kind"] == prev["error"]["kind"]
         assert f"({prev['error']['kind']})" in step["observation"]
     assert [s["format_ok"] for s in e.steps] == [False, False, False] + [True] * 6
     # the site's own URLs are recorded site-relative: the page text does not carry the run's port
-    assert (e.summary["end_reason"] == "stop" and e.steps[-1]["url"] == "/"
-            and shop.origin not in e.steps[-1]["observation"])
+    assert (
+        e.summary["end_reason"] == "stop"
+        and e.steps[-1]["url"] == "/"
+        and shop.origin not in e.steps[-1]["observation"]
+    )
 
 
 def test_site_listens_on_loopback_only(shop):
@@ -217,8 +237,15 @@ def test_policy_errors_are_contained_then_abort_the_run(shop, tmp_path):
         async def act(self, request):
             await asyncio.sleep(600)  # a policy server that never answers
 
-    counts = run(shop, tasks[:1], Hangs(), tmp_path / "hang", runs=1, contexts=1,
-                 harness=HarnessConfig(screenshots=False, step_timeout_s=4.0))
+    counts = run(
+        shop,
+        tasks[:1],
+        Hangs(),
+        tmp_path / "hang",
+        runs=1,
+        contexts=1,
+        harness=HarnessConfig(screenshots=False, step_timeout_s=4.0),
+    )
     s = read_summary(episode_dir(str(tmp_path / "hang"), tasks[0].task_id, 0))
     assert counts["errored"] == 1 and s["error"]["type"] == "watchdog" and s["steps"] == 0
 
@@ -230,8 +257,17 @@ def test_shards_partition_the_episodes(shop, tmp_path):
     keys = [(t.task_id, r) for p in parts for t, r in p]
     assert sorted(keys) == sorted((t.task_id, r) for t in tasks for r in range(3)) and len(set(keys)) == len(keys)
     for i in range(2):
-        counts = run(shop, tasks, OraclePolicy(shop), tmp_path, runs=3, contexts=2, shard_index=i, num_shards=2,
-                     harness=HarnessConfig(screenshots=False, recycle_after=1))
+        counts = run(
+            shop,
+            tasks,
+            OraclePolicy(shop),
+            tmp_path,
+            runs=3,
+            contexts=2,
+            shard_index=i,
+            num_shards=2,
+            harness=HarnessConfig(screenshots=False, recycle_after=1),
+        )
         assert counts["launches"] == 3 and counts["success"] == 3  # a fresh browser after every episode
     assert len(list(iter_episodes(str(tmp_path)))) == 3 * len(tasks)
     with open(tmp_path / "collection.json") as f:
@@ -260,13 +296,19 @@ def test_model_policy_records_behaviour_logprobs(shop, tmp_path, spm_tokenizer):
     from tgpo_jax.models.transformer import init_model
 
     # the full system text and the task are never cut; with this tiny vocabulary a prompt runs past 1,024 tokens
-    cfg = tiny_config("llama", vocab_size=len(spm_tokenizer), eos_token_id=spm_tokenizer.eos_token_id,
-                      max_position_embeddings=2048)
-    policy = ModelPolicy(Sampler(init_model(cfg, seed=0), spm_tokenizer, bucket=512), spm_tokenizer,
-                         params=SamplingParams(temperature=1.0, max_tokens=8, seed=0), budget_tokens=400)
+    cfg = tiny_config(
+        "llama", vocab_size=len(spm_tokenizer), eos_token_id=spm_tokenizer.eos_token_id, max_position_embeddings=2048
+    )
+    policy = ModelPolicy(
+        Sampler(init_model(cfg, seed=0), spm_tokenizer, bucket=512),
+        spm_tokenizer,
+        params=SamplingParams(temperature=1.0, max_tokens=8, seed=0),
+        budget_tokens=400,
+    )
     tasks = sample(shop, "train", 1, SHORT)
-    counts = run(shop, tasks, policy, tmp_path, runs=1, contexts=2,
-                 harness=HarnessConfig(screenshots=False, max_steps=2))
+    counts = run(
+        shop, tasks, policy, tmp_path, runs=1, contexts=2, harness=HarnessConfig(screenshots=False, max_steps=2)
+    )
     asyncio.run(policy.close())
     assert counts.get("errored", 0) == 0, counts
     steps = [s for e in iter_episodes(str(tmp_path)) for s in e.steps]
@@ -281,24 +323,41 @@ def _cli(*args):
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    return subprocess.run([sys.executable, "-m", "launch.collect", *args], capture_output=True, text=True, env=env,
-                          timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return subprocess.run(
+        [sys.executable, "-m", "launch.collect", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
 
 
 @pytest.mark.slow  # browser end-to-end, > 20 s on 2 cores: the slow tier
 def test_collect_cli_on_miniwob_resumes(tmp_path):
     out = str(tmp_path / "mw")
-    args = ["--env=miniwob", "--split=test", "--families=click-button,enter-text,click-checkboxes", "--num_tasks=3",
-            "--runs=2", "--contexts=2", "--wrong_choice=0", "--loop=0", "--malformed=0", "--premature_stop=0",
-            f"--out={out}", "--noscreenshots"]
+    args = [
+        "--env=miniwob",
+        "--split=test",
+        "--families=click-button,enter-text,click-checkboxes",
+        "--num_tasks=3",
+        "--runs=2",
+        "--contexts=2",
+        "--wrong_choice=0",
+        "--loop=0",
+        "--malformed=0",
+        "--premature_stop=0",
+        f"--out={out}",
+        "--noscreenshots",
+    ]
     r = _cli(*args)
     assert r.returncode == 0, r.stderr[-3000:]
-    counts = json.loads(r.stdout[r.stdout.index("{"):])
+    counts = json.loads(r.stdout[r.stdout.index("{") :])
     assert counts["success"] == 6 and counts["total"] == 6, counts
     eps = list(iter_episodes(out))
     assert {e.summary["family"] for e in eps} == {"click-button", "enter-text", "click-checkboxes"}
     assert all(e.summary["split"] == "test" and e.summary["score"] == 1.0 for e in eps)
     again = _cli(*args)
-    assert again.returncode == 0 and json.loads(again.stdout[again.stdout.index("{"):])["skipped"] == 6
+    assert again.returncode == 0 and json.loads(again.stdout[again.stdout.index("{") :])["skipped"] == 6
     bad = _cli("--env=miniwob", "--families=no-such-task", f"--out={out}")
     assert bad.returncode != 0 and "unknown task families" in bad.stderr

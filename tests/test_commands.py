@@ -1,19 +1,37 @@
 """The command grammar and output format (docs/method.md §1), URL normalisation, recording files — no browser."""
+
 import json
 import os
 
 import pytest
 
 from rollout.commands import format_output, parse_command, parse_output
-from rollout.core import (Command, MalformedCommand, MissingId, Task, UnknownCommand)
-from rollout.recording import (EpisodeWriter, RecordingError, check_collection, episode_dir, episode_status,
-                               iter_episodes, read_tasks, write_tasks)
+from rollout.core import Command, MalformedCommand, MissingId, Task, UnknownCommand
+from rollout.recording import (
+    EpisodeWriter,
+    RecordingError,
+    check_collection,
+    episode_dir,
+    episode_status,
+    iter_episodes,
+    read_tasks,
+    write_tasks,
+)
 from rollout.urls import normalize_url, site_relative
 
-ALL = [Command("CLICK", "12"), Command("TYPE", "3", "red shoes [size 9]"), Command("SELECT", "f1.4", "Large"),
-       Command("CLEAR", "7"), Command("SCROLL", arg="UP"), Command("SCROLL", arg="DOWN"),
-       Command("GOTO", arg="http://127.0.0.1:8000/cart"), Command("GO_BACK"), Command("STOP", arg="42"),
-       Command("STOP", arg=""), Command("TYPE", "3", "")]
+ALL = [
+    Command("CLICK", "12"),
+    Command("TYPE", "3", "red shoes [size 9]"),
+    Command("SELECT", "f1.4", "Large"),
+    Command("CLEAR", "7"),
+    Command("SCROLL", arg="UP"),
+    Command("SCROLL", arg="DOWN"),
+    Command("GOTO", arg="http://127.0.0.1:8000/cart"),
+    Command("GO_BACK"),
+    Command("STOP", arg="42"),
+    Command("STOP", arg=""),
+    Command("TYPE", "3", ""),
+]
 
 
 @pytest.mark.parametrize("cmd", ALL, ids=lambda c: c.render())
@@ -23,27 +41,30 @@ def test_render_parse_round_trip(cmd):
     assert parsed == cmd and thought == "Because: reasons.\nTwo lines."
 
 
-@pytest.mark.parametrize("text,error,needle", [
-    ("JUMP [1]", UnknownCommand, "JUMP"),
-    ("Thought: go\nCommand: PRESS [4]", UnknownCommand, "PRESS"),
-    ("CLICK", MissingId, "element id"),
-    ("CLICK []", MissingId, "element id"),
-    ("TYPE [ ] [x]", MissingId, "element id"),
-    ("SELECT [3]", MalformedCommand, "bracketed"),
-    ("TYPE [3] hello", MalformedCommand, "bracketed"),
-    ("CLICK 12", MissingId, "element id"),
-    ("CLICK [1 2]", MalformedCommand, "spaces"),
-    ("CLICK [1] [2]", MalformedCommand, "unexpected"),
-    ("GO_BACK now", MalformedCommand, "unexpected"),
-    ("SCROLL [LEFT]", MalformedCommand, "UP"),
-    ("GOTO []", MalformedCommand, "url"),
-    ("SELECT [3] []", MalformedCommand, "option"),
-    ("Thought: I will click", MalformedCommand, "Command:"),
-    ("CLICK [1]\nCLICK [2]", MalformedCommand, "Command:"),
-    ("Command: CLICK [1]\nand then more", MalformedCommand, "after the command"),
-    ("Command:", MalformedCommand, "empty"),
-    ("", MalformedCommand, "Command:"),
-])
+@pytest.mark.parametrize(
+    "text,error,needle",
+    [
+        ("JUMP [1]", UnknownCommand, "JUMP"),
+        ("Thought: go\nCommand: PRESS [4]", UnknownCommand, "PRESS"),
+        ("CLICK", MissingId, "element id"),
+        ("CLICK []", MissingId, "element id"),
+        ("TYPE [ ] [x]", MissingId, "element id"),
+        ("SELECT [3]", MalformedCommand, "bracketed"),
+        ("TYPE [3] hello", MalformedCommand, "bracketed"),
+        ("CLICK 12", MissingId, "element id"),
+        ("CLICK [1 2]", MalformedCommand, "spaces"),
+        ("CLICK [1] [2]", MalformedCommand, "unexpected"),
+        ("GO_BACK now", MalformedCommand, "unexpected"),
+        ("SCROLL [LEFT]", MalformedCommand, "UP"),
+        ("GOTO []", MalformedCommand, "url"),
+        ("SELECT [3] []", MalformedCommand, "option"),
+        ("Thought: I will click", MalformedCommand, "Command:"),
+        ("CLICK [1]\nCLICK [2]", MalformedCommand, "Command:"),
+        ("Command: CLICK [1]\nand then more", MalformedCommand, "after the command"),
+        ("Command:", MalformedCommand, "empty"),
+        ("", MalformedCommand, "Command:"),
+    ],
+)
 def test_malformed_outputs_raise_typed_errors(text, error, needle):
     with pytest.raises(error, match=needle) as e:
         parse_output(text)
@@ -58,11 +79,15 @@ def test_parser_takes_the_last_command_line_and_is_case_tolerant_on_verbs_only()
 
 def test_normalize_url():
     n = normalize_url
-    assert n("HTTP://127.0.0.1:8000/search?sort=price&q=a+b&utm_source=x&sid=3#frag") == \
-        "http://127.0.0.1:8000/search?q=a+b&sort=price"
+    assert (
+        n("HTTP://127.0.0.1:8000/search?sort=price&q=a+b&utm_source=x&sid=3#frag")
+        == "http://127.0.0.1:8000/search?q=a+b&sort=price"
+    )
     assert n("http://127.0.0.1:8000/item/12?q=shoes", {"/item/*": []}) == "http://127.0.0.1:8000/item/12"
-    assert n("http://127.0.0.1:8000/search?q=x&page=2&ref=home", {"/search": ["q", "page"]}) == \
-        "http://127.0.0.1:8000/search?page=2&q=x"
+    assert (
+        n("http://127.0.0.1:8000/search?q=x&page=2&ref=home", {"/search": ["q", "page"]})
+        == "http://127.0.0.1:8000/search?page=2&q=x"
+    )
     assert n("https://Example.com:443") == "https://example.com/" and n("http://a.b:80/x") == "http://a.b/x"
     assert n("http://h/p?b=2&a=1") == n("http://h/p?a=1&b=2") != n("http://h/p?a=1&b=3")
     assert n("http://h/shop;jsessionid=A1B2/item?PHPSESSID=9&id=3") == "http://h/shop/item?id=3"  # session ids

@@ -1,4 +1,5 @@
 """Config files: every method x preset builds; overrides reach the fields; bad values are clear errors."""
+
 import dataclasses
 import importlib
 
@@ -20,7 +21,6 @@ def test_every_method_and_preset_builds(method, preset):
         assert c.mesh.shape[2] == 4 and c.model.remat and c.distributed.enabled
 
 
-
 def _plan(preset: str = "tiny", **over):
     """The pipeline of a preset with config overrides, checked, and its stages by name."""
     from configs.pipeline import get_config
@@ -31,6 +31,7 @@ def _plan(preset: str = "tiny", **over):
     validate(c)
     p = Pipeline(c, progress=False)
     return p, {s.name: s for s in p.stages()}
+
 
 def test_unknown_preset_and_bad_values():
     with pytest.raises(ValueError, match="unknown model preset 'gpt9'"):
@@ -51,7 +52,6 @@ def test_unknown_preset_and_bad_values():
         LossConfig(method="kto", rpo_alpha=1.0)
     with pytest.raises(ValueError, match="rpo_alpha=-0.5"):
         LossConfig(method="tgpo", rpo_alpha=-0.5)
-
 
 
 def test_pipeline_gives_miniwob_a_seed_per_task():
@@ -329,8 +329,9 @@ def test_search_dpo_searches_with_the_first_seeds_sft_and_trains_dpo_on_its_tree
     assert sa["search-sft"].deps == ("sft",) and sa["search-sft"].spec["search_tasks"] == 5
     assert {"search-sft", "search-dpo"} <= set(sa["report"].deps)
     assert sa["eval-sft"].spec == plain["eval-sft"].spec
-    _, more = _plan(methods=("sft", "dpo"), eval=dict(search_models=("sft", "dpo"), search_tasks=5),
-                   search=dict(tasks=99))
+    _, more = _plan(
+        methods=("sft", "dpo"), eval=dict(search_models=("sft", "dpo"), search_tasks=5), search=dict(tasks=99)
+    )
     assert more["search-sft"].spec == sa["search-sft"].spec  # search.tasks is the collection's, not inference's
     with pytest.raises(ValueError, match="eval.search_models"):
         _plan(methods=("sft", "dpo"), eval=dict(search_models=("tgpo",)))
@@ -357,8 +358,14 @@ def test_judge_dpo_samples_with_the_first_seeds_sft_and_trains_dpo_on_the_judged
     _, fast = _plan(methods=("sft", "dpo", "judge_dpo"), judge=dict(concurrency=16))
     assert fast["dataset-judge-r1"].spec == one["dataset-judge-r1"].spec  # how fast the judge is asked, not what
     _plan(methods=("sft", "judge_dpo"), judge=dict(k=1, mode="dpo1"))
-    for bad in (dict(url="http://127.0.0.1:9"), dict(model="gpt-4o"), dict(k=1), dict(tasks=0), dict(mode="dpo4"),
-                dict(threshold=101.0)):
+    for bad in (
+        dict(url="http://127.0.0.1:9"),
+        dict(model="gpt-4o"),
+        dict(k=1),
+        dict(tasks=0),
+        dict(mode="dpo4"),
+        dict(threshold=101.0),
+    ):
         with pytest.raises(ValueError, match="judge_dpo' need"):
             _plan(methods=("sft", "judge_dpo"), judge=bad)
 
@@ -377,8 +384,14 @@ def test_the_control_trains_on_from_sft_as_tgpo_does_with_the_sft_loss_alone():
     assert t.method == "sft" and t.loss.reference == "none" and t.model.path == p.model_dir("sft")
     assert t.data.train_dir == g.data.train_dir == p.dataset(1)
     assert t.optim.learning_rate == g.optim.learning_rate == 2e-4 != s.optim.learning_rate
-    for section, key in (("optim", "schedule"), ("optim", "warmup_fraction"), ("train", "batch_size"),
-                         ("train", "num_epochs"), ("train", "max_steps"), ("data", "sft_shortest")):
+    for section, key in (
+        ("optim", "schedule"),
+        ("optim", "warmup_fraction"),
+        ("train", "batch_size"),
+        ("train", "num_epochs"),
+        ("train", "max_steps"),
+        ("data", "sft_shortest"),
+    ):
         assert t[section][key] == g[section][key], (section, key)
     assert t.data.copy_swap == 0 < s.data.copy_swap and t.train.num_epochs == 1
     # the large preset leaves the control out for its 3 h budget; named, it follows each seed's SFT there too
@@ -424,8 +437,10 @@ def test_the_control_makes_as_many_updates_as_tgpo(tmp_path):
 
     p, _ = _plan("default", methods=("sft", "sft_more", "tgpo"), out=str(tmp_path))
     # + single-branch nodes whose one step no successful run took: no pair, no SFT item, not in TGPO's pass
-    failed = [dataclasses.replace(n, branches=[dataclasses.replace(b, n_success=0) for b in n.branches])
-              for n in synthetic_nodes(30, seed=4, num_branches=1)]
+    failed = [
+        dataclasses.replace(n, branches=[dataclasses.replace(b, n_success=0) for b in n.branches])
+        for n in synthetic_nodes(30, seed=4, num_branches=1)
+    ]
     nodes = synthetic_nodes(40, seed=3) + failed
     write_dataset(nodes, p.dataset(1))
     pc = ex.PairConfig(sft_shortest=True)
@@ -584,8 +599,11 @@ def test_task_families_given_on_a_task_file_are_kept_and_checked():
 
     assert _on_task_file("tiny", tasks=dict(families=("search",))).tasks.families == ("search",)
     assert _on_task_file("miniwob", title="mine").title == "mine"
-    with pytest.raises(ValueError, match=r"tasks.families \['webshop'\]: not in docs/pydocs_tasks.jsonl, whose "
-                                         r"families are \['search'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"tasks.families \['webshop'\]: not in docs/pydocs_tasks.jsonl, whose "
+        r"families are \['search'\]",
+    ):
         _on_task_file("tiny", tasks=dict(families=("search,webshop",)))  # as the command line gives it
     c = get_config("tiny")
     normalize(c)
@@ -625,9 +643,20 @@ def test_the_retired_sft_weightings_are_refused_and_runs_made_with_them_keep_the
     from experiment.stages import StageRunner, StaleStage, fingerprints
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-m", "launch.pipeline", "--config=configs/pipeline.py:tiny",
-                        "--config.sft.data.decision_weight=2", f"--config.out={tmp_path / 'never'}"],
-                       cwd=root, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.pipeline",
+            "--config=configs/pipeline.py:tiny",
+            "--config.sft.data.decision_weight=2",
+            f"--config.out={tmp_path / 'never'}",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode != 0 and "'decision_weight'" in r.stderr.splitlines()[-1], r.stderr[-2000:]
     assert not (tmp_path / "never").exists()
     p, stages = _plan(methods=("sft", "tgpo"))
@@ -641,8 +670,9 @@ def test_the_retired_sft_weightings_are_refused_and_runs_made_with_them_keep_the
         out = [dataclasses.replace(s, spec=specs.get(s.name, s.spec)) for s in stages.values()]
         for s, fp in zip(out, fingerprints(out).values()):
             os.makedirs(tmp_path / "stages", exist_ok=True)
-            (tmp_path / "stages" / f"{s.name}.json").write_text(json.dumps(
-                {"name": s.name, "fingerprint": fp, "spec": s.spec, "deps": list(s.deps), "status": "done"}))
+            (tmp_path / "stages" / f"{s.name}.json").write_text(
+                json.dumps({"name": s.name, "fingerprint": fp, "spec": s.spec, "deps": list(s.deps), "status": "done"})
+            )
 
     mark({})  # a finished run whose markers hold the fields
     runner = StageRunner(str(tmp_path), list(stages.values()), log=lambda _: None)

@@ -1,47 +1,64 @@
 """Valid-argument decoding: the output grammar on hand-worked outputs, token boundaries, and the policy end to end."""
+
 import pytest
 
 from rollout.commands import parse_output
 from rollout.core import Element, HistoryItem, Observation, PolicyRequest, Task
-from rollout.policies.constrain import (OutputGrammar, StepStrings, _piece_table, quoted_strings, step_strings,
-                                        token_bounds)
+from rollout.policies.constrain import (
+    OutputGrammar,
+    StepStrings,
+    _piece_table,
+    quoted_strings,
+    step_strings,
+    token_bounds,
+)
 
-STEP = StepStrings(ids=frozenset({"2", "3", "6", "7", "9"}), options={"6": ("XS", "S", "M"), "7": ("red", "blue")},
-                   typed=frozenset({"oil free face moisturizer", "Noah Rossi"}))
+STEP = StepStrings(
+    ids=frozenset({"2", "3", "6", "7", "9"}),
+    options={"6": ("XS", "S", "M"), "7": ("red", "blue")},
+    typed=frozenset({"oil free face moisturizer", "Noah Rossi"}),
+)
 
 
-@pytest.mark.parametrize("text,viable,complete", [
-    ("Thought: Type for [oil", True, False),
-    ("Thought: Type for [o lowm", False, False),  # a hop out of the quoted string
-    ("Thought: Type [oil free face moisturizer] into textbox \"Search\"[2].\nCommand: TYPE [2] [oil free face "
-     "moisturizer]", True, True),
-    ("Thought: Click [8]", False, False),  # no element 8 on the page
-    ("Thought: x\nCommand: CLICK 1", False, False),  # the id must be bracketed
-    ("Thought: x\nCommand: CLICK [9]", True, True),
-    ("Thought: x\nCommand: CLICK [9] [", False, False),  # CLICK takes one group
-    ("Thought: x\nCommand: click [9]", False, False),  # verbs as the grammar writes them
-    ("Thought: x\nCommand: SELECT [2]", False, False),  # element 2 has no options
-    ("Thought: x\nCommand: SELECT [6] [L", False, False),  # no such option
-    ("Thought: x\nCommand: SELECT [6] [red]", False, False),  # another combobox's option
-    ("Thought: x\nCommand: SELECT [7] [red]", True, True),
-    ("Thought: x\nCommand: TYPE [2] [Noah", True, False),
-    ("Thought: x\nCommand: TYPE [2] [Noah Smith]", False, False),
-    ("Thought: x\nCommand: STOP []", True, True),
-    ("Thought: x\nCommand: STOP", True, True),
-    ("Thought: x\nCommand: STOP [any answer at all]", True, True),  # STOP's answer is free text
-    ("Thought: x\nCommand: GO_BACK", True, True),
-    ("Thought: x\nCommand: GO_BACK [", False, False),
-    ("Thought: x\nCommand: SCROLL [DOWN]", True, True),
-    ("Thought: x\nCommand: CLICK [9]\n", True, True),
-    ("Thought: x\nCommand: CLICK [9]\nanything after the line", False, False),
-    ("Thought: x [Noah\nRossi]", False, False),  # a group never spans lines
-    ("Thought: Click button \"Buy Now\"[9].\nCommand: CLICK [7]", False, False),  # not the element it named
-    ("Thought: Click button \"Buy Now\"[9].\nCommand: CLICK [9]", True, True),
-    ("Thought: Set combobox \"size\"[6] to size [M].\nCommand: SELECT [7] [red]", False, False),
-    ("Thought: Set combobox \"size\"[6] to size [M].\nCommand: SELECT [6] [M]", True, True),
-    # names no combobox
-    ("Thought: Type [Noah Rossi] into textbox \"Search\"[2].\nCommand: SELECT [7] [red]", True, True),
-])
+@pytest.mark.parametrize(
+    "text,viable,complete",
+    [
+        ("Thought: Type for [oil", True, False),
+        ("Thought: Type for [o lowm", False, False),  # a hop out of the quoted string
+        (
+            'Thought: Type [oil free face moisturizer] into textbox "Search"[2].\nCommand: TYPE [2] [oil free face '
+            "moisturizer]",
+            True,
+            True,
+        ),
+        ("Thought: Click [8]", False, False),  # no element 8 on the page
+        ("Thought: x\nCommand: CLICK 1", False, False),  # the id must be bracketed
+        ("Thought: x\nCommand: CLICK [9]", True, True),
+        ("Thought: x\nCommand: CLICK [9] [", False, False),  # CLICK takes one group
+        ("Thought: x\nCommand: click [9]", False, False),  # verbs as the grammar writes them
+        ("Thought: x\nCommand: SELECT [2]", False, False),  # element 2 has no options
+        ("Thought: x\nCommand: SELECT [6] [L", False, False),  # no such option
+        ("Thought: x\nCommand: SELECT [6] [red]", False, False),  # another combobox's option
+        ("Thought: x\nCommand: SELECT [7] [red]", True, True),
+        ("Thought: x\nCommand: TYPE [2] [Noah", True, False),
+        ("Thought: x\nCommand: TYPE [2] [Noah Smith]", False, False),
+        ("Thought: x\nCommand: STOP []", True, True),
+        ("Thought: x\nCommand: STOP", True, True),
+        ("Thought: x\nCommand: STOP [any answer at all]", True, True),  # STOP's answer is free text
+        ("Thought: x\nCommand: GO_BACK", True, True),
+        ("Thought: x\nCommand: GO_BACK [", False, False),
+        ("Thought: x\nCommand: SCROLL [DOWN]", True, True),
+        ("Thought: x\nCommand: CLICK [9]\n", True, True),
+        ("Thought: x\nCommand: CLICK [9]\nanything after the line", False, False),
+        ("Thought: x [Noah\nRossi]", False, False),  # a group never spans lines
+        ('Thought: Click button "Buy Now"[9].\nCommand: CLICK [7]', False, False),  # not the element it named
+        ('Thought: Click button "Buy Now"[9].\nCommand: CLICK [9]', True, True),
+        ('Thought: Set combobox "size"[6] to size [M].\nCommand: SELECT [7] [red]', False, False),
+        ('Thought: Set combobox "size"[6] to size [M].\nCommand: SELECT [6] [M]', True, True),
+        # names no combobox
+        ('Thought: Type [Noah Rossi] into textbox "Search"[2].\nCommand: SELECT [7] [red]', True, True),
+    ],
+)
 def test_grammar_on_hand_worked_outputs(text, viable, complete):
     g = OutputGrammar(STEP)
     assert g.viable(text) is viable and g.complete(text) is complete
@@ -52,17 +69,20 @@ def test_grammar_on_hand_worked_outputs(text, viable, complete):
 NAMED = StepStrings(ids=STEP.ids, options=STEP.options, typed=STEP.typed, names={"6": "size", "7": "color"})
 
 
-@pytest.mark.parametrize("text,viable", [
-    ('Thought: Set combobox "size"[6] to si', True),
-    ('Thought: Set combobox "size"[6] to color [', False),  # another option's name: its value's copy starts there
-    ('Thought: Set combobox "size"[6] to size [M', True),
-    ('Thought: Set combobox "size"[6] to size [red', False),  # the other combobox's option
-    ('Thought: Set combobox "size"[6] to size [M].\nCommand: SELECT [6] [M]', True),
-    ('Thought: Set combobox "wei', False),  # no combobox of that name on the page
-    ('Thought: Set combobox "col', True),
-    ('Thought: Click button "Buy Now"[9].\nCommand: CLICK [9]', True),  # names no combobox
-    ('Thought: Set combobox "size"[6] to size [M].\nCommand: SELECT [6] [S', False),  # not the value it set
-])
+@pytest.mark.parametrize(
+    "text,viable",
+    [
+        ('Thought: Set combobox "size"[6] to si', True),
+        ('Thought: Set combobox "size"[6] to color [', False),  # another option's name: its value's copy starts there
+        ('Thought: Set combobox "size"[6] to size [M', True),
+        ('Thought: Set combobox "size"[6] to size [red', False),  # the other combobox's option
+        ('Thought: Set combobox "size"[6] to size [M].\nCommand: SELECT [6] [M]', True),
+        ('Thought: Set combobox "wei', False),  # no combobox of that name on the page
+        ('Thought: Set combobox "col', True),
+        ('Thought: Click button "Buy Now"[9].\nCommand: CLICK [9]', True),  # names no combobox
+        ('Thought: Set combobox "size"[6] to size [M].\nCommand: SELECT [6] [S', False),  # not the value it set
+    ],
+)
 def test_a_setting_names_its_combobox_and_one_of_its_options(text, viable):
     """The scratch_copy wording's settings (``setting_form``)."""
     assert OutputGrammar(NAMED, setting_form=True).viable(text) is viable
@@ -70,9 +90,16 @@ def test_a_setting_names_its_combobox_and_one_of_its_options(text, viable):
 
 def test_a_combobox_set_on_this_page_is_not_named_again():
     task = Task("t", "shop", "webshop", "buy [mug] with size [M], color [red]", "/", 5, "test")
-    page = Observation("/item/1", "Mug", "", (Element("6", "combobox", "size", options=("S", "M")),
-                                               Element("7", "combobox", "color", options=("red", "blue")),
-                                               Element("9", "button", "Buy Now")))
+    page = Observation(
+        "/item/1",
+        "Mug",
+        "",
+        (
+            Element("6", "combobox", "size", options=("S", "M")),
+            Element("7", "combobox", "color", options=("red", "blue")),
+            Element("9", "button", "Buy Now"),
+        ),
+    )
 
     def grammar(*commands, error=None):
         history = tuple(HistoryItem(c, "", error if i == len(commands) - 1 else None) for i, c in enumerate(commands))
@@ -86,43 +113,54 @@ def test_a_combobox_set_on_this_page_is_not_named_again():
     assert grammar("SELECT [6] [M]", error="element_not_found").viable('Thought: Set combobox "size')
 
 
-ALL_SET = StepStrings(ids=STEP.ids, options=STEP.options, typed=STEP.typed, names={"6": "size", "7": "color"},
-                      set_here=frozenset({"size", "color"}))
+ALL_SET = StepStrings(
+    ids=STEP.ids,
+    options=STEP.options,
+    typed=STEP.typed,
+    names={"6": "size", "7": "color"},
+    set_here=frozenset({"size", "color"}),
+)
 NO_OPTIONS = StepStrings(ids=frozenset({"2", "9"}), options={}, typed=STEP.typed)
 
 
-@pytest.mark.parametrize("step,text,viable,complete", [
-    (NAMED, 'Thought: Set', True, False),
-    (NAMED, 'Thought: Set combobox "si', True, False),
-    (NAMED, 'Thought: Set combobox l', False, False),  # a setting goes on to the quoted name
-    (NAMED, 'Thought: Setting', False, False),
-    (NAMED, 'Thought: Set listbox "size"[6] to size [M].', True, False),  # the role word is the page's business
-    (NAMED, 'Thought: Set combobox "size"[6] to size [M].\nCommand: CLICK [6]', False, False),  # sets: a SELECT
-    (NAMED, 'Thought: Set combobox "size"[6] to size [M].\nCommand: S', True, False),
-    (NAMED, 'Thought: Set combobox "size"[6] to size [M].\nCommand: SC', False, False),  # SCROLL is not a setting
-    (NAMED, 'Thought: Set combobox "size"[6] to size [M].\nCommand: SELECT [6] [M]', True, True),
-    (NAMED, 'Thought: Click button "Buy Now"[9].\nCommand: CLICK [9]', True, True),
-    (ALL_SET, 'Thought: Set', False, False),  # every combobox set here: no setting is left to start
-    (ALL_SET, ' Thought: Set', False, False),  # as the piece table decodes an output: a leading space
-    (ALL_SET, 'Thought: Se', True, False),  # not yet a setting
-    (ALL_SET, 'Thought: Click button "Buy Now"[9].\nCommand: CLICK [9]', True, True),
-    (NO_OPTIONS, 'Thought: Set', False, False),  # nothing to set on the page
-    (STEP, 'Thought: Set combobox ""[6] to [M].\nCommand: SELECT [6] [M]', True, True),  # unnamed: no name check
-])
+@pytest.mark.parametrize(
+    "step,text,viable,complete",
+    [
+        (NAMED, "Thought: Set", True, False),
+        (NAMED, 'Thought: Set combobox "si', True, False),
+        (NAMED, "Thought: Set combobox l", False, False),  # a setting goes on to the quoted name
+        (NAMED, "Thought: Setting", False, False),
+        (NAMED, 'Thought: Set listbox "size"[6] to size [M].', True, False),  # the role word is the page's business
+        (NAMED, 'Thought: Set combobox "size"[6] to size [M].\nCommand: CLICK [6]', False, False),  # sets: a SELECT
+        (NAMED, 'Thought: Set combobox "size"[6] to size [M].\nCommand: S', True, False),
+        (NAMED, 'Thought: Set combobox "size"[6] to size [M].\nCommand: SC', False, False),  # SCROLL is not a setting
+        (NAMED, 'Thought: Set combobox "size"[6] to size [M].\nCommand: SELECT [6] [M]', True, True),
+        (NAMED, 'Thought: Click button "Buy Now"[9].\nCommand: CLICK [9]', True, True),
+        (ALL_SET, "Thought: Set", False, False),  # every combobox set here: no setting is left to start
+        (ALL_SET, " Thought: Set", False, False),  # as the piece table decodes an output: a leading space
+        (ALL_SET, "Thought: Se", True, False),  # not yet a setting
+        (ALL_SET, 'Thought: Click button "Buy Now"[9].\nCommand: CLICK [9]', True, True),
+        (NO_OPTIONS, "Thought: Set", False, False),  # nothing to set on the page
+        (STEP, 'Thought: Set combobox ""[6] to [M].\nCommand: SELECT [6] [M]', True, True),  # unnamed: no name check
+    ],
+)
 def test_a_thought_that_starts_with_set_is_a_setting_of_a_combobox_left_to_set(step, text, viable, complete):
     """The scratch_copy wording's settings (``setting_form``)."""
     g = OutputGrammar(step, setting_form=True)
     assert g.viable(text) is viable and g.complete(text) is complete
 
 
-@pytest.mark.parametrize("step,text", [
-    (NAMED, 'Thought: Set combobox "size"[6] to color ['),  # another option's name
-    (NAMED, 'Thought: Set combobox l'),  # a setting that does not go on to a quoted name
-    (NAMED, 'Thought: Setting'),
-    (NAMED, 'Thought: Set combobox "size"[6] to size [M].\nCommand: SC'),  # a setting, then not a SELECT
-    (ALL_SET, 'Thought: Set'),  # every combobox set here
-    (NO_OPTIONS, 'Thought: Set'),  # nothing to set on the page
-])
+@pytest.mark.parametrize(
+    "step,text",
+    [
+        (NAMED, 'Thought: Set combobox "size"[6] to color ['),  # another option's name
+        (NAMED, "Thought: Set combobox l"),  # a setting that does not go on to a quoted name
+        (NAMED, "Thought: Setting"),
+        (NAMED, 'Thought: Set combobox "size"[6] to size [M].\nCommand: SC'),  # a setting, then not a SELECT
+        (ALL_SET, "Thought: Set"),  # every combobox set here
+        (NO_OPTIONS, "Thought: Set"),  # nothing to set on the page
+    ],
+)
 def test_the_setting_form_rules_hold_only_for_a_wording_registered_with_them(step, text):
     """Without ``setting_form`` (the plain wording) a thought may start with ``Set`` and word a setting as it likes;
     the rules every wording keeps still hold."""
@@ -130,23 +168,30 @@ def test_the_setting_form_rules_hold_only_for_a_wording_registered_with_them(ste
     assert OutputGrammar(step).viable(text)
 
 
-@pytest.mark.parametrize("text,viable,complete", [
-    # the element the thought names, its id before the role (page_ids "before") or after the name ("after")
-    ('Thought: Click [9] button "Buy Now".\nCommand: CLICK [9]', True, True),
-    ('Thought: Click [9] button "Buy Now".\nCommand: CLICK [7]', False, False),  # not the element it named
-    ('Thought: Click button "Buy Now"[9].\nCommand: CLICK [7]', False, False),
-    ('Thought: Set [6] combobox "size" to [M].\nCommand: SELECT [6] [M]', True, True),
-    ('Thought: Set [6] combobox "size" to [M].\nCommand: SELECT [7] [red]', False, False),
-    ('Thought: Set [6] combobox "size" to [M].\nCommand: SELECT [6] [S', False, False),  # not the value it set
-    ('Thought: Set combobox "size"[6] to [M].\nCommand: SELECT [6] [S', False, False),
-    ('Thought: Set combobox "size"[6] to [M].\nCommand: SELECT [6] [M]', True, True),
-    ('Thought: Set [6] combobox "wei', False, False),  # no combobox of that name on the page
-    ('Thought: The task asks for the second item, and [9] link "Mug" is the second result: click it.\n'
-     'Command: CLICK [9]', True, True),
-    ('Thought: Type [Noah Rossi] into [2] textbox "Search".\nCommand: TYPE [2] [Noah Rossi]', True, True),
-    ('Thought: Type [Noah Rossi] into [2] textbox "Search".\nCommand: TYPE [3] [Noah Rossi]', False, False),
-    ('Thought: Type [Noah Smith', False, False),  # a string the task does not quote
-])
+@pytest.mark.parametrize(
+    "text,viable,complete",
+    [
+        # the element the thought names, its id before the role (page_ids "before") or after the name ("after")
+        ('Thought: Click [9] button "Buy Now".\nCommand: CLICK [9]', True, True),
+        ('Thought: Click [9] button "Buy Now".\nCommand: CLICK [7]', False, False),  # not the element it named
+        ('Thought: Click button "Buy Now"[9].\nCommand: CLICK [7]', False, False),
+        ('Thought: Set [6] combobox "size" to [M].\nCommand: SELECT [6] [M]', True, True),
+        ('Thought: Set [6] combobox "size" to [M].\nCommand: SELECT [7] [red]', False, False),
+        ('Thought: Set [6] combobox "size" to [M].\nCommand: SELECT [6] [S', False, False),  # not the value it set
+        ('Thought: Set combobox "size"[6] to [M].\nCommand: SELECT [6] [S', False, False),
+        ('Thought: Set combobox "size"[6] to [M].\nCommand: SELECT [6] [M]', True, True),
+        ('Thought: Set [6] combobox "wei', False, False),  # no combobox of that name on the page
+        (
+            'Thought: The task asks for the second item, and [9] link "Mug" is the second result: click it.\n'
+            "Command: CLICK [9]",
+            True,
+            True,
+        ),
+        ('Thought: Type [Noah Rossi] into [2] textbox "Search".\nCommand: TYPE [2] [Noah Rossi]', True, True),
+        ('Thought: Type [Noah Rossi] into [2] textbox "Search".\nCommand: TYPE [3] [Noah Rossi]', False, False),
+        ("Thought: Type [Noah Smith", False, False),  # a string the task does not quote
+    ],
+)
 def test_plain_thoughts_keep_the_rules_of_every_wording(text, viable, complete):
     g = OutputGrammar(NAMED)
     assert g.viable(text) is viable and g.complete(text) is complete
@@ -175,7 +220,10 @@ def test_select_is_not_offered_on_a_page_without_options():
 
 def test_quoted_strings_of_a_task():
     assert quoted_strings('Buy item 1 [red mug] with color [red]; type "hello world" then "".') == {
-        "red mug", "red", "hello world"}
+        "red mug",
+        "red",
+        "hello world",
+    }
     g = OutputGrammar(StepStrings(ids=frozenset({"2"}), options={}, typed=frozenset()))
     assert g.complete("Command: TYPE [2] [whatever]")  # a task that quotes nothing leaves TYPE free
 

@@ -1,5 +1,6 @@
 """The planted copy circuit: at initialisation a from-scratch model continues a repeated random sequence, an
 unplanted one does not, and transformers computes the same predictions from the export."""
+
 import numpy as np
 import pytest
 
@@ -18,14 +19,15 @@ def _sequences(n=16, length=160, span=12, seed=0, vocab=VOCAB):
     starts = rng.integers(length // 2, length - span, size=n)
     for i, s in enumerate(starts):
         first = rng.integers(0, length // 2 - span)
-        toks[i, s:s + span] = toks[i, first:first + span]
+        toks[i, s : s + span] = toks[i, first : first + span]
     return toks, starts, span
 
 
 def _copy_accuracy(logits, toks, starts, span):
     """Top-1 accuracy on tokens 2..span of the second occurrence (the first one has no cue)."""
-    hits = [int(np.argmax(logits[i, s + j - 1])) == toks[i, s + j]
-            for i, s in enumerate(starts) for j in range(1, span)]
+    hits = [
+        int(np.argmax(logits[i, s + j - 1])) == toks[i, s + j] for i, s in enumerate(starts) for j in range(1, span)
+    ]
     return float(np.mean(hits))
 
 
@@ -97,10 +99,17 @@ def test_planted_model_is_an_ordinary_checkpoint(tmp_path, spm_tokenizer):
     np.testing.assert_allclose(_logits(model, toks), theirs, atol=2e-3, rtol=1e-4)
 
 
-@pytest.mark.parametrize("over,match", [
-    (dict(rope_theta=1e4), "rope_theta"), (dict(hidden_size=96, num_heads=1, num_kv_heads=1), "hidden_size"),
-    (dict(num_layers=1), "num_layers"), (dict(qk_norm=True), "qk_norm"), (dict(tie_word_embeddings=True), "tied"),
-    (dict(num_kv_heads=1), "num_kv_heads")])
+@pytest.mark.parametrize(
+    "over,match",
+    [
+        (dict(rope_theta=1e4), "rope_theta"),
+        (dict(hidden_size=96, num_heads=1, num_kv_heads=1), "hidden_size"),
+        (dict(num_layers=1), "num_layers"),
+        (dict(qk_norm=True), "qk_norm"),
+        (dict(tie_word_embeddings=True), "tied"),
+        (dict(num_kv_heads=1), "num_kv_heads"),
+    ],
+)
 def test_models_that_cannot_hold_the_circuit_are_refused(over, match):
     with pytest.raises(ValueError, match=match):
         circuit.check_fits(scratch_config("copy", VOCAB, **over))
@@ -116,8 +125,8 @@ def test_recency_after_a_trigger_copies_from_the_nearest_match():
     toks = rng.integers(10, VOCAB, size=(n, length)).astype(np.int32)
     far, near = rng.integers(20, 250, size=n), rng.integers(length - 30, length - 12, size=n)
     for i in range(n):
-        toks[i, far[i]:far[i] + 2] = a_tok, b_tok
-        toks[i, near[i]:near[i] + 2] = a_tok, c_tok
+        toks[i, far[i] : far[i] + 2] = a_tok, b_tok
+        toks[i, near[i] : near[i] + 2] = a_tok, c_tok
         toks[i, -1] = a_tok
     init = {k: np.asarray(v) for k, v in flat_params(init_model(cfg, seed=1)).items()}
 
@@ -148,7 +157,8 @@ def test_model_config_sets_the_circuit():
 
     from recipes.scratch_copy import circuit_config
 
-    got = circuit_config(ml_collections.ConfigDict({"circuit_bigram": 0.7, "circuit_recency": 3.0,
-                                                    "circuit_trigram": 0.5}))
+    got = circuit_config(
+        ml_collections.ConfigDict({"circuit_bigram": 0.7, "circuit_recency": 3.0, "circuit_trigram": 0.5})
+    )
     assert (got.bigram, got.recency, got.trigram) == (0.7, 3.0, 0.5)
     assert circuit_config(ml_collections.ConfigDict({})) == circuit.CircuitConfig()

@@ -1,5 +1,6 @@
 """Decision tokens (tgpo_jax/data/decisions.py): hand-worked sequences, a brute-force reference, and the collated
 per-token weight that a DPO / TGPO margin without the copies reads (loss.margin_copies=False)."""
+
 import numpy as np
 import pytest
 
@@ -16,7 +17,7 @@ def brute_force(prompt, completion, max_n=8):
         i = len(prompt) + k
         verdict = True
         for n in range(min(max_n, i), 0, -1):
-            follow = {seq[j] for j in range(n, i) if seq[j - n:j] == seq[i - n:i]}
+            follow = {seq[j] for j in range(n, i) if seq[j - n : j] == seq[i - n : i]}
             if follow:
                 verdict = follow != {y}
                 break
@@ -45,8 +46,9 @@ def test_matches_brute_force_on_random_sequences():
         for _ in range(40):
             prompt = rng.integers(0, vocab, rng.integers(0, 30)).tolist()
             completion = rng.integers(0, vocab, rng.integers(1, 12)).tolist()
-            np.testing.assert_array_equal(decision_mask(prompt, completion), brute_force(prompt, completion),
-                                          err_msg=f"{prompt} | {completion}")
+            np.testing.assert_array_equal(
+                decision_mask(prompt, completion), brute_force(prompt, completion), err_msg=f"{prompt} | {completion}"
+            )
 
 
 @pytest.mark.parametrize("layout", ["packed", "plain"])

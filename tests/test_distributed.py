@@ -1,4 +1,5 @@
 """Two processes (jax.distributed on 127.0.0.1) train to the same losses as one process with as many devices."""
+
 import subprocess
 
 import portpicker
@@ -26,12 +27,17 @@ def test_two_processes_match_one(work, tmp_path):
     port = portpicker.pick_unused_port()
     procs = []
     for pid in range(2):
-        extra = steps + ["--config.distributed.enabled=True", f"--config.distributed.coordinator=127.0.0.1:{port}",
-                         "--config.distributed.num_processes=2", f"--config.distributed.process_id={pid}",
-                         "--config.distributed.local_device_count=1"]
+        extra = steps + [
+            "--config.distributed.enabled=True",
+            f"--config.distributed.coordinator=127.0.0.1:{port}",
+            "--config.distributed.num_processes=2",
+            f"--config.distributed.process_id={pid}",
+            "--config.distributed.local_device_count=1",
+        ]
         args, env = train_cli(work, "dpo", tmp_path / "two", extra)
-        procs.append(subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))
+        procs.append(
+            subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        )
     outs = [p.communicate(timeout=600) for p in procs]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
@@ -40,4 +46,3 @@ def test_two_processes_match_one(work, tmp_path):
     # same global batches (each process reads its own half of every batch), same mean losses
     assert b == pytest.approx(a, rel=1e-5)
     assert a[-1] != a[0]  # the run really trained
-

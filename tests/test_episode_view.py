@@ -1,6 +1,7 @@
 """The episode viewer: a synthetic collection through the real tree builder, written beside its tree picture, opened
 in headless Chromium from disk: one row per step with its node, command or typed error, effect and the process reward
 the builder computed; screenshots decoded; the two pages link to each other."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -77,10 +78,25 @@ def test_errored_episode_and_missing_rewards_render():
     from rollout.recording import EpisodeRecord
     from trees.graph import TaskGraph
 
-    ep = EpisodeRecord("/nowhere", {"task_id": "t", "run": 0, "status": "errored", "success": False, "steps": 1,
-                                    "error": {"type": "BrowserCrashed", "message": "page crashed"}},
-                       [{"output": "Thought: x\nCommand: CLICK [9]", "command": None,
-                         "error": {"kind": "malformed_command", "message": "no brackets"}, "screenshot": "gone.png"}])
+    ep = EpisodeRecord(
+        "/nowhere",
+        {
+            "task_id": "t",
+            "run": 0,
+            "status": "errored",
+            "success": False,
+            "steps": 1,
+            "error": {"type": "BrowserCrashed", "message": "page crashed"},
+        },
+        [
+            {
+                "output": "Thought: x\nCommand: CLICK [9]",
+                "command": None,
+                "error": {"kind": "malformed_command", "message": "no brackets"},
+                "screenshot": "gone.png",
+            }
+        ],
+    )
     text = render_episodes(TaskGraph("t", "n0", {}, [], {}), [ep])
     assert "BrowserCrashed: page crashed" in text and "malformed_command: no brackets" in text
     assert "no valid command" in text and "no screenshot" in text

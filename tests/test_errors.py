@@ -1,4 +1,5 @@
 """Bad input is a clear error naming the problem."""
+
 import json
 import os
 

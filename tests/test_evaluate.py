@@ -1,6 +1,7 @@
 """Evaluation in the browser (docs/method.md §8) with real Chromium on the embedded shop: the clean oracle's exact
 numbers, a noisy oracle's seed-to-seed spread, per-episode redundancy against a hand count, a tiny random model end
 to end, and the CLI (eval.json, resume, a bad --model)."""
+
 import asyncio
 import json
 import os
@@ -8,8 +9,15 @@ import os
 import pytest
 
 from rollout.envs.shop.env import ShopEnv
-from experiment.evaluate import (EvalConfig, episode_redundancy, evaluate, load_policy, mean_ci95,
-                              redundant_flags, select_tasks)
+from experiment.evaluate import (
+    EvalConfig,
+    episode_redundancy,
+    evaluate,
+    load_policy,
+    mean_ci95,
+    redundant_flags,
+    select_tasks,
+)
 from rollout.policies.oracle import OracleNoise, OraclePolicy
 from rollout.policies.scripted import ScriptedPolicy
 from rollout.recording import iter_episodes
@@ -39,8 +47,9 @@ def cfg(out, **kw):
 @pytest.mark.slow  # browser end-to-end, > 20 s on 2 cores: the slow tier
 def test_noisy_oracle_spreads_over_seeds(shop, tmp_path):
     tasks = pick(shop)
-    res = evaluate(shop, tasks, OraclePolicy(shop, OracleNoise(0.5, 0.3, 0, 0)),
-                   cfg(tmp_path, seeds=(0, 1), max_steps=8))
+    res = evaluate(
+        shop, tasks, OraclePolicy(shop, OracleNoise(0.5, 0.3, 0, 0)), cfg(tmp_path, seeds=(0, 1), max_steps=8)
+    )
     per = res["per_seed"]
     assert res["episodes"] == 4 and res["errored"] == 0 and res["policy"] == "oracle"
     assert res["mean"]["success_rate"] < 1 and res["mean"]["redundant_steps"] > 0
@@ -52,8 +61,12 @@ def test_noisy_oracle_spreads_over_seeds(shop, tmp_path):
         assert res["ci95"][m]["low"] <= mean <= res["ci95"][m]["high"]
     for s in per:  # every redundant step has a cause the oracle recorded: a detour (link, then GO_BACK)
         assert s["redundant_steps"] > 0
-    loops = [st for e in iter_episodes(str(tmp_path / "seed0")) for st in e.steps
-             if st["policy_info"].get("mistake") == "loop"]
+    loops = [
+        st
+        for e in iter_episodes(str(tmp_path / "seed0"))
+        for st in e.steps
+        if st["policy_info"].get("mistake") == "loop"
+    ]
     assert loops
     with open(tmp_path / "eval.json") as f:
         assert json.load(f) == res
@@ -73,7 +86,7 @@ def test_select_tasks(shop):
 def test_mean_ci95():
     assert mean_ci95([0.5]) == (0.5, None)
     m, ci = mean_ci95([1.0, 2.0, 3.0])  # sd = 1, t(0.975, 2) = 4.3027
-    assert m == 2.0 and ci["half_width"] == pytest.approx(4.302653 / 3 ** 0.5, rel=1e-5)
+    assert m == 2.0 and ci["half_width"] == pytest.approx(4.302653 / 3**0.5, rel=1e-5)
 
 
 def test_redundancy_matches_a_hand_count(shop, tmp_path):
@@ -108,15 +121,21 @@ def test_tiny_random_model_end_to_end(shop, tmp_path, spm_tokenizer):
     from tgpo_jax.models.sampler import Sampler, SamplingParams
     from tgpo_jax.models.transformer import init_model
 
-    mcfg = tiny_config("llama", vocab_size=len(spm_tokenizer), eos_token_id=spm_tokenizer.eos_token_id,
-                       max_position_embeddings=2048)  # the system text + task alone pass 1,000 of its tokens
-    policy = ModelPolicy(Sampler(init_model(mcfg, seed=0), spm_tokenizer, bucket=512), spm_tokenizer,
-                         params=SamplingParams(temperature=0.0, max_tokens=8), budget_tokens=400)
+    mcfg = tiny_config(
+        "llama", vocab_size=len(spm_tokenizer), eos_token_id=spm_tokenizer.eos_token_id, max_position_embeddings=2048
+    )  # the system text + task alone pass 1,000 of its tokens
+    policy = ModelPolicy(
+        Sampler(init_model(mcfg, seed=0), spm_tokenizer, bucket=512),
+        spm_tokenizer,
+        params=SamplingParams(temperature=0.0, max_tokens=8),
+        budget_tokens=400,
+    )
     tasks = pick(shop)
 
     async def go():
         try:
             from experiment.evaluate import evaluate_async
+
             return await evaluate_async(shop, tasks, policy, cfg(tmp_path, seeds=(0,), max_steps=2, contexts=2))
         finally:
             await policy.close()
@@ -187,18 +206,31 @@ def _cli(*args):
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    return subprocess.run([sys.executable, "-m", "launch.evaluate", *args], capture_output=True, text=True, env=env,
-                          timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return subprocess.run(
+        [sys.executable, "-m", "launch.evaluate", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
 
 
 @pytest.mark.slow  # browser end-to-end, > 20 s on 2 cores: the slow tier
 def test_cli_clean_oracle_exact_numbers_and_resume(tmp_path):
     out = str(tmp_path / "ev")
-    args = ["--model=oracle", "--env=shop", f"--task_ids={','.join(SHORT)}", "--seeds=0,1", "--contexts=2",
-            "--max_steps=10", f"--out={out}"]
+    args = [
+        "--model=oracle",
+        "--env=shop",
+        f"--task_ids={','.join(SHORT)}",
+        "--seeds=0,1",
+        "--contexts=2",
+        "--max_steps=10",
+        f"--out={out}",
+    ]
     r = _cli(*args)
     assert r.returncode == 0, r.stderr[-3000:]
-    res = json.loads(r.stdout[r.stdout.index("{"):])
+    res = json.loads(r.stdout[r.stdout.index("{") :])
     with open(os.path.join(out, "eval.json")) as f:
         assert json.load(f) == res
     lengths = {t.task_id: t.optimal_steps for t in ShopEnv().tasks("test")}
@@ -214,7 +246,7 @@ def test_cli_clean_oracle_exact_numbers_and_resume(tmp_path):
         assert res["ci95"][m]["half_width"] == 0.0
     again = _cli(*args)  # resumes: every episode is skipped, nothing runs again
     assert again.returncode == 0, again.stderr[-3000:]
-    res2 = json.loads(again.stdout[again.stdout.index("{"):])
+    res2 = json.loads(again.stdout[again.stdout.index("{") :])
     assert all(s["collect"].get("skipped") == 2 and "success" not in s["collect"] for s in res2["per_seed"])
     assert res2["mean"] == res["mean"] and res2["per_seed"][0]["episodes"] == 2
     tasks = {t.task_id: t for t in pick(ShopEnv(seed=0))}
@@ -276,6 +308,7 @@ def test_trained_run_directory_as_policy(shop, tmp_path):
     async def go():
         try:
             from experiment.evaluate import evaluate_async
+
             return await evaluate_async(shop, pick(shop)[:1], latest, cfg(tmp_path / "ev", seeds=(0,), max_steps=1))
         finally:
             await latest.close()

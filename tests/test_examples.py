@@ -1,12 +1,24 @@
 """Pairs and labels from one node (docs/method.md §5–§6), against numbers worked out by hand."""
+
 import dataclasses
 import math
 
 import pytest
 
 from tgpo_jax.data.collate import CollateConfig
-from tgpo_jax.data.examples import (Pair, PairConfig, class_counts, kto_items, kto_tree_items, label_conflict,
-                                    node_sigma, normalise_weights, pair_config, preference_pairs, sft_items)
+from tgpo_jax.data.examples import (
+    Pair,
+    PairConfig,
+    class_counts,
+    kto_items,
+    kto_tree_items,
+    label_conflict,
+    node_sigma,
+    normalise_weights,
+    pair_config,
+    preference_pairs,
+    sft_items,
+)
 from tgpo_jax.data.schema import Branch, NodeRecord, SchemaError
 
 SQRT6 = 2.449489742783178  # 1 / sigma for Q = [1, .5, 0]: sigma^2 = (.25 + 0 + .25) / 3 = 1/6
@@ -18,8 +30,19 @@ def node(*branches):
     for k, spec in enumerate(branches):
         q, s, f = spec[:3]
         reaches = spec[3] if len(spec) > 3 else s > 0
-        bs.append(Branch(action=f"Thought.\nCLICK [b{k}]", command=f"CLICK [b{k}]", q=q, rewards={"r": q},
-                         n_total=s + f, n_success=s, n_failed=f, on_success_path=s > 0, reaches_success=reaches))
+        bs.append(
+            Branch(
+                action=f"Thought.\nCLICK [b{k}]",
+                command=f"CLICK [b{k}]",
+                q=q,
+                rewards={"r": q},
+                n_total=s + f,
+                n_success=s,
+                n_failed=f,
+                on_success_path=s > 0,
+                reaches_success=reaches,
+            )
+        )
     return NodeRecord(task_id="t", node_id="n", prompt=[{"role": "user", "content": "go"}], branches=bs).validate()
 
 
@@ -51,10 +74,13 @@ def test_distance_agree_drops_pairs_whose_chosen_branch_is_the_longer_way():
     """Q = [1, .5, 0] with goal distances [3, 1, None]: (0, 1) prefers the branch two steps farther from a goal, so
     distance_agree drops it; (0, 2) and (1, 2) reject a branch with no goal reachable and stay, their weights still
     over all three branches' sigma. Without goal distances every pair stays."""
-    far = dataclasses.replace(THREE, branches=[dataclasses.replace(b, goal_distance=d)
-                                               for b, d in zip(THREE.branches, (3, 1, None))])
+    far = dataclasses.replace(
+        THREE, branches=[dataclasses.replace(b, goal_distance=d) for b, d in zip(THREE.branches, (3, 1, None))]
+    )
     assert preference_pairs(far, PairConfig(distance_agree=True)) == [
-        Pair(0, 2, pytest.approx(SQRT6), 1.0), Pair(1, 2, pytest.approx(0.5 * SQRT6), 0.5)]
+        Pair(0, 2, pytest.approx(SQRT6), 1.0),
+        Pair(1, 2, pytest.approx(0.5 * SQRT6), 0.5),
+    ]
     assert len(preference_pairs(far)) == 3  # off by default (the specification's pairs)
     assert preference_pairs(THREE, PairConfig(distance_agree=True)) == preference_pairs(THREE)  # none known
 
@@ -65,23 +91,29 @@ def test_distance_strict_also_drops_pairs_of_branches_equally_far_from_a_goal():
     with no goal reachable; (2, 3) orders two failures (no goal from either is not a tie) and stays. sigma over all
     four branches: Q mean .25, sigma^2 = (.5625 + .0625 + .0625 + .5625) / 4 = .3125."""
     four = node((1.0, 1, 0), (0.5, 1, 0), (0.0, 0, 1, False), (-0.5, 0, 1, False))
-    four = dataclasses.replace(four, branches=[dataclasses.replace(b, goal_distance=d)
-                                               for b, d in zip(four.branches, (2, 2, None, None))])
+    four = dataclasses.replace(
+        four, branches=[dataclasses.replace(b, goal_distance=d) for b, d in zip(four.branches, (2, 2, None, None))]
+    )
     inv_sigma = 1 / math.sqrt(0.3125)
     agree = preference_pairs(four, PairConfig(distance_agree=True))
     assert [(p.chosen, p.rejected) for p in agree] == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
     strict = preference_pairs(four, PairConfig(distance_agree=True, distance_strict=True))
-    assert strict == [Pair(0, 2, pytest.approx(1.0 * inv_sigma), 1.0), Pair(0, 3, pytest.approx(1.5 * inv_sigma), 1.5),
-                      Pair(1, 2, pytest.approx(0.5 * inv_sigma), 0.5), Pair(1, 3, pytest.approx(1.0 * inv_sigma), 1.0),
-                      Pair(2, 3, pytest.approx(0.5 * inv_sigma), 0.5)]
+    assert strict == [
+        Pair(0, 2, pytest.approx(1.0 * inv_sigma), 1.0),
+        Pair(0, 3, pytest.approx(1.5 * inv_sigma), 1.5),
+        Pair(1, 2, pytest.approx(0.5 * inv_sigma), 0.5),
+        Pair(1, 3, pytest.approx(1.0 * inv_sigma), 1.0),
+        Pair(2, 3, pytest.approx(0.5 * inv_sigma), 0.5),
+    ]
     with pytest.raises(ValueError, match="distance_agree"):
         PairConfig(distance_strict=True)
 
 
 def with_returns(rec, *returns):
     """``rec`` with each branch's ``returns`` set (None leaves it without)."""
-    return dataclasses.replace(rec, branches=[dataclasses.replace(b, returns=r)
-                                              for b, r in zip(rec.branches, returns)]).validate()
+    return dataclasses.replace(
+        rec, branches=[dataclasses.replace(b, returns=r) for b, r in zip(rec.branches, returns)]
+    ).validate()
 
 
 # two branches: one taken by three trajectories whose returns were 1, 1 and .8 (Q = 2.8 / 3), one by a single
@@ -97,7 +129,8 @@ def test_occurrence_sigma_weighs_a_two_branch_node_by_its_returns():
     sigma = math.sqrt((0.0625 + 0.0625 + 0.0025 + 0.3025) / 4)
     assert node_sigma(TWO, "occurrence") == pytest.approx(sigma, abs=1e-15)
     assert preference_pairs(TWO, PairConfig(weight_sigma="occurrence")) == [
-        Pair(0, 1, pytest.approx(dq / sigma, abs=1e-12), pytest.approx(dq))]
+        Pair(0, 1, pytest.approx(dq / sigma, abs=1e-12), pytest.approx(dq))
+    ]
     assert dq / sigma == pytest.approx(2.2366456982115346, abs=1e-12)
     # per-branch sigma (the default): 2 at a two-branch node, with or without returns
     assert [p.weight for p in preference_pairs(TWO)] == pytest.approx([2.0], abs=1e-12)
@@ -106,7 +139,7 @@ def test_occurrence_sigma_weighs_a_two_branch_node_by_its_returns():
     # the same gap paid off less consistently (returns 1.4, 1.4, 0 around the same Q): a larger sigma, a smaller w
     shaky = with_returns(TWO, (1.4, 1.4, 0.0), (0.2,))
     (p,) = preference_pairs(shaky, PairConfig(weight_sigma="occurrence"))
-    assert p.weight == pytest.approx(dq / math.sqrt(((0.65 ** 2) * 2 + 0.75 ** 2 + 0.55 ** 2) / 4))
+    assert p.weight == pytest.approx(dq / math.sqrt(((0.65**2) * 2 + 0.75**2 + 0.55**2) / 4))
     assert p.weight < dq / sigma
     # clip applies after the sigma, as for branch sigma
     assert [p.weight for p in preference_pairs(TWO, PairConfig(weight_sigma="occurrence", weight_clip=2.0))] == [2.0]
@@ -118,8 +151,9 @@ def test_occurrence_sigma_falls_back_to_branch_sigma_without_returns():
     occ = PairConfig(weight_sigma="occurrence")
     assert preference_pairs(THREE, occ) == preference_pairs(THREE)
     partial = with_returns(TWO, (1.0, 1.0, 0.8), None)
-    assert preference_pairs(partial, occ) == preference_pairs(partial) and node_sigma(partial, "occurrence") == \
-        pytest.approx(node_sigma(partial, "branch"))
+    assert preference_pairs(partial, occ) == preference_pairs(partial) and node_sigma(
+        partial, "occurrence"
+    ) == pytest.approx(node_sigma(partial, "branch"))
     back = NodeRecord.from_bytes(THREE.to_bytes())
     assert back == THREE and all(b.returns is None for b in back.branches)
     old = THREE.to_json()  # a record written before the field: no "returns" key at all
@@ -136,7 +170,8 @@ def test_returns_round_trip_and_are_validated():
     back = NodeRecord.from_bytes(data)
     assert back == TWO and back.branches[0].returns == (1.0, 1.0, 0.8) and back.branches[1].returns == (0.2,)
     assert preference_pairs(back, PairConfig(weight_sigma="occurrence")) == preference_pairs(
-        TWO, PairConfig(weight_sigma="occurrence"))
+        TWO, PairConfig(weight_sigma="occurrence")
+    )
     b = TWO.branches[0]
     for bad in ((1.0, math.nan, 0.8), (1.0, 0.8), (), [1.0, 1.0, 0.8], (1.0, True, 0.8)):
         with pytest.raises(SchemaError, match="returns"):
@@ -195,8 +230,9 @@ def test_sft_items():
 
 
 def test_sft_shortest_keeps_the_successful_branches_nearest_a_goal():
-    three = dataclasses.replace(THREE, branches=[dataclasses.replace(b, goal_distance=d)
-                                                 for b, d in zip(THREE.branches, (3, 1, 5))])
+    three = dataclasses.replace(
+        THREE, branches=[dataclasses.replace(b, goal_distance=d) for b, d in zip(THREE.branches, (3, 1, 5))]
+    )
     assert sft_items(three, PairConfig(sft_shortest=True)) == [0]  # branch 1 is nearer but never succeeded
     tie = dataclasses.replace(three, branches=[dataclasses.replace(b, goal_distance=3) for b in three.branches])
     assert sft_items(tie, PairConfig(sft_shortest=True, sft_repeat=True)) == [0, 0, 2]
@@ -205,8 +241,13 @@ def test_sft_shortest_keeps_the_successful_branches_nearest_a_goal():
         dataclasses.replace(THREE.branches[0], goal_distance=-1).validate("b")
     # a malformed output inside a successful trajectory is not an SFT target
     bad = node((1.0, 1, 0), (0.5, 1, 0))
-    bad = dataclasses.replace(bad, branches=[bad.branches[0], dataclasses.replace(
-        bad.branches[1], action="Thought.\nCLICK 3", command="INVALID CLICK 3")])
+    bad = dataclasses.replace(
+        bad,
+        branches=[
+            bad.branches[0],
+            dataclasses.replace(bad.branches[1], action="Thought.\nCLICK 3", command="INVALID CLICK 3"),
+        ],
+    )
     assert sft_items(bad) == [0]
 
 
@@ -225,7 +266,10 @@ def test_kto_plain():
     assert kto_items(lost, PairConfig(kto_reachable=True)) == []
     assert kto_items(THREE, PairConfig(kto_reachable=True)) == items
     assert kto_items(node((0.2, 0, 2, True), (0.1, 0, 1, False)), PairConfig(kto_reachable=True)) == [
-        (0, False), (0, False), (1, False)]
+        (0, False),
+        (0, False),
+        (1, False),
+    ]
     with pytest.raises(ValueError, match="kto_reachable is a plain-KTO setting"):
         CollateConfig(method="kto_tree", pairs=PairConfig(kto_reachable=True))
 
@@ -237,7 +281,11 @@ def test_kto_tree():
     assert kto_tree_items(THREE, PairConfig()) == [(0, True), (1, False), (2, False)]
     assert kto_tree_items(node((0.25, 1, 0), (0.25, 0, 1))) == [(0, False), (1, False)]
     assert kto_tree_items(node((-1.0, 0, 1), (2.0, 1, 0), (0.4, 0, 1), (0.6, 1, 0))) == [  # mean 0.5
-        (0, False), (1, True), (2, False), (3, True)]
+        (0, False),
+        (1, True),
+        (2, False),
+        (3, True),
+    ]
     # single-branch nodes: reachability decides, not Q or the counts
     assert kto_tree_items(node((9.0, 2, 0, False))) == [(0, False)]
     assert kto_tree_items(node((-3.0, 0, 2, True))) == [(0, True)]
@@ -249,14 +297,28 @@ def test_label_conflict():
     assert label_conflict(THREE) == (3, 7)
     assert label_conflict(node((1.0, 2, 0), (0.0, 0, 2))) == (0, 4)
     # trajectories counted in n_total but neither successful nor failed carry no label
-    b = Branch(action="a", command="c", q=0.0, rewards={}, n_total=5, n_success=1, n_failed=1,
-               on_success_path=True, reaches_success=True)
+    b = Branch(
+        action="a",
+        command="c",
+        q=0.0,
+        rewards={},
+        n_total=5,
+        n_success=1,
+        n_failed=1,
+        on_success_path=True,
+        reaches_success=True,
+    )
     rec = NodeRecord(task_id="t", node_id="n", prompt=[{"role": "user", "content": "go"}], branches=[b])
     assert label_conflict(rec) == (2, 2)
 
 
 def test_config_validation():
-    for bad in (dict(margin=-0.1), dict(weight_eps=0.0), dict(weight_clip=0.0), dict(kto_repeat_cap=0),
-                dict(weight_sigma="occurrences")):
+    for bad in (
+        dict(margin=-0.1),
+        dict(weight_eps=0.0),
+        dict(weight_clip=0.0),
+        dict(kto_repeat_cap=0),
+        dict(weight_sigma="occurrences"),
+    ):
         with pytest.raises(ValueError):
             PairConfig(**bad)

@@ -1,4 +1,5 @@
 """Export round trip: ours -> HF directory -> transformers loads cleanly with equal logits; re-import is exact."""
+
 import json
 import os
 
@@ -25,8 +26,10 @@ def _randomise(model, seed):
     from tgpo_jax.models.loading import model_from_flat
 
     rng = np.random.default_rng(seed)
-    flat = {p: jax.numpy.asarray(np.asarray(v) + 0.1 * rng.standard_normal(v.shape).astype(np.float32))
-            for p, v in flat_params(model).items()}
+    flat = {
+        p: jax.numpy.asarray(np.asarray(v) + 0.1 * rng.standard_normal(v.shape).astype(np.float32))
+        for p, v in flat_params(model).items()
+    }
     return model_from_flat(model.cfg, flat)
 
 
@@ -35,8 +38,9 @@ def test_export_loads_in_transformers(name, tmp_path, spm_tokenizer):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cfg = tiny_config(vocab_size=len(spm_tokenizer), num_layers=3, eos_token_id=spm_tokenizer.eos_token_id,
-                      **VARIANTS[name])
+    cfg = tiny_config(
+        vocab_size=len(spm_tokenizer), num_layers=3, eos_token_id=spm_tokenizer.eos_token_id, **VARIANTS[name]
+    )
     model = _randomise(init_model(cfg, seed=3), seed=4)
     out = export_hf(model, str(tmp_path / "export"), spm_tokenizer, max_shard_bytes=60_000)
 
@@ -56,8 +60,9 @@ def test_export_loads_in_transformers(name, tmp_path, spm_tokenizer):
     # BUILD_NOTES.md); a SentencePiece tokenizer therefore round-trips with the other families only.
     tok = AutoTokenizer.from_pretrained(out)
     text = "search for red shoes\nCLICK [12]"
-    assert cfg.model_type == "qwen2" or (tok(text, add_special_tokens=False)["input_ids"]
-                                         == spm_tokenizer(text, add_special_tokens=False)["input_ids"])
+    assert cfg.model_type == "qwen2" or (
+        tok(text, add_special_tokens=False)["input_ids"] == spm_tokenizer(text, add_special_tokens=False)["input_ids"]
+    )
 
     again = load_model(out)  # re-import: bit-exact
     assert again.cfg.replace(eos_token_id=cfg.eos_token_id) == cfg

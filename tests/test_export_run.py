@@ -1,4 +1,5 @@
 """A training run (Orbax checkpoints) -> Hugging Face directory: transformers loads exactly the trained weights."""
+
 import json
 import os
 import shutil
@@ -117,10 +118,16 @@ def test_cli_flags():
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-m", "launch.export", "--help"], cwd=root, capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "launch.export", "--help"], cwd=root, capture_output=True, text=True, timeout=60
+    )
     for flag in ("--run_dir", "--step", "--out", "--dtype", "--max_shard_gb"):
         assert flag in r.stdout
-    r = subprocess.run([sys.executable, "-m", "launch.export", "--out=/nonexistent"], cwd=root, capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "launch.export", "--out=/nonexistent"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode != 0 and "--run_dir" in r.stderr

@@ -1,4 +1,5 @@
 """Atomic writes (tgpo_jax/files.py): the old file or the whole new one, never part of either."""
+
 import json
 import os
 import stat

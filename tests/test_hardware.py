@@ -1,4 +1,5 @@
 """The compute dtype picked from the machine: bf16 only where the CPU has bf16 units (or on an accelerator)."""
+
 import pytest
 
 from tgpo_jax.hardware import compute_dtype, cpu_flags, cpu_has_bf16_units

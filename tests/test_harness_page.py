@@ -1,4 +1,5 @@
 """Observation and command execution against real Chromium (rollout.harness.observe / execute)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -12,8 +13,14 @@ import pytest
 pytest.importorskip("playwright")
 
 from rollout import browser_path  # noqa: E402
-from rollout.core import (ActionTimeout, Command, ErrorInfo, InvalidTarget, NavigationBlocked,  # noqa: E402
-                          NoSuchElement)
+from rollout.core import (
+    ActionTimeout,
+    Command,
+    ErrorInfo,
+    InvalidTarget,
+    NavigationBlocked,  # noqa: E402
+    NoSuchElement,
+)
 from rollout.harness.execute import Effect, Timeouts, execute  # noqa: E402
 from rollout.harness.guards import install_guards, origin_of  # noqa: E402
 from rollout.harness.observe import capture_png, install, observe, phash_png, render_observation  # noqa: E402
@@ -66,8 +73,8 @@ d.textContent='New '+document.querySelectorAll('button').length;document.body.ap
 <iframe title="late" src="/late-inner"></iframe></body></html>""",
     "/to-slow": """<!doctype html><html><body><a href="/slowframes">Slow frames</a></body></html>""",
     "/long": """<!doctype html><html><head><title>Long</title></head><body>"""
-             + "".join(f"<p>Paragraph number {i} with some filler words</p>" for i in range(200))
-             + """<a href="/">end</a></body></html>""",
+    + "".join(f"<p>Paragraph number {i} with some filler words</p>" for i in range(200))
+    + """<a href="/">end</a></body></html>""",
     # Sphinx's search page, in small: results appended one by one, then a summary line written above them
     "/growing": """<!doctype html><html><head><title>Growing</title></head><body><p id="summary"></p><ul id="res"></ul>
 <script>
@@ -142,8 +149,9 @@ class Harness:
         from playwright.async_api import async_playwright
 
         self.pw = await async_playwright().start()
-        self.browser = await self.pw.chromium.launch(executable_path=browser_path.chromium_executable(),
-                                                     args=list(browser_path.CHROMIUM_ARGS))
+        self.browser = await self.pw.chromium.launch(
+            executable_path=browser_path.chromium_executable(), args=list(browser_path.CHROMIUM_ARGS)
+        )
 
     def run(self, coro):
         return self.loop.run_until_complete(coro)
@@ -161,6 +169,7 @@ class Harness:
         async def stop():
             await self.browser.close()
             await self.pw.stop()
+
         self.run(stop())
         self.loop.close()
         self.httpd.shutdown()
@@ -175,9 +184,11 @@ def h():
 
 def run(fn):
     """Run the async test body on the module's loop."""
+
     @functools.wraps(fn)
     def wrapper(h):
         h.run(fn(h))
+
     return wrapper
 
 
@@ -288,8 +299,9 @@ async def test_a_page_is_read_once_its_iframes_have_loaded(h):
     page = await h.page("/to-slow")
     obs = await observe(page, with_screenshot=False)
     t0 = time.monotonic()
-    eff = await execute(page, Command("CLICK", obs.find(role="link", name="Slow frames")[0].id),
-                        allowed_origins=h.allowed)
+    eff = await execute(
+        page, Command("CLICK", obs.find(role="link", name="Slow frames")[0].id), allowed_origins=h.allowed
+    )
     assert eff.navigated and time.monotonic() - t0 < LATE_S  # the frame was not waited for by the click
     obs = await observe(page, with_screenshot=False)
     assert [e.id for e in obs.find(role="button", name="Press me")] == ["f1.1"]
@@ -321,11 +333,13 @@ async def test_typed_errors(h):
         await execute(page, Command("SELECT", size.id, "XL"), allowed_origins=h.allowed)
     assert e.value.kind == "invalid_target" and '"S", "M", "L"' in e.value.message
     with pytest.raises(InvalidTarget):
-        await execute(page, Command("SELECT", obs.find(role="button", name="Send")[0].id, "S"),
-                      allowed_origins=h.allowed)
+        await execute(
+            page, Command("SELECT", obs.find(role="button", name="Send")[0].id, "S"), allowed_origins=h.allowed
+        )
     with pytest.raises(InvalidTarget):
-        await execute(page, Command("TYPE", obs.find(role="checkbox", name="Option A")[0].id, "x"),
-                      allowed_origins=h.allowed)
+        await execute(
+            page, Command("TYPE", obs.find(role="checkbox", name="Option A")[0].id, "x"), allowed_origins=h.allowed
+        )
     locked = obs.find(role="button", name="Locked")[0]
     assert locked.disabled and f'[{locked.id}] button "Locked" disabled' in obs.text.splitlines()
     with pytest.raises(InvalidTarget):  # at once, not after action_ms
@@ -402,8 +416,9 @@ async def test_effects(h):
 
     await page.goto(h.origin + "/")
     obs = await observe(page, with_screenshot=False)
-    eff = await execute(page, Command("CLICK", obs.find(role="link", name="Second page")[0].id),
-                        allowed_origins=h.allowed)
+    eff = await execute(
+        page, Command("CLICK", obs.find(role="link", name="Second page")[0].id), allowed_origins=h.allowed
+    )
     assert eff.url_changed and eff.navigated and eff.expected_change
     assert page.url == h.origin + "/page2?x=1" and await page.title() == "Second"
     eff = await execute(page, Command("GO_BACK"), allowed_origins=h.allowed)

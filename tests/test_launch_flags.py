@@ -1,5 +1,6 @@
 """Every launch entry point imports and defines its flags: a flag definition that fails at import (a wrong argument,
 a name not imported) breaks the command before any test of its work runs, and only the slow tier ran most of them."""
+
 import glob
 import os
 import subprocess
@@ -8,15 +9,24 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENTRIES = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "launch", "*.py"))
-                 if os.path.basename(p) not in ("__init__.py", "entry.py", "browser_flags.py"))
+ENTRIES = sorted(
+    os.path.basename(p)[:-3]
+    for p in glob.glob(os.path.join(ROOT, "launch", "*.py"))
+    if os.path.basename(p) not in ("__init__.py", "entry.py", "browser_flags.py")
+)
 
 
 @pytest.mark.parametrize("name", ENTRIES)
 def test_entry_point_lists_its_flags(name):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    r = subprocess.run([sys.executable, "-m", f"launch.{name}", "--help"], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", f"launch.{name}", "--help"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = r.stdout + r.stderr
     assert "Traceback" not in out, out[-3000:]
     assert f"launch.{name}" in out or "flags:" in out.lower(), out[-3000:]
@@ -39,8 +49,9 @@ print(sum(e.endswith("/cache_hits") for e in events), sum(e.endswith("/cache_mis
 def _compile_in_a_new_process(tmp_path, order, **env_overrides):
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR")}
     env.update(HOME=str(tmp_path), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", **env_overrides)
-    r = subprocess.run([sys.executable, "-c", _COMPILE, order], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", _COMPILE, order], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     value, counts = r.stdout.strip().splitlines()[-2:]
     return float(value), tuple(map(int, counts.split()))
@@ -87,10 +98,16 @@ def _selected(*arg_lists):
     import json
 
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    r = subprocess.run([sys.executable, "-c", _SELECT, json.dumps(arg_lists)], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", _SELECT, json.dumps(arg_lists)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
-    return [json.loads(line) for line in r.stdout.strip().splitlines()[-len(arg_lists):]]
+    return [json.loads(line) for line in r.stdout.strip().splitlines()[-len(arg_lists) :]]
 
 
 def test_miniwob_families_select_any_registered_task():
@@ -98,9 +115,13 @@ def test_miniwob_families_select_any_registered_task():
 
     n = len(registered_tasks())
     default, every, named, by_id, unknown, mixed = _selected(
-        ["--env=miniwob"], ["--env=miniwob", "--families=all", f"--num_tasks={n}"],
-        ["--env=miniwob", "--families=click-tab,enter-text-2"], ["--env=miniwob", "--task_ids=miniwob/drag-box/10001"],
-        ["--env=miniwob", "--families=click-tabz"], ["--env=miniwob", "--families=all,click-tab"])
+        ["--env=miniwob"],
+        ["--env=miniwob", "--families=all", f"--num_tasks={n}"],
+        ["--env=miniwob", "--families=click-tab,enter-text-2"],
+        ["--env=miniwob", "--task_ids=miniwob/drag-box/10001"],
+        ["--env=miniwob", "--families=click-tabz"],
+        ["--env=miniwob", "--families=all,click-tab"],
+    )
     assert default["families"] == sorted(SUPPORTED)  # the default: the oracle's tasks, as before
     assert every == {"families": sorted(registered_tasks()), "tasks": n}  # --num_tasks interleaves: one seed each
     assert named["families"] == ["click-tab", "enter-text-2"]
@@ -108,14 +129,26 @@ def test_miniwob_families_select_any_registered_task():
     assert "did you mean click-tab" in unknown["error"] and "give it alone" in mixed["error"]
 
 
-@pytest.mark.parametrize("entry, extra, message", [
-    ("collect", ["--env=miniwob", "--families=click-tab,click-button", "--policy=oracle"],
-     "click-tab have no scripted oracle"),
-    ("evaluate", ["--env=miniwob", "--families=click-tab,click-button", "--model=oracle", "--split=train"],
-     "click-tab have no scripted oracle"),
-    ("evaluate", ["--env=tasks", "--tasks={tasks}", "--model=oracle", "--split=train"],
-     "task(s) bare have no plan"),
-])
+@pytest.mark.parametrize(
+    "entry, extra, message",
+    [
+        (
+            "collect",
+            ["--env=miniwob", "--families=click-tab,click-button", "--policy=oracle"],
+            "click-tab have no scripted oracle",
+        ),
+        (
+            "evaluate",
+            ["--env=miniwob", "--families=click-tab,click-button", "--model=oracle", "--split=train"],
+            "click-tab have no scripted oracle",
+        ),
+        (
+            "evaluate",
+            ["--env=tasks", "--tasks={tasks}", "--model=oracle", "--split=train"],
+            "task(s) bare have no plan",
+        ),
+    ],
+)
 def test_oracle_on_a_task_without_a_plan_stops_before_any_episode(tmp_path, entry, extra, message):
     import http.server
     import json
@@ -124,13 +157,28 @@ def test_oracle_on_a_task_without_a_plan_stops_before_any_episode(tmp_path, entr
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     tasks = tmp_path / "t.jsonl"
-    tasks.write_text(json.dumps({"id": "bare", "start_url": f"http://127.0.0.1:{httpd.server_address[1]}/",
-                                 "instruction": "x", "check": {"url": "x"}}) + "\n")
+    tasks.write_text(
+        json.dumps(
+            {
+                "id": "bare",
+                "start_url": f"http://127.0.0.1:{httpd.server_address[1]}/",
+                "instruction": "x",
+                "check": {"url": "x"},
+            }
+        )
+        + "\n"
+    )
     out = tmp_path / "c"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     try:
-        r = subprocess.run([sys.executable, "-m", f"launch.{entry}", *(a.format(tasks=tasks) for a in extra),
-                            f"--out={out}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+        r = subprocess.run(
+            [sys.executable, "-m", f"launch.{entry}", *(a.format(tasks=tasks) for a in extra), f"--out={out}"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
     finally:
         httpd.shutdown()
         httpd.server_close()
@@ -181,15 +229,18 @@ def test_evaluate_builds_the_shop_its_model_trained_on(tmp_path):
 
     model = tmp_path / "m"
     model.mkdir()
-    (model / "policy.json").write_text(json.dumps({"prompt_style": "compact",
-                                                   "shop": {"locale": "zh", "seed": 5, "item_names": "number"}}))
+    (model / "policy.json").write_text(
+        json.dumps({"prompt_style": "compact", "shop": {"locale": "zh", "seed": 5, "item_names": "number"}})
+    )
     code = _SELECT.replace("browser_flags.env_and_tasks()", "browser_flags.env_and_tasks(%r)" % str(model)).replace(
-        '"tasks": len(tasks)}', '"tasks": len(tasks), "seed": env.seed, "locale": env.locale, '
-        '"first": tasks[0].instruction}')
+        '"tasks": len(tasks)}',
+        '"tasks": len(tasks), "seed": env.seed, "locale": env.locale, "first": tasks[0].instruction}',
+    )
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     args = [["--num_tasks=1"], ["--num_tasks=1", "--shop_seed=0", "--locale=en"]]
-    r = subprocess.run([sys.executable, "-c", code, json.dumps(args)], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(args)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     saved, flagged = (json.loads(line) for line in r.stdout.strip().splitlines()[-2:])
     assert (saved["seed"], saved["locale"]) == (5, "zh") and (flagged["seed"], flagged["locale"]) == (0, "en")
@@ -207,6 +258,10 @@ def test_evaluation_decodes_as_the_pipeline_did_unless_a_flag_is_given():
     assert evaluation_settings({}, {}, defaults) == defaults  # a model from elsewhere
     assert evaluation_settings(saved, {}, defaults) == saved
     given = {"constrain": False, "max_steps": 30}  # given as the defaults' values: still given
-    assert evaluation_settings(saved, given, defaults) == {"constrain": False, "max_tokens": 64, "max_steps": 30,
-                                                           "step_slack": 6}
+    assert evaluation_settings(saved, given, defaults) == {
+        "constrain": False,
+        "max_tokens": 64,
+        "max_steps": 30,
+        "step_slack": 6,
+    }
     assert evaluation_settings({"max_tokens": 32}, {}, defaults) == {**defaults, "max_tokens": 32}

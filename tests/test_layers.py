@@ -4,6 +4,7 @@ tgpo_jax (the JAX library) < rollout (collection) < trees (dataset building) < e
 report); serving sits on rollout and tgpo_jax. recipes (what only one model needs: its initialisation, its freeze,
 its thought wording) sits on tgpo_jax, rollout and trees, which never import it (the library and rollout look a
 recipe's pieces up by the names it registers). launch/ (entry points), configs/, bench/ and tests/ may import any."""
+
 import ast
 import os
 

@@ -4,6 +4,7 @@ it greedily on held-out seeds. A model that learnt nothing never emits a valid c
 0 %), so the success floor below fails when collection, the dataset, the loss, the optimiser or the sampler breaks.
 The floors sit well under what the preset measured here (BUILD_NOTES.md, "The slow learning test"), so that a
 different CPU's float summation order cannot fail the test, and well over what a broken run reaches."""
+
 import json
 import os
 import subprocess
@@ -28,9 +29,21 @@ pytestmark = pytest.mark.slow
 def run(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("learning") / "out")
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device, as a user's run
-    proc = subprocess.run([sys.executable, "-m", "launch.pipeline", "--config=configs/pipeline.py:miniwob",
-                           f"--config.out={out}", "--progress=false"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=1500)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.pipeline",
+            "--config=configs/pipeline.py:miniwob",
+            f"--config.out={out}",
+            "--progress=false",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out
 

@@ -1,6 +1,7 @@
 """Pretraining records for a from-scratch base (experiment/lm_data.py): windows cover every token of every step's text
 exactly once, in order, and the records are valid SFT nodes. Also: build_dataset over two collections merges them
 into one tree per task (the pipeline's rounds.accumulate)."""
+
 import pytest
 
 from experiment.lm_data import lm_records, step_texts, windows
@@ -46,6 +47,8 @@ def test_build_dataset_merges_collections(tmp_path):
     one = build_dataset(a, str(tmp_path / "da"), BuildConfig(num_shards=1), progress=False)
     both = build_dataset([a, b], str(tmp_path / "dab"), BuildConfig(num_shards=1), progress=False)
     assert one["episodes"] == 6 and both["episodes"] == 12 and both["tasks"] == 3
-    assert both["steps"] == one["steps"] + build_dataset(b, str(tmp_path / "db"), BuildConfig(num_shards=1),
-                                                         progress=False)["steps"]
+    assert (
+        both["steps"]
+        == one["steps"] + build_dataset(b, str(tmp_path / "db"), BuildConfig(num_shards=1), progress=False)["steps"]
+    )
     assert both["episodes_dir"] == [str(tmp_path / "a"), str(tmp_path / "b")]

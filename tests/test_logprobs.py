@@ -1,4 +1,5 @@
 """Chunked log-probs equal the naive computation; tree packing equals separate prompt+branch sequences."""
+
 import dataclasses
 
 import jax
@@ -11,8 +12,7 @@ from tgpo_jax.data.collate import CollateConfig, build_example, stack, tokenize_
 from tgpo_jax.data.synthetic import synthetic_nodes
 from tgpo_jax.models.config import tiny_config
 from tgpo_jax.models.transformer import init_model, param_count, trained_param_count
-from tgpo_jax.training.logprobs import (loss_positions, naive_token_logprobs, segment_mask, slot_logprobs,
-                                       token_logprobs)
+from tgpo_jax.training.logprobs import loss_positions, naive_token_logprobs, segment_mask, slot_logprobs, token_logprobs
 from tgpo_jax.training.plan import counted_flops
 from tgpo_jax.training.objective import LossConfig, objective, slot_token_counts
 
@@ -79,8 +79,9 @@ def independent_branch_logprob(model, prompt, completion):
 
 def dpo_batch(nodes, tokenizer, layout):
     """The nodes collated for DPO with three slots each: (collate config, per-node examples, stacked batch)."""
-    cc = CollateConfig(method="dpo", layout=layout, max_len=256, max_prompt_len=160, max_completion_len=32,
-                       max_branches=3, max_pairs=3)
+    cc = CollateConfig(
+        method="dpo", layout=layout, max_len=256, max_prompt_len=160, max_completion_len=32, max_branches=3, max_pairs=3
+    )
     exs = [build_example(n, tokenizer, cc) for n in nodes]
     return cc, exs, jax.tree.map(jnp.asarray, stack(exs))
 
@@ -114,13 +115,21 @@ def test_loss_positions_lists_each_rows_loss_tokens_then_zeros():
 
 
 @pytest.mark.parametrize("method,layout", [("dpo", "packed"), ("dpo", "plain"), ("kto", "packed"), ("sft", "packed")])
-def test_the_projection_on_loss_positions_only_gives_the_same_logprobs_and_gradients(setup, spm_tokenizer, method,
-                                                                                     layout):
+def test_the_projection_on_loss_positions_only_gives_the_same_logprobs_and_gradients(
+    setup, spm_tokenizer, method, layout
+):
     """``loss_pos`` changes where the vocabulary projection runs, not what it computes: slot and token log-probs
     and the parameters' gradients equal the every-position path's (float32 rounding)."""
     model, nodes = setup
-    cc = CollateConfig(method=method, layout=layout, max_len=256, max_prompt_len=160, max_completion_len=32,
-                       max_branches=3, max_pairs=3)
+    cc = CollateConfig(
+        method=method,
+        layout=layout,
+        max_len=256,
+        max_prompt_len=160,
+        max_completion_len=32,
+        max_branches=3,
+        max_pairs=3,
+    )
     exs = [build_example(n, spm_tokenizer, cc, kl_completion=[5, 6, 7]) for n in nodes]
     batch = jax.tree.map(jnp.asarray, stack(exs))
     narrow = {**batch, "loss_pos": jnp.asarray(loss_positions(np.asarray(batch["slot"])))}
@@ -131,6 +140,7 @@ def test_the_projection_on_loss_positions_only_gives_the_same_logprobs_and_gradi
         def f(s):
             per_slot, tok, on = slot_logprobs(nnx.merge(g, s), b, chunk=64)
             return jnp.sum(per_slot * jnp.arange(1, per_slot.size + 1)), (per_slot, tok, on)
+
         return jax.jit(jax.grad(f, has_aux=True))(state)
 
     (g_all, (s_all, t_all, on_all)), (g_pos, (s_pos, t_pos, on_pos)) = run(batch), run(narrow)
@@ -146,11 +156,19 @@ def test_the_projection_on_loss_positions_only_gives_the_same_logprobs_and_gradi
 
 def test_packed_branch_is_independent_of_other_branches(setup, spm_tokenizer):
     model, nodes = setup
-    cc = CollateConfig(method="dpo", layout="packed", max_len=256, max_prompt_len=160, max_completion_len=32,
-                       max_branches=3, max_pairs=3)
+    cc = CollateConfig(
+        method="dpo",
+        layout="packed",
+        max_len=256,
+        max_prompt_len=160,
+        max_completion_len=32,
+        max_branches=3,
+        max_pairs=3,
+    )
     node = nodes[0]
-    changed = dataclasses.replace(node, branches=[node.branches[0], node.branches[1],
-                                                  dataclasses.replace(node.branches[2], action="GO_BACK")])
+    changed = dataclasses.replace(
+        node, branches=[node.branches[0], node.branches[1], dataclasses.replace(node.branches[2], action="GO_BACK")]
+    )
     f = jax.jit(lambda b: slot_logprobs(model, b, chunk=64)[0])
     a = np.asarray(f(jax.tree.map(jnp.asarray, stack([build_example(node, spm_tokenizer, cc)]))))
     b = np.asarray(f(jax.tree.map(jnp.asarray, stack([build_example(changed, spm_tokenizer, cc)]))))
@@ -160,8 +178,15 @@ def test_packed_branch_is_independent_of_other_branches(setup, spm_tokenizer):
 
 def test_remat_gives_the_same_gradients(setup, spm_tokenizer):
     model, nodes = setup
-    cc = CollateConfig(method="dpo", layout="packed", max_len=256, max_prompt_len=160, max_completion_len=32,
-                       max_branches=3, max_pairs=3)
+    cc = CollateConfig(
+        method="dpo",
+        layout="packed",
+        max_len=256,
+        max_prompt_len=160,
+        max_completion_len=32,
+        max_branches=3,
+        max_pairs=3,
+    )
     batch = jax.tree.map(jnp.asarray, stack([build_example(n, spm_tokenizer, cc) for n in nodes[:2]]))
 
     def grads(m):
@@ -238,8 +263,7 @@ def test_decision_window_scores_the_tokens_from_where_the_actions_differ(setup, 
     loss, _ = objective(pol, ref, tok_lp, None, batch, LossConfig(method="dpo", beta=beta, decision_window=w), ref_tok)
     np.testing.assert_allclose(float(loss), np.mean(want), rtol=2e-4, atol=1e-5)
     whole, _ = objective(pol, ref, tok_lp, None, batch, LossConfig(method="dpo", beta=beta), ref_tok)
-    long, _ = objective(pol, ref, tok_lp, None, batch, LossConfig(method="dpo", beta=beta, decision_window=64),
-                        ref_tok)
+    long, _ = objective(pol, ref, tok_lp, None, batch, LossConfig(method="dpo", beta=beta, decision_window=64), ref_tok)
     np.testing.assert_allclose(float(long), float(whole), rtol=1e-4)
     assert abs(float(loss) - float(whole)) > 1e-3  # the window changes the loss
 
@@ -253,8 +277,16 @@ def test_a_margin_without_copies_scores_the_decision_tokens_alone(setup, spm_tok
 
     model, nodes = setup
     ref_model = init_model(model.cfg, seed=7)
-    cc = CollateConfig(method="dpo", layout=layout, max_len=256, max_prompt_len=160, max_completion_len=32,
-                       max_branches=3, max_pairs=3, margin_decisions=True)
+    cc = CollateConfig(
+        method="dpo",
+        layout=layout,
+        max_len=256,
+        max_prompt_len=160,
+        max_completion_len=32,
+        max_branches=3,
+        max_pairs=3,
+        margin_decisions=True,
+    )
     exs = [build_example(n, spm_tokenizer, cc) for n in nodes]
     batch = jax.tree.map(jnp.asarray, stack(exs))
     pol, tok_lp, _ = slot_logprobs(model, batch, chunk=64)
@@ -304,8 +336,17 @@ def test_sft_term_is_the_token_mean_nll_of_every_successful_branch(setup, spm_to
     from tgpo_jax.data.collate import node_selection
 
     model, nodes = setup
-    cc = CollateConfig(method=method, layout="packed", max_len=256, max_prompt_len=160, max_completion_len=32,
-                       max_branches=3, max_pairs=3, kl_slot=False, sft_slots=True)
+    cc = CollateConfig(
+        method=method,
+        layout="packed",
+        max_len=256,
+        max_prompt_len=160,
+        max_completion_len=32,
+        max_branches=3,
+        max_pairs=3,
+        kl_slot=False,
+        sft_slots=True,
+    )
     exs = [build_example(n, spm_tokenizer, cc) for n in nodes]
     batch = jax.tree.map(jnp.asarray, stack(exs))
     pol = slot_logprobs(model, batch, chunk=64)[0]
@@ -332,12 +373,20 @@ def test_sft_term_is_the_token_mean_nll_of_every_successful_branch(setup, spm_to
 
 
 def test_training_the_top_layers_gives_the_full_gradients_there_zero_below_and_skips_their_backward(
-        setup, spm_tokenizer):
+    setup, spm_tokenizer
+):
     """model.train_layers=k: the top k layers' gradients are the full model's, the layers below get none, and the
     backward pass skips them (fewer FLOPs in the compiled gradient)."""
     model, nodes = setup
-    cc = CollateConfig(method="dpo", layout="packed", max_len=256, max_prompt_len=160, max_completion_len=32,
-                       max_branches=3, max_pairs=3)
+    cc = CollateConfig(
+        method="dpo",
+        layout="packed",
+        max_len=256,
+        max_prompt_len=160,
+        max_completion_len=32,
+        max_branches=3,
+        max_pairs=3,
+    )
     batch = jax.tree.map(jnp.asarray, stack([build_example(n, spm_tokenizer, cc) for n in nodes[:2]]))
     layers = model.cfg.num_layers
     assert layers >= 2
@@ -370,8 +419,9 @@ def test_training_the_top_layers_gives_the_full_gradients_there_zero_below_and_s
     assert trained_param_count(top_model) == moved < param_count(model) == trained_param_count(model)
     # every dot product of the gradient's program, scans times their length: the lower layers' backward is gone
     flops = lambda fn, s: counted_flops(jax.make_jaxpr(fn)(s).jaxpr)  # noqa: E731
-    forward = counted_flops(jax.make_jaxpr(lambda s: slot_logprobs(nnx.merge(nnx.split(model)[0], s), batch,
-                                                                    chunk=64)[0])(state).jaxpr)
+    forward = counted_flops(
+        jax.make_jaxpr(lambda s: slot_logprobs(nnx.merge(nnx.split(model)[0], s), batch, chunk=64)[0])(state).jaxpr
+    )
     full_f, top_f = flops(full_fn, state), flops(top_fn, top_state)
     assert full_f > 2.5 * forward  # forward + a backward of about twice its cost
     assert top_f < forward + (full_f - forward) * (1.5 / layers) + 0.05 * forward, (forward, full_f, top_f)

@@ -1,4 +1,5 @@
 """Golden tests for tgpo_jax.losses against an independent float64 numpy reference."""
+
 from __future__ import annotations
 
 import math
@@ -222,9 +223,7 @@ def test_dpo_jit_matches_eager(pairs, loss_type):
     pc, pr, rc, rr, valid, w = pairs
     kw = dict(beta=0.3, loss_type=loss_type, label_smoothing=0.1)
     eager = dpo_loss(pc, pr, rc, rr, valid, w, **kw)
-    jitted = jax.jit(dpo_loss, static_argnames=("beta", "loss_type", "label_smoothing"))(
-        pc, pr, rc, rr, valid, w, **kw
-    )
+    jitted = jax.jit(dpo_loss, static_argnames=("beta", "loss_type", "label_smoothing"))(pc, pr, rc, rr, valid, w, **kw)
     np.testing.assert_allclose(float(jitted[0]), float(eager[0]), rtol=1e-6, atol=1e-7)
     for k in eager[1]:
         np.testing.assert_allclose(float(jitted[1][k]), float(eager[1][k]), rtol=1e-6, atol=1e-7, err_msg=k)
@@ -366,8 +365,10 @@ def test_sft_focal_matches_numpy_value_and_gradient():
         want_g = (gamma * (1 - p) ** (gamma - 1) * p * logps - (1 - p) ** gamma) * mask / mask.sum()
         np.testing.assert_allclose(g, want_g, rtol=1e-4, atol=1e-7)
     # a token the model is sure of carries (almost) nothing; a hard one keeps most of its NLL
-    sure, hard = sft_loss(np.array([[-1e-4, -2.0]], np.float32), np.array([[True, False]]), focal_gamma=2.0)[0], \
-        sft_loss(np.array([[-1e-4, -2.0]], np.float32), np.array([[False, True]]), focal_gamma=2.0)[0]
+    sure, hard = (
+        sft_loss(np.array([[-1e-4, -2.0]], np.float32), np.array([[True, False]]), focal_gamma=2.0)[0],
+        sft_loss(np.array([[-1e-4, -2.0]], np.float32), np.array([[False, True]]), focal_gamma=2.0)[0],
+    )
     assert float(sure) < 1e-11 and float(hard) == pytest.approx(2.0 * (1 - np.exp(-2.0)) ** 2, rel=1e-5)
 
 

@@ -1,4 +1,5 @@
 """tgpo_jax/models/matmul.py: ``proj`` against numpy references, forward and both gradients, float32 and bf16."""
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -38,9 +39,12 @@ def test_bf16_rounds_float32_sums_once_in_both_passes():
     out, dx, dw = grads(x, w, g)
     assert out.dtype == dx.dtype == dw.dtype == ml_dtypes.bfloat16
     f = lambda a: a.astype(np.float64)  # noqa: E731
-    for got, want in ((out, np.einsum(SPEC, f(x), f(w))), (dx, np.einsum("bthk,dhk->btd", f(g), f(w))),
-                      (dw, np.einsum("btd,bthk->dhk", f(x), f(g)))):
-        np.testing.assert_allclose(got.astype(np.float64), want, rtol=2 ** -8, atol=1e-6)
+    for got, want in (
+        (out, np.einsum(SPEC, f(x), f(w))),
+        (dx, np.einsum("bthk,dhk->btd", f(g), f(w))),
+        (dw, np.einsum("btd,bthk->dhk", f(x), f(g))),
+    ):
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=2**-8, atol=1e-6)
 
 
 def test_a_spec_it_cannot_transpose_is_refused():

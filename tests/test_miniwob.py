@@ -1,4 +1,5 @@
 """MiniWoB++ environment: the package's own task pages and rewards, solved by our oracle through our harness."""
+
 from __future__ import annotations
 
 import asyncio
@@ -15,8 +16,16 @@ pytest.importorskip("miniwob")
 from rollout import browser_path  # noqa: E402
 from rollout.collect import CollectConfig, collect  # noqa: E402
 from rollout.core import Command, Observation  # noqa: E402
-from rollout.envs.miniwob import (LIMITS, SUPPORTED, MiniWoBEnv, NoOracleError, package_dir,  # noqa: E402
-                                  query_text, registered_tasks, require_oracle)
+from rollout.envs.miniwob import (
+    LIMITS,
+    SUPPORTED,
+    MiniWoBEnv,
+    NoOracleError,
+    package_dir,  # noqa: E402
+    query_text,
+    registered_tasks,
+    require_oracle,
+)
 from rollout.harness.runner import HarnessConfig  # noqa: E402
 from rollout.policies.scripted import ScriptedPolicy  # noqa: E402
 from rollout.recording import iter_episodes  # noqa: E402
@@ -24,8 +33,20 @@ from rollout.harness.execute import execute  # noqa: E402
 from rollout.harness.guards import install_guards  # noqa: E402
 from rollout.harness.observe import install, observe  # noqa: E402
 
-TASKS = ("click-button", "click-link", "enter-text", "focus-text", "click-checkboxes", "click-dialog", "click-test-2",
-         "click-button-sequence", "click-option", "enter-password", "login-user", "click-test")
+TASKS = (
+    "click-button",
+    "click-link",
+    "enter-text",
+    "focus-text",
+    "click-checkboxes",
+    "click-dialog",
+    "click-test-2",
+    "click-button-sequence",
+    "click-option",
+    "enter-password",
+    "login-user",
+    "click-test",
+)
 
 
 class Harness:
@@ -39,8 +60,9 @@ class Harness:
         from playwright.async_api import async_playwright
 
         self.pw = await async_playwright().start()
-        self.browser = await self.pw.chromium.launch(executable_path=browser_path.chromium_executable(),
-                                                     args=list(browser_path.CHROMIUM_ARGS))
+        self.browser = await self.pw.chromium.launch(
+            executable_path=browser_path.chromium_executable(), args=list(browser_path.CHROMIUM_ARGS)
+        )
         # One context for the module (the runner makes one per episode; reset() loads a fresh document anyway).
         self.ctx = await self.browser.new_context()
         await install(self.ctx)
@@ -74,6 +96,7 @@ class Harness:
         async def stop():
             await self.browser.close()
             await self.pw.stop()
+
         self.run(stop())
         self.loop.close()
         self.env.stop()
@@ -110,8 +133,9 @@ def test_server_binds_loopback(h):
 
 @pytest.mark.parametrize("name", TASKS)
 def test_oracle_solves(h, name):
-    tasks = [t for t in h.env.tasks("train") if t.family == name][:1] + \
-            [t for t in h.env.tasks("test") if t.family == name][:1]
+    tasks = [t for t in h.env.tasks("train") if t.family == name][:1] + [
+        t for t in h.env.tasks("test") if t.family == name
+    ][:1]
     for task in tasks:
         check, cmds, seen = h.run(h.episode(task, h.env.oracle))
         assert check.done and check.success and check.score == 1.0, (task.task_id, cmds, seen[-1].text)
@@ -256,8 +280,9 @@ def test_tasks_without_an_oracle_run_with_a_scripted_policy(tmp_path):
     env = MiniWoBEnv(list(SCRIPTS), train_seeds=2)
     tasks = env.tasks("train")
     scripts = {t.task_id: SCRIPTS[t.family][t.goal["seed"]] for t in tasks}  # seed 0: correct, seed 1: wrong
-    cfg = CollectConfig(out_dir=str(tmp_path), runs=1, contexts=2, progress=False,
-                        harness=HarnessConfig(max_steps=4, screenshots=False))
+    cfg = CollectConfig(
+        out_dir=str(tmp_path), runs=1, contexts=2, progress=False, harness=HarnessConfig(max_steps=4, screenshots=False)
+    )
     try:
         counts = collect(env, tasks, ScriptedPolicy(scripts), cfg)
     finally:
@@ -267,5 +292,6 @@ def test_tasks_without_an_oracle_run_with_a_scripted_policy(tmp_path):
         s, right = ep.summary, ep.summary["task_id"].endswith("/0")
         assert s["end_reason"] == "done" and s["optimal_steps"] == 0, s
         assert s["steps"] == len(scripts[s["task_id"]]) and all(st["error"] is None for st in ep.steps), ep.steps
-        assert (s["success"], s["score"], s["final"]["check"]["progress"]) == \
-            ((True, 1.0, "done=1,raw=1") if right else (False, 0.0, "done=1,raw=-1")), s
+        assert (s["success"], s["score"], s["final"]["check"]["progress"]) == (
+            (True, 1.0, "done=1,raw=1") if right else (False, 0.0, "done=1,raw=-1")
+        ), s

@@ -1,4 +1,5 @@
 """Logit parity with transformers' PyTorch models for every supported family (fp32, random weights)."""
+
 import numpy as np
 import pytest
 

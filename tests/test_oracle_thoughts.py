@@ -1,6 +1,7 @@
 """The from-scratch copy model's oracle thoughts (the scratch_copy recipe's wording, recipes/scratch_copy/thoughts.py):
 each repeats what the page and the task say in the order that lets a model copy the command's argument from them
 (docs/method.md §1, the oracle's thoughts), and the valid-argument decoding accepts them."""
+
 from rollout.core import Observation
 
 
@@ -8,9 +9,15 @@ def test_oracle_thought_repeats_the_page_line_and_the_task_option():
     from rollout.core import Command, Element
     from recipes.scratch_copy.thoughts import explain as _explain
 
-    obs = Observation(url="http://shop/item/3", title="t", text="", elements=(
-        Element(id="6", role="combobox", name="color", value="black", options=("black", "red")),
-        Element(id="7", role="button", name="Buy Now")))
+    obs = Observation(
+        url="http://shop/item/3",
+        title="t",
+        text="",
+        elements=(
+            Element(id="6", role="combobox", name="color", value="black", options=("black", "red")),
+            Element(id="7", role="button", name="Buy Now"),
+        ),
+    )
     assert _explain(Command("SELECT", "6", "red"), obs) == 'Set combobox "color"[6] to color [red].'
     assert _explain(Command("CLICK", "7"), obs) == 'Click button "Buy Now"[7].'
     assert _explain(Command("TYPE", "9", "x"), obs) == "Type [x] into element 9."  # no such element on the page
@@ -23,20 +30,25 @@ def test_oracle_thought_leads_typed_text_with_the_words_the_task_puts_before_it(
     from rollout.envs.shop.env import ShopEnv
     from recipes.scratch_copy.thoughts import explain as _explain, task_context
 
-    box = Observation(url="http://shop/", title="t", text="", elements=(
-        Element(id="2", role="textbox", name="Search"),))
+    box = Observation(
+        url="http://shop/", title="t", text="", elements=(Element(id="2", role="textbox", name="Search"),)
+    )
     for item_names, lead in (("number", "item 2"), ("ordinal", "second item")):
-        task = next(t for t in ShopEnv(n_train=20, n_test=2, item_names=item_names).tasks("train")
-                    if t.family == "multi_cart")
+        task = next(
+            t for t in ShopEnv(n_train=20, n_test=2, item_names=item_names).tasks("train") if t.family == "multi_cart"
+        )
         second, name = task.goal["items"][1]["title"], task.goal["name"]
-        assert _explain(Command("TYPE", "2", second), box, task.instruction) == \
-            f'Type {lead} [{second}] into textbox "Search"[2].'
+        assert (
+            _explain(Command("TYPE", "2", second), box, task.instruction)
+            == f'Type {lead} [{second}] into textbox "Search"[2].'
+        )
     assert task_context(task.instruction, name) == "name"
     assert task_context("i am looking for [a mug] with color [red]", "a mug") == "for"
     assert task_context("i am looking for [a mug]", "a cup") == ""  # not in the task: no lead
     assert task_context("[a mug] first", "a mug") == ""
-    assert _explain(Command("TYPE", "2", "a cup"), box, "Search for [a mug]") == \
-        'Type [a cup] into textbox "Search"[2].'
+    assert (
+        _explain(Command("TYPE", "2", "a cup"), box, "Search for [a mug]") == 'Type [a cup] into textbox "Search"[2].'
+    )
 
 
 def test_oracle_sort_thought_leads_with_the_tasks_words_for_the_sort():
@@ -45,14 +57,22 @@ def test_oracle_sort_thought_leads_with_the_tasks_words_for_the_sort():
     from recipes.scratch_copy.thoughts import explain as _explain
     from rollout.policies.thoughts import task_sort
 
-    page = Observation(url="http://shop/search", title="t", text="", elements=(
-        Element(id="6", role="link", name="Sort: Price low to high"), Element(id="7", role="link", name="Sort: Rating"),
-        Element(id="9", role="link", name="Mug")))
+    page = Observation(
+        url="http://shop/search",
+        title="t",
+        text="",
+        elements=(
+            Element(id="6", role="link", name="Sort: Price low to high"),
+            Element(id="7", role="link", name="Sort: Rating"),
+            Element(id="9", role="link", name="Mug"),
+        ),
+    )
     tasks = [t for t in ShopEnv(n_train=30, n_test=2).tasks("train") if t.family == "procedure"]
     task = next(t for t in tasks if t.goal["sort"] == "price_asc")
     assert task_sort(task.instruction) == "price from low to high"
-    assert _explain(Command("CLICK", "6"), page, task.instruction) == \
-        'Click to sort by price from low to high [6].'  # the sort's last word right before the id it decides
+    assert (
+        _explain(Command("CLICK", "6"), page, task.instruction) == "Click to sort by price from low to high [6]."
+    )  # the sort's last word right before the id it decides
     assert task_sort("Search for [x], sort by rating, and add the first item to the cart.") == "rating"
     assert _explain(Command("CLICK", "9"), page, task.instruction) == 'Click link "Mug"[9].'  # not a sort link
     assert _explain(Command("CLICK", "7"), page, "Buy [a mug].") == 'Click link "Sort: Rating"[7].'  # no sort asked
@@ -68,17 +88,27 @@ def test_oracle_result_thought_leads_with_the_tasks_rank_and_names_the_id():
     from recipes.scratch_copy.thoughts import explain as _explain
     from rollout.policies.thoughts import task_item
 
-    page = Observation(url="http://shop/search", title="t", text="", elements=(
-        Element(id="7", role="link", name="Sort: Rating", href="http://shop/search?q=x&sort=rating"),
-        *(Element(id=str(9 + j), role="link", name=f"Mug {j}", href=f"http://shop/item/{40 + j}?q=x")
-          for j in range(3))))
+    page = Observation(
+        url="http://shop/search",
+        title="t",
+        text="",
+        elements=(
+            Element(id="7", role="link", name="Sort: Rating", href="http://shop/search?q=x&sort=rating"),
+            *(
+                Element(id=str(9 + j), role="link", name=f"Mug {j}", href=f"http://shop/item/{40 + j}?q=x")
+                for j in range(3)
+            ),
+        ),
+    )
     task = next(t for t in ShopEnv(n_train=30, n_test=2).tasks("train") if t.family == "procedure")
     k = int(task.goal["position"])
     rank = ("first", "second", "third")[k - 1]
     assert task_item(task.instruction) == f"the {rank} item"
     right = str(8 + k)  # the k-th product link
-    assert _explain(Command("CLICK", right), page, task.instruction) == \
-        f"To add the {rank} item, click the {rank} result [{right}]."  # the rank word two tokens before the id
+    assert (
+        _explain(Command("CLICK", right), page, task.instruction)
+        == f"To add the {rank} item, click the {rank} result [{right}]."
+    )  # the rank word two tokens before the id
     # another result (the noisy oracle's wrong click): the plain thought, never "the third result" before another id
     wrong = str(9 + k % 3)
     assert _explain(Command("CLICK", wrong), page, task.instruction) == f'Click link "Mug {k % 3}"[{wrong}].'
@@ -96,15 +126,22 @@ def test_oracle_thought_after_adding_an_item_copies_the_task_on_to_the_next_item
     from rollout.policies.constrain import OutputGrammar, StepStrings, quoted_strings
     from recipes.scratch_copy.thoughts import done_context, explain as _explain
 
-    task = next(t for t in ShopEnv(n_train=60, n_test=2).tasks("train")
-                if t.family == "multi_cart" and len(t.goal["items"]) == 3)
+    task = next(
+        t
+        for t in ShopEnv(n_train=60, n_test=2).tasks("train")
+        if t.family == "multi_cart" and len(t.goal["items"]) == 3
+    )
     titles = [it["title"] for it in task.goal["items"]]
     elements = (Element(id="2", role="textbox", name="Search"), Element(id="5", role="link", name="View cart"))
 
     def added(title):
         heading = LABELS_EN["added"].format(title=title)
-        return Observation(url="http://shop/added", title="Your cart", elements=elements,
-                           text=f'[2] textbox "Search" value=""\nheading "{heading}"\n[5] link "View cart"')
+        return Observation(
+            url="http://shop/added",
+            title="Your cart",
+            elements=elements,
+            text=f'[2] textbox "Search" value=""\nheading "{heading}"\n[5] link "View cart"',
+        )
 
     ins = task.instruction
     for k in (0, 1):  # item k added, item k + 1 typed: the task's text from after item k's name to item k + 1's
@@ -116,27 +153,41 @@ def test_oracle_thought_after_adding_an_item_copies_the_task_on_to_the_next_item
         assert f"{('second', 'third')[k]} item [{titles[k + 1]}] into" in thought
     end = ins.index(f"[{titles[2]}]") + len(titles[2]) + 1
     stop = ins.index(". ", end) + 1
-    assert _explain(Command("CLICK", "5"), added(titles[2]), ins) == \
-        f'"Added {titles[2]}{ins[end:stop]} Click link "View cart"[5].'
+    assert (
+        _explain(Command("CLICK", "5"), added(titles[2]), ins)
+        == f'"Added {titles[2]}{ins[end:stop]} Click link "View cart"[5].'
+    )
     # not what the task's text leads to: the plain thoughts
-    assert _explain(Command("TYPE", "2", titles[1]), added(titles[1]), ins) == \
-        f'Type second item [{titles[1]}] into textbox "Search"[2].'
+    assert (
+        _explain(Command("TYPE", "2", titles[1]), added(titles[1]), ins)
+        == f'Type second item [{titles[1]}] into textbox "Search"[2].'
+    )
     assert _explain(Command("CLICK", "5"), added(titles[0]), ins) == 'Click link "View cart"[5].'
-    assert done_context("Search for [a mug], then add the first item to the cart.", added("Red Mug"),
-                        Command("CLICK", "5")) == ""  # the heading names no item of the task
+    assert (
+        done_context(
+            "Search for [a mug], then add the first item to the cart.", added("Red Mug"), Command("CLICK", "5")
+        )
+        == ""
+    )  # the heading names no item of the task
     # brackets skip a full stop inside a value; a name that starts another name is not taken for it
     odd = "Buy these items in one order: first item [Kettle] with size [1.5 L]; second item [Kettle Pro]. Add them."
-    assert done_context(odd, added("Kettle"), Command("TYPE", "2", "Kettle Pro")) == \
-        '"Added Kettle] with size [1.5 L]; second item [Kettle Pro]'
+    assert (
+        done_context(odd, added("Kettle"), Command("TYPE", "2", "Kettle Pro"))
+        == '"Added Kettle] with size [1.5 L]; second item [Kettle Pro]'
+    )
     assert done_context(odd, added("Kettle Pro"), Command("CLICK", "5")) == '"Added Kettle Pro].'
     # the older wording (item_names="number": "item 2 [..]", a saved model's tasks) keeps the plain thoughts
-    plain = next(t for t in ShopEnv(n_train=60, n_test=2, item_names="number").tasks("train")
-                 if t.task_id == task.task_id).instruction
-    assert _explain(Command("TYPE", "2", titles[1]), added(titles[0]), plain) == \
-        f'Type item 2 [{titles[1]}] into textbox "Search"[2].'
+    plain = next(
+        t for t in ShopEnv(n_train=60, n_test=2, item_names="number").tasks("train") if t.task_id == task.task_id
+    ).instruction
+    assert (
+        _explain(Command("TYPE", "2", titles[1]), added(titles[0]), plain)
+        == f'Type item 2 [{titles[1]}] into textbox "Search"[2].'
+    )
     # the valid-argument decoding accepts both thoughts with their commands, prefix by prefix
-    grammar = OutputGrammar(StepStrings(ids=frozenset({"2", "5"}), options={}, typed=quoted_strings(ins)),
-                            setting_form=True)
+    grammar = OutputGrammar(
+        StepStrings(ids=frozenset({"2", "5"}), options={}, typed=quoted_strings(ins)), setting_form=True
+    )
     for cmd, page in ((Command("TYPE", "2", titles[1]), added(titles[0])), (Command("CLICK", "5"), added(titles[2]))):
         out = f"Thought: {_explain(cmd, page, ins)}\nCommand: {cmd.render()}"
         assert grammar.complete(out) and all(grammar.viable(out[:i]) for i in range(len(out)))
@@ -152,9 +203,16 @@ def test_oracle_thought_for_a_form_field_names_the_field_first_and_its_word_lead
 
     task = next(t for t in ShopEnv(n_train=20, n_test=2).tasks("train") if t.family == "multi_cart")
     name, addr = task.goal["name"], task.goal["address"]
-    form = Observation(url="http://shop/checkout", title="Checkout", text="", elements=(
-        Element(id="2", role="textbox", name="Search"), Element(id="5", role="textbox", name="Full name"),
-        Element(id="6", role="textbox", name="Address")))
+    form = Observation(
+        url="http://shop/checkout",
+        title="Checkout",
+        text="",
+        elements=(
+            Element(id="2", role="textbox", name="Search"),
+            Element(id="5", role="textbox", name="Full name"),
+            Element(id="6", role="textbox", name="Address"),
+        ),
+    )
     ins = task.instruction
     assert _explain(Command("TYPE", "5", name), form, ins) == f'Fill textbox "Full name"[5] with name [{name}].'
     assert _explain(Command("TYPE", "6", addr), form, ins) == f'Fill textbox "Address"[6] with address [{addr}].'
@@ -162,8 +220,9 @@ def test_oracle_thought_for_a_form_field_names_the_field_first_and_its_word_lead
     assert _explain(Command("TYPE", "6", name), form, ins) == f'Type name [{name}] into textbox "Address"[6].'
     first = task.goal["items"][0]["title"]
     assert _explain(Command("TYPE", "2", first), form, ins) == f'Type first item [{first}] into textbox "Search"[2].'
-    grammar = OutputGrammar(StepStrings(ids=frozenset({"2", "5", "6"}), options={}, typed=quoted_strings(ins)),
-                            setting_form=True)
+    grammar = OutputGrammar(
+        StepStrings(ids=frozenset({"2", "5", "6"}), options={}, typed=quoted_strings(ins)), setting_form=True
+    )
     out = f"Thought: {_explain(Command('TYPE', '6', addr), form, ins)}\nCommand: TYPE [6] [{addr}]"
     assert grammar.complete(out) and all(grammar.viable(out[:i]) for i in range(len(out)))
 
@@ -184,8 +243,12 @@ def test_option_value_has_the_same_tokens_in_task_thought_and_command(tmp_path):
     class Catalog:
         option_label = staticmethod(str)
 
-    obs = Observation(url="http://shop/item/3", title="t", text="", elements=(
-        Element(id="6", role="combobox", name="color", value="black", options=("black", "red")),))
+    obs = Observation(
+        url="http://shop/item/3",
+        title="t",
+        text="",
+        elements=(Element(id="6", role="combobox", name="color", value="black", options=("black", "red")),),
+    )
     task = "i am looking for [a mug] with " + _opt_phrase(Catalog, {"color": "red", "size": "12 oz"}, False)
     thought = _explain(Command("SELECT", "6", "red"), obs)
     command = Command("SELECT", "6", "red").render()
@@ -213,16 +276,24 @@ def test_oracle_thought_of_a_sorting_task_first_copies_the_results_title():
     from recipes.scratch_copy.thoughts import explain as _explain
 
     task = "Search for [red mug], sort by price from low to high, and add the second item to the cart."
-    links = (Element(id="6", role="link", name="Sort: Price low to high", href="http://shop/search?q=red+mug"),
-             *(Element(id=str(9 + j), role="link", name=f"Mug {j}", href=f"http://shop/item/{40 + j}?q=red+mug")
-               for j in range(3)))
+    links = (
+        Element(id="6", role="link", name="Sort: Price low to high", href="http://shop/search?q=red+mug"),
+        *(
+            Element(id=str(9 + j), role="link", name=f"Mug {j}", href=f"http://shop/item/{40 + j}?q=red+mug")
+            for j in range(3)
+        ),
+    )
     before = Observation(url="http://shop/search?q=red+mug", title="Search: red mug", text="", elements=links)
-    after = Observation(url="http://shop/search?q=red+mug&sort=price_asc", title="Search: red mug (sorted)",
-                        text="", elements=links)
-    assert _explain(Command("CLICK", "6"), before, task) == \
-        "Search: red mug. Click to sort by price from low to high [6]."
-    assert _explain(Command("CLICK", "10"), after, task) == \
-        "Search: red mug (sorted). To add the second item, click the second result [10]."
+    after = Observation(
+        url="http://shop/search?q=red+mug&sort=price_asc", title="Search: red mug (sorted)", text="", elements=links
+    )
+    assert (
+        _explain(Command("CLICK", "6"), before, task) == "Search: red mug. Click to sort by price from low to high [6]."
+    )
+    assert (
+        _explain(Command("CLICK", "10"), after, task)
+        == "Search: red mug (sorted). To add the second item, click the second result [10]."
+    )
     assert _explain(Command("CLICK", "11"), after, task) == 'Click link "Mug 2"[11].'  # not the task's rank
     other = Observation(url="http://shop/search?q=mug", title="Search: mug", text="", elements=links)
     assert _explain(Command("CLICK", "6"), other, task) == "Click to sort by price from low to high [6]."

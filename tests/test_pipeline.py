@@ -2,6 +2,7 @@
 real Chromium, the embedded shop, a from-scratch model, Orbax and transformers: every stage runs, every artefact
 exists and reloads, the report has every row, a re-run does nothing, a changed stage is refused until --redo; Agent
 Q's trajectory DPO, search DPO and search at inference added to a copy of the finished run."""
+
 import json
 import os
 import subprocess
@@ -16,9 +17,18 @@ ROWS = ("base", "SFT", "KTO", "KTO-Tree", "DPO", "TGPO", "TGPO (round 2)")
 
 def pipeline(out, *extra, timeout=900):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device, as a user's run
-    args = [sys.executable, "-m", "launch.pipeline", "--config=configs/pipeline.py:tiny", f"--config.out={out}",
-            "--config.rounds.count=2", "--progress=false", *extra]
+    args = [
+        sys.executable,
+        "-m",
+        "launch.pipeline",
+        "--config=configs/pipeline.py:tiny",
+        f"--config.out={out}",
+        "--config.rounds.count=2",
+        "--progress=false",
+        *extra,
+    ]
     return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
 
 # the whole main job end to end in a browser (collect, train, evaluate, export, report): the slow tier
 pytestmark = pytest.mark.slow
@@ -34,9 +44,29 @@ def run(tmp_path_factory):
 
 def test_every_stage_ran(run):
     out, proc = run
-    stages = ["collect-r1", "tokenizer", "base", "dataset-r1", "collect-r2", "dataset-r2", "sft", "dpo", "kto",
-              "kto_tree", "tgpo", "tgpo-r2", "eval-base", "eval-sft", "eval-kto", "eval-kto_tree", "eval-dpo",
-              "eval-tgpo", "eval-tgpo-r2", "report", "export"]
+    stages = [
+        "collect-r1",
+        "tokenizer",
+        "base",
+        "dataset-r1",
+        "collect-r2",
+        "dataset-r2",
+        "sft",
+        "dpo",
+        "kto",
+        "kto_tree",
+        "tgpo",
+        "tgpo-r2",
+        "eval-base",
+        "eval-sft",
+        "eval-kto",
+        "eval-kto_tree",
+        "eval-dpo",
+        "eval-tgpo",
+        "eval-tgpo-r2",
+        "report",
+        "export",
+    ]
     have = sorted(f[:-5] for f in os.listdir(os.path.join(out, "stages")) if f.endswith(".json"))
     assert have == sorted(stages)
     for s in stages:
@@ -69,8 +99,14 @@ def test_runs_reload_and_round_two_starts_from_round_one(run):
     from tgpo_jax.training.restore import load_run_config, restore_checkpoint
 
     out, _ = run
-    for name, init in (("sft", "base"), ("dpo", "sft"), ("kto", "sft"), ("kto_tree", "sft"), ("tgpo", "sft"),
-                       ("tgpo-r2", "tgpo")):
+    for name, init in (
+        ("sft", "base"),
+        ("dpo", "sft"),
+        ("kto", "sft"),
+        ("kto_tree", "sft"),
+        ("tgpo", "sft"),
+        ("tgpo-r2", "tgpo"),
+    ):
         run_dir = os.path.join(out, "runs", name)
         cfg = load_run_config(run_dir)
         assert cfg.model.path == os.path.join(out, "models", init), name  # the reference is this model (live)
@@ -120,10 +156,28 @@ def test_collect_cli_prompts_a_pipeline_model_as_it_was_trained(run, tmp_path):
         json.dump({**saved, "page_ids": "after", "history_last": True, "page_cut": "text_first"}, f)
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     got = str(tmp_path / "c")
-    proc = subprocess.run([sys.executable, "-m", "launch.collect", "--families=procedure", "--num_tasks=1", "--runs=1",
-                           "--contexts=1", "--max_steps=1", "--max_tokens=16", "--policy=model",
-                           f"--model={model}", f"--out={got}", "--noscreenshots"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.collect",
+            "--families=procedure",
+            "--num_tasks=1",
+            "--runs=1",
+            "--contexts=1",
+            "--max_steps=1",
+            "--max_tokens=16",
+            "--policy=model",
+            f"--model={model}",
+            f"--out={got}",
+            "--noscreenshots",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (ep,) = list(iter_episodes(got))
     messages = ep.steps[0]["policy_info"]["messages"]
@@ -140,10 +194,26 @@ def test_evaluate_cli_decodes_a_pipeline_model_as_the_pipeline_did(run, tmp_path
     out, _ = run
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     got = str(tmp_path / "eval")
-    proc = subprocess.run([sys.executable, "-m", "launch.evaluate", f"--model={os.path.join(out, 'models', 'sft')}",
-                           "--families=procedure", "--num_tasks=1", "--seeds=0", "--contexts=1", "--max_tokens=16",
-                           f"--out={got}", "--noscreenshots"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.evaluate",
+            f"--model={os.path.join(out, 'models', 'sft')}",
+            "--families=procedure",
+            "--num_tasks=1",
+            "--seeds=0",
+            "--contexts=1",
+            "--max_tokens=16",
+            f"--out={got}",
+            "--noscreenshots",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(os.path.join(got, "eval.json")) as f:
         ev = json.load(f)
@@ -206,17 +276,29 @@ def test_the_baselines_join_the_finished_run(run, tmp_path):
 
     def judge(text):  # the reference's command 100; any other 20, 40 or 60 by its place in the list
         ref = cmd(text.split("Reference action (correct):\n", 1)[1].split("\n", 1)[0])
-        return json.dumps({"scores": [100 if cmd(c) == ref else 20 * (1 + i % 3)
-                                      for i, c in enumerate(listed(text, "Candidates:\n"))]})
+        return json.dumps(
+            {
+                "scores": [
+                    100 if cmd(c) == ref else 20 * (1 + i % 3) for i, c in enumerate(listed(text, "Candidates:\n"))
+                ]
+            }
+        )
 
     out = str(tmp_path / "out")
     shutil.copytree(run[0], out)
     server = ChatServer(judge)
     try:
-        proc = pipeline(out, "--config.rounds.count=1", "--config.methods=sft,traj_dpo,search_dpo,judge_dpo",
-                        "--config.eval.models=sft,traj_dpo,search_dpo,judge_dpo", "--config.eval.search_models=sft",
-                        "--config.eval.search_tasks=2", f"--config.judge.url={server.url}",
-                        "--config.judge.model=judge", "--config.judge.k=3")
+        proc = pipeline(
+            out,
+            "--config.rounds.count=1",
+            "--config.methods=sft,traj_dpo,search_dpo,judge_dpo",
+            "--config.eval.models=sft,traj_dpo,search_dpo,judge_dpo",
+            "--config.eval.search_models=sft",
+            "--config.eval.search_tasks=2",
+            f"--config.judge.url={server.url}",
+            "--config.judge.model=judge",
+            "--config.judge.k=3",
+        )
     finally:
         server.close()
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -248,8 +330,11 @@ def test_the_baselines_join_the_finished_run(run, tmp_path):
 
     # the judge: every step of round 1's successful training episodes, 3 samples each, judged once per distinct
     # (prompt, candidates): two runs of a task that sampled alike at a step ask the judge once
-    good = [e for e in iter_episodes(os.path.join(out, "episodes", "round1"))
-            if e.summary["success"] and e.summary["split"] == "train"]
+    good = [
+        e
+        for e in iter_episodes(os.path.join(out, "episodes", "round1"))
+        if e.summary["success"] and e.summary["split"] == "train"
+    ]
     judged = _result(out, "dataset-judge-r1")
     assert judged["steps"] == sum(len(e.steps) for e in good) == judged["judge_calls"] + judged["judge_cache_hits"]
     assert judged["judge_calls"] == len(server.prompts) == len(set(server.prompts)) >= 1
@@ -278,8 +363,10 @@ def test_the_baselines_join_the_finished_run(run, tmp_path):
         assert f"| {comparison} | success rate |" in md
     assert f"{steps} browser steps, beside round 1's" in md
     assert f"Trajectory DPO: {traj['trajectory_pairs']['pairs']} pairs" in md
-    assert (f"DPO (judge): 3 samples of the first seed's SFT at each of {judged['steps']} steps" in md
-            and f"judged by judge: {judged['records']} DPO-3 records" in md)
+    assert (
+        f"DPO (judge): 3 samples of the first seed's SFT at each of {judged['steps']} steps" in md
+        and f"judged by judge: {judged['records']} DPO-3 records" in md
+    )
 
     # search at inference: SFT on the first 2 held-out tasks, beside its plain evaluation on the same tasks
     with open(os.path.join(out, "eval-search", "sft", "eval.json")) as f:
@@ -317,15 +404,25 @@ def test_killed_in_every_kind_of_stage_resumes_to_the_undisturbed_outputs(run):
     import time
 
     out, _ = run
-    seconds = {f[:-5]: json.load(open(os.path.join(out, "stages", f))).get("seconds", 0)
-               for f in os.listdir(os.path.join(out, "stages"))}
-    files = lambda d: {f: hashlib.sha256(open(os.path.join(out, d, f), "rb").read()).hexdigest()  # noqa: E731
-                       for f in sorted(os.listdir(os.path.join(out, d)))}
-    read = {"tokenizer": lambda: files("tokenizer"),
-            "dataset-r1": lambda: _shards(out, 1), "collect-r2": lambda: _episodes(out, 2),
-            "tgpo-r2": lambda: [r["train/loss"] for r in _rows(out, "tgpo-r2")],
-            "eval-sft": lambda: json.load(open(os.path.join(out, "eval", "sft", "eval.json")))["mean"],
-            "export": lambda: files("export")}  # what each stage decides
+    seconds = {
+        f[:-5]: json.load(open(os.path.join(out, "stages", f))).get("seconds", 0)
+        for f in os.listdir(os.path.join(out, "stages"))
+    }
+
+    def files(d):
+        return {
+            f: hashlib.sha256(open(os.path.join(out, d, f), "rb").read()).hexdigest()
+            for f in sorted(os.listdir(os.path.join(out, d)))
+        }
+
+    read = {
+        "tokenizer": lambda: files("tokenizer"),
+        "dataset-r1": lambda: _shards(out, 1),
+        "collect-r2": lambda: _episodes(out, 2),
+        "tgpo-r2": lambda: [r["train/loss"] for r in _rows(out, "tgpo-r2")],
+        "eval-sft": lambda: json.load(open(os.path.join(out, "eval", "sft", "eval.json")))["mean"],
+        "export": lambda: files("export"),
+    }  # what each stage decides
     undisturbed = {stage: f() for stage, f in read.items()}  # read before any stage runs again
     rng = random.Random(os.getpid())
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
@@ -333,10 +430,20 @@ def test_killed_in_every_kind_of_stage_resumes_to_the_undisturbed_outputs(run):
     for stage in undisturbed:
         marker = os.path.join(out, "stages", f"{stage}.json")
         total = _progress(out, stage)
-        args = [sys.executable, "-m", "launch.pipeline", "--config=configs/pipeline.py:tiny", f"--config.out={out}",
-                "--config.rounds.count=2", "--progress=false", f"--redo={stage}", f"--until={stage}"]
-        proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)  # its own process group: the browsers die with it
+        args = [
+            sys.executable,
+            "-m",
+            "launch.pipeline",
+            "--config=configs/pipeline.py:tiny",
+            f"--config.out={out}",
+            "--config.rounds.count=2",
+            "--progress=false",
+            f"--redo={stage}",
+            f"--until={stage}",
+        ]
+        proc = subprocess.Popen(
+            args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )  # its own process group: the browsers die with it
         deadline = time.monotonic() + 600
         while proc.poll() is None and time.monotonic() < deadline and _status(marker) != "running":
             time.sleep(0.02)
@@ -380,7 +487,7 @@ def test_faults_name_the_damaged_file_or_end_in_the_same_artefacts(run):
     victim = sorted(glob.glob(os.path.join(out, "episodes", "round1", "episodes", "*", "*", "steps.jsonl")))[0]
     text = open(victim, encoding="utf-8").read()
     i = text.index('"observation": "URL: /') + len('"observation": "URL: /')
-    open(victim, "w", encoding="utf-8").write(text[:i] + "#" + text[i + 1:])
+    open(victim, "w", encoding="utf-8").write(text[:i] + "#" + text[i + 1 :])
     p = pipeline(out, "--redo=dataset-r1", "--until=dataset-r1")
     assert p.returncode == 0 and "changed after the episode was sealed" in p.stderr, p.stderr[-2000:]
     assert _episodes(out, 1) == episodes and _shards(out, 1) == shards
@@ -394,14 +501,17 @@ def test_faults_name_the_damaged_file_or_end_in_the_same_artefacts(run):
     open(meta, "wb").write(intact[: len(intact) // 2])
     p = pipeline(out, "--redo=export")
     step_dir = os.path.dirname(os.path.dirname(meta))
-    assert p.returncode == 2 and f"a damaged file in {step_dir}" in p.stderr and f"--redo={best}" in p.stderr, \
-        p.stderr[-2000:]
+    assert p.returncode == 2 and f"a damaged file in {step_dir}" in p.stderr and f"--redo={best}" in p.stderr, p.stderr[
+        -2000:
+    ]
     open(meta, "wb").write(intact)
 
     # a damaged file another stage reads: refused naming the file and the stage that writes it again
-    for path, redo, writer in ((os.path.join(out, "models", "sft", "model.safetensors"), "dpo", "sft"),
-                               (os.path.join(out, "eval", "dpo", "eval.json"), "report", "eval-dpo"),
-                               (os.path.join(out, "datasets", "round1", "manifest.json"), "sft", "dataset-r1")):
+    for path, redo, writer in (
+        (os.path.join(out, "models", "sft", "model.safetensors"), "dpo", "sft"),
+        (os.path.join(out, "eval", "dpo", "eval.json"), "report", "eval-dpo"),
+        (os.path.join(out, "datasets", "round1", "manifest.json"), "sft", "dataset-r1"),
+    ):
         intact = open(path, "rb").read()
         open(path, "wb").write(intact[: len(intact) // 2])
         p = pipeline(out, f"--redo={redo}", f"--until={redo}")
@@ -456,8 +566,11 @@ def _progress(out, stage) -> int | None:
     for a stage that shows no progress."""
     import glob
 
-    where = {"collect-r1": "episodes/round1/episodes", "collect-r2": "episodes/round2/episodes",
-             "eval-sft": "eval/sft/seed0/episodes"}.get(stage)
+    where = {
+        "collect-r1": "episodes/round1/episodes",
+        "collect-r2": "episodes/round2/episodes",
+        "eval-sft": "eval/sft/seed0/episodes",
+    }.get(stage)
     if where is not None:
         n = 0
         for path in glob.glob(os.path.join(out, where, "*", "*", "steps.jsonl")):
@@ -478,9 +591,13 @@ def _episodes(out, r):
     """(task, run) -> status and per step the page, the output and the command: what a collection decides."""
     from rollout.recording import iter_episodes
 
-    return {(e.task_id, e.summary["run"]): (e.summary["status"], [(s["norm_url"], s["observation"], s["output"],
-                                                                  s["command"]) for s in e.steps])
-            for e in iter_episodes(os.path.join(out, "episodes", f"round{r}"))}
+    return {
+        (e.task_id, e.summary["run"]): (
+            e.summary["status"],
+            [(s["norm_url"], s["observation"], s["output"], s["command"]) for s in e.steps],
+        )
+        for e in iter_episodes(os.path.join(out, "episodes", f"round{r}"))
+    }
 
 
 def _shards(out, r):

@@ -4,6 +4,7 @@ The planner runs in fresh processes (its device count must be set before jax sta
 devices from conftest). What is checked could be wrong: the per-device parameter bytes against a count made here
 from the config, and how memory and FLOPs move with batch, sequence length and fsdp.
 """
+
 import importlib.util
 import json
 import os
@@ -44,8 +45,15 @@ def _tiny_param_count():
     from tgpo_jax.models.config import tiny_config
 
     c = tiny_config()
-    d, f, v, h, k, dh, n = (c.hidden_size, c.intermediate_size, c.vocab_size, c.num_heads, c.num_kv_heads,
-                            c.head_dim, c.num_layers)
+    d, f, v, h, k, dh, n = (
+        c.hidden_size,
+        c.intermediate_size,
+        c.vocab_size,
+        c.num_heads,
+        c.num_kv_heads,
+        c.head_dim,
+        c.num_layers,
+    )
     matrices = 2 * v * d + n * (d * h * dh + 2 * d * k * dh + h * dh * d + 3 * d * f)
     norms = n * 2 * d + d
     return matrices + norms, norms
@@ -54,8 +62,9 @@ def _tiny_param_count():
 @pytest.fixture(scope="module")
 def cpu_plans(tmp_path_factory):
     out = tmp_path_factory.mktemp("plan") / "plans.json"
-    r = subprocess.run([sys.executable, "-c", _SCRIPT, str(out)], cwd=REPO, env=_env(4), capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, str(out)], cwd=REPO, env=_env(4), capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -105,10 +114,27 @@ def test_counted_flops_scale_with_tokens(cpu_plans):
 
 def test_cli_all_parts_with_lora(tmp_path):
     out = tmp_path / "plan.json"
-    r = subprocess.run([sys.executable, "-m", "launch.plan", "--model=tiny", "--method=dpo", "--lora_rank=4",
-                        "--cpu_devices=4", "--mesh=1,2,2", "--batch=4", "--seq_len=128",
-                        "--parts=train,reference,decode", f"--json={out}"], cwd=REPO, env=_env(None),
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.plan",
+            "--model=tiny",
+            "--method=dpo",
+            "--lora_rank=4",
+            "--cpu_devices=4",
+            "--mesh=1,2,2",
+            "--batch=4",
+            "--seq_len=128",
+            "--parts=train,reference,decode",
+            f"--json={out}",
+        ],
+        cwd=REPO,
+        env=_env(None),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "train" in r.stdout and "decode" in r.stdout and "TOTAL" in r.stdout
     p = json.loads(out.read_text())
@@ -123,19 +149,38 @@ def test_cli_all_parts_with_lora(tmp_path):
     assert parts["decode"]["inputs"]["kv_cache"] > 0 and parts["decode"]["counted_flops"] > 0
 
 
-@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="libtpu is not installed: pip install "
-                    "-e '.[tpu]' (the TPU route compiles for a topology without a TPU)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("libtpu") is None,
+    reason="libtpu is not installed: pip install -e '.[tpu]' (the TPU route compiles for a topology without a TPU)",
+)
 def test_tpu_topology_route(tmp_path):
     out = tmp_path / "plan.json"
     env = _env(None)
     env.pop("JAX_PLATFORMS", None)
     env["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"  # this test process may hold libtpu's lock file already
-    r = subprocess.run([sys.executable, "-m", "launch.plan", "--model=tiny", "--method=tgpo", "--topology=v5e:2x2",
-                        "--mesh=1,4,1", "--batch=8", "--seq_len=128", "--parts=train,decode", f"--json={out}"],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.plan",
+            "--model=tiny",
+            "--method=tgpo",
+            "--topology=v5e:2x2",
+            "--mesh=1,4,1",
+            "--batch=8",
+            "--seq_len=128",
+            "--parts=train,decode",
+            f"--json={out}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     p = json.loads(out.read_text())
-    assert p["platform"] == "tpu" and p["chip"] == "v5e" and p["devices"] == 4 and p["hbm_bytes"] == 16 * 1024 ** 3
+    assert p["platform"] == "tpu" and p["chip"] == "v5e" and p["devices"] == 4 and p["hbm_bytes"] == 16 * 1024**3
     total, replicated = _tiny_param_count()
     got = p["parts"][0]["inputs"]["params"]
     assert total * 4 / 4 <= got <= total * 4 / 4 + replicated * 4

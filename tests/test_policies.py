@@ -1,5 +1,6 @@
 """Policies: prompt budget, the batched model policy, the OpenAI-compatible server and its client (the oracle's
 thoughts: test_oracle_thoughts.py)."""
+
 import asyncio
 import dataclasses
 import json
@@ -15,8 +16,16 @@ import pytest
 from rollout.core import ErrorInfo, HistoryItem, Observation, PolicyRequest, Task
 from rollout.policies.http import OpenAIPolicy, PolicyError
 from rollout.policies.model import ModelPolicy, cut_after_command
-from rollout.policies.prompt import (ANSWER_CUE, KEEP_RECENT, SYSTEM_PROMPT, build_messages, command_end,
-                                     messages_for, observation_text, prompt_ids)
+from rollout.policies.prompt import (
+    ANSWER_CUE,
+    KEEP_RECENT,
+    SYSTEM_PROMPT,
+    build_messages,
+    command_end,
+    messages_for,
+    observation_text,
+    prompt_ids,
+)
 from serving.serve import ModelServer
 from tgpo_jax.models.config import tiny_config
 from tgpo_jax.models.loading import flat_params, model_from_flat
@@ -30,21 +39,41 @@ SYS = "You are a web agent. Answer with 'Thought: ...' then 'Command: ...'."  # 
 
 
 def make_request(n_history=3, page_lines=12, step=None, key="t0/0", instruction="search for red running shoes"):
-    task = Task(task_id="t0", env="shop", family="webshop", instruction=instruction, start_path="/",
-                optimal_steps=4, split="train")
+    task = Task(
+        task_id="t0",
+        env="shop",
+        family="webshop",
+        instruction=instruction,
+        start_path="/",
+        optimal_steps=4,
+        split="train",
+    )
     text = "\n".join(f"[{i}] link 'Item {i} red running shoes {i * 3} dollars'" for i in range(page_lines))
-    obs = Observation(url="http://127.0.0.1:1/search?q=shoes", title="Results", text=text, elements=(),
-                      error=ErrorInfo("no_such_element", "no element [99]") if n_history else None)
-    hist = tuple(HistoryItem(command=f"CLICK [{i}]", thought=f"step {i} thought " + "x" * 300,
-                             error="no_such_element" if i % 3 == 2 else None) for i in range(n_history))
-    return PolicyRequest(task=task, observation=obs, history=hist, step=len(hist) if step is None else step,
-                         episode_key=key, seed=0)
+    obs = Observation(
+        url="http://127.0.0.1:1/search?q=shoes",
+        title="Results",
+        text=text,
+        elements=(),
+        error=ErrorInfo("no_such_element", "no element [99]") if n_history else None,
+    )
+    hist = tuple(
+        HistoryItem(
+            command=f"CLICK [{i}]",
+            thought=f"step {i} thought " + "x" * 300,
+            error="no_such_element" if i % 3 == 2 else None,
+        )
+        for i in range(n_history)
+    )
+    return PolicyRequest(
+        task=task, observation=obs, history=hist, step=len(hist) if step is None else step, episode_key=key, seed=0
+    )
 
 
 @pytest.fixture(scope="module")
 def sampler(spm_tokenizer):
-    cfg = tiny_config("llama", vocab_size=len(spm_tokenizer), eos_token_id=spm_tokenizer.eos_token_id,
-                      max_position_embeddings=1024)
+    cfg = tiny_config(
+        "llama", vocab_size=len(spm_tokenizer), eos_token_id=spm_tokenizer.eos_token_id, max_position_embeddings=1024
+    )
     m = init_model(cfg, seed=0)
     model = model_from_flat(cfg, {p: v * (1.0 if "norm" in p else 6.0) for p, v in flat_params(m).items()})
     return Sampler(model, spm_tokenizer, bucket=BUDGET + 20)  # one prompt bucket: few compiles
@@ -85,16 +114,24 @@ def test_prompt_cuts_the_page_from_its_end_after_the_old_history(spm_tokenizer):
     assert budget - 30 <= n <= budget
     user = msgs[1]["content"]
     assert "(3 earlier actions omitted)" in user and "CLICK [2]" not in user
-    assert all(re.search(rf"^{i + 1}\. CLICK \[{i}\]( \(error: \w+\))?$", user, re.M)
-               for i in range(3, KEEP_RECENT + 3))
+    assert all(
+        re.search(rf"^{i + 1}\. CLICK \[{i}\]( \(error: \w+\))?$", user, re.M) for i in range(3, KEEP_RECENT + 3)
+    )
     assert " | " not in user  # thought_chars=0: commands only, not a cut thought ('| …') on every line
     page = user.split("Current page:\n", 1)[1]
     head, note = page.split("\n[... page text cut", 1)
     assert note.endswith(ANSWER_CUE)
     assert observation_text(req.observation).startswith(head) and len(head) > 100
     # a budget the recent items alone overflow: they go too, and the page is cut after them
-    tight = len(chat_ids(spm_tokenizer, build_messages(make_request(n_history=0, page_lines=0),
-                                                       tokenizer=spm_tokenizer, budget_tokens=10**6))) + 40
+    tight = (
+        len(
+            chat_ids(
+                spm_tokenizer,
+                build_messages(make_request(n_history=0, page_lines=0), tokenizer=spm_tokenizer, budget_tokens=10**6),
+            )
+        )
+        + 40
+    )
     msgs = build_messages(req, tokenizer=spm_tokenizer, budget_tokens=tight, thought_chars=0)
     assert len(chat_ids(spm_tokenizer, msgs)) <= tight
     assert f"({KEEP_RECENT + 3 - 1} earlier actions omitted)" in msgs[1]["content"]  # only the newest fits
@@ -108,24 +145,37 @@ def test_history_last_moves_the_previous_actions_after_the_page_and_keep_recent_
     many items stay before the page is cut (the default's and history_last's truncation agree item for item)."""
     req = make_request(n_history=KEEP_RECENT + 3, page_lines=80)
     first = build_messages(req, tokenizer=spm_tokenizer, budget_tokens=10**6, thought_chars=0)[1]["content"]
-    last = build_messages(req, tokenizer=spm_tokenizer, budget_tokens=10**6, thought_chars=0,
-                          history_last=True)[1]["content"]
-    task, done, seen, cue = re.fullmatch(r"(Task: .*?)\n\n(Previous actions:.*?)\n\n(Current page:.*)\n\n(.*)", first,
-                                         re.S).groups()
+    last = build_messages(req, tokenizer=spm_tokenizer, budget_tokens=10**6, thought_chars=0, history_last=True)[1][
+        "content"
+    ]
+    task, done, seen, cue = re.fullmatch(
+        r"(Task: .*?)\n\n(Previous actions:.*?)\n\n(Current page:.*)\n\n(.*)", first, re.S
+    ).groups()
     assert last == "\n\n".join([task, seen, done, cue]) and cue == ANSWER_CUE
     no_hist = build_messages(make_request(n_history=0, page_lines=80), tokenizer=spm_tokenizer, budget_tokens=10**6)
     budget = len(chat_ids(spm_tokenizer, no_hist)) // 2
     for keep in (KEEP_RECENT, 2, 0):
-        cut = [build_messages(req, tokenizer=spm_tokenizer, budget_tokens=budget, thought_chars=0, keep_recent=keep,
-                              history_last=h)[1]["content"] for h in (False, True)]
+        cut = [
+            build_messages(
+                req, tokenizer=spm_tokenizer, budget_tokens=budget, thought_chars=0, keep_recent=keep, history_last=h
+            )[1]["content"]
+            for h in (False, True)
+        ]
         for user in cut:
             assert f"({KEEP_RECENT + 3 - keep} earlier actions omitted)" in user and "[... page text cut" in user
             assert len(re.findall(r"^\d+\. CLICK", user, re.M)) == keep
         assert sorted(cut[0].splitlines()) == sorted(cut[1].splitlines())
     # fewer items kept: more of the page
-    pages = [len(build_messages(req, tokenizer=spm_tokenizer, budget_tokens=budget, thought_chars=0,
-                                keep_recent=k)[1]["content"].split("Current page:")[1].split("[... page")[0])
-             for k in (KEEP_RECENT, 2)]
+    pages = [
+        len(
+            build_messages(req, tokenizer=spm_tokenizer, budget_tokens=budget, thought_chars=0, keep_recent=k)[1][
+                "content"
+            ]
+            .split("Current page:")[1]
+            .split("[... page")[0]
+        )
+        for k in (KEEP_RECENT, 2)
+    ]
     assert pages[1] > pages[0]
     with pytest.raises(ValueError, match="keep_recent"):
         build_messages(req, keep_recent=-1)
@@ -137,10 +187,20 @@ def test_text_first_leaves_out_the_fewest_text_lines_from_the_end_before_any_ele
     leave no room, the element lines are cut from the end as page_cut='end' cuts; the default cut is unchanged."""
     from rollout.policies.prompt import CUT_NOTE, count_tokens, messages_for, text_lines, without_lines
 
-    page = "\n".join(["URL: http://shop/item/3", "Title: A pillow", '[1] link "Home"', 'text "Bedding > Pillows"',
-                      'heading "A pillow"', 'text "Price: $43.65"', '[2] combobox "size" value="s" options=["s","m"]',
-                      '[3] button "Add to cart"'] + [f'text "feature number {i} of this pillow"' for i in range(12)]
-                     + ['[4] link "Next >"'])
+    page = "\n".join(
+        [
+            "URL: http://shop/item/3",
+            "Title: A pillow",
+            '[1] link "Home"',
+            'text "Bedding > Pillows"',
+            'heading "A pillow"',
+            'text "Price: $43.65"',
+            '[2] combobox "size" value="s" options=["s","m"]',
+            '[3] button "Add to cart"',
+        ]
+        + [f'text "feature number {i} of this pillow"' for i in range(12)]
+        + ['[4] link "Next >"']
+    )
     assert text_lines(page) == [3, 4, 5] + list(range(8, 20))
     kw = dict(system_prompt="sys", thought_chars=0)
     full = count_tokens(messages_for("Buy it.", [], page, budget_tokens=10**6, **kw))
@@ -149,10 +209,11 @@ def test_text_first_leaves_out_the_fewest_text_lines_from_the_end_before_any_ele
     shown = user.split("Current page:\n")[1].split(CUT_NOTE)[0]
     assert all(line in shown for line in page.splitlines() if "[" in line) and shown.startswith("URL:")
     texts = text_lines(page)
-    k = next(k for k in range(len(texts) + 1) if shown == without_lines(page, texts[len(texts) - k:]))
+    k = next(k for k in range(len(texts) + 1) if shown == without_lines(page, texts[len(texts) - k :]))
     assert 0 < k < len(texts)
-    back = messages_for("Buy it.", [], without_lines(page, texts[len(texts) - k + 1:]) + CUT_NOTE,
-                        budget_tokens=10**6, **kw)
+    back = messages_for(
+        "Buy it.", [], without_lines(page, texts[len(texts) - k + 1 :]) + CUT_NOTE, budget_tokens=10**6, **kw
+    )
     assert count_tokens(back) > budget  # one line fewer left out does not fit
     end = messages_for("Buy it.", [], page, budget_tokens=budget, **kw)[1]["content"]
     assert end == messages_for("Buy it.", [], page, budget_tokens=budget, page_cut="end", **kw)[1]["content"]
@@ -172,12 +233,19 @@ def test_page_ids_after_the_name():
     leaves every other line alone; the prompt carries the moved page, and an unknown form is an error."""
     from rollout.policies.prompt import page_form
 
-    page = ('URL: http://x/\ntext "Click on the \\"okay\\" button."\n[1] button "okay"\n'
-            '  [6] combobox "color" value="black" options=["a","b"]\n[12] link "a \\"q\\" b"\nheading "[3] x"')
+    page = (
+        'URL: http://x/\ntext "Click on the \\"okay\\" button."\n[1] button "okay"\n'
+        '  [6] combobox "color" value="black" options=["a","b"]\n[12] link "a \\"q\\" b"\nheading "[3] x"'
+    )
     assert page_form(page) == page
     assert page_form(page, "after").splitlines() == [
-        "URL: http://x/", 'text "Click on the \\"okay\\" button."', 'button "okay"[1]',
-        '  combobox "color"[6] value="black" options=["a","b"]', 'link "a \\"q\\" b"[12]', 'heading "[3] x"']
+        "URL: http://x/",
+        'text "Click on the \\"okay\\" button."',
+        'button "okay"[1]',
+        '  combobox "color"[6] value="black" options=["a","b"]',
+        'link "a \\"q\\" b"[12]',
+        'heading "[3] x"',
+    ]
     with pytest.raises(ValueError, match="page_ids"):
         page_form(page, "middle")
     req = make_request(n_history=0, page_lines=2)
@@ -190,16 +258,26 @@ def test_command_end_and_cut(spm_tokenizer):
     assert command_end("Thought: go\nCommand: CLICK [3]") is None
     assert command_end("Thought: go\nCommand: CLICK [3]\n") is None
     text = "Thought: go\nCommand: CLICK [3]\nThought: more\nCommand: GO_BACK"
-    assert text[:command_end(text)] == "Thought: go\nCommand: CLICK [3]"
+    assert text[: command_end(text)] == "Thought: go\nCommand: CLICK [3]"
     toks = spm_tokenizer(text, add_special_tokens=False)["input_ids"]
     c = cut_after_command(Completion(toks, [-0.5] * len(toks), text, "length"), spm_tokenizer)
     assert c.text == "Thought: go\nCommand: CLICK [3]" and c.finish_reason == "stop"
     assert spm_tokenizer.decode(c.tokens).startswith(c.text + "\n") and len(c.logprobs) == len(c.tokens) < len(toks)
     # a command without free text ends at its closing bracket even where the line runs on
-    for tail, want in (("CLICK [7] [11]", "CLICK [7]"), ("CLICK [7].", "CLICK [7]"), ("GO_BACK now", "GO_BACK"),
-                       ("SCROLL [DOWN] x", "SCROLL [DOWN]"), ("CLICK [7]", None), ("TYPE [2] [a] [b]", None),
-                       ("GO_BACKWARD", None), ("STOP [] x", None), ("CLEAR [3] y", "CLEAR [3]"),
-                       ("GO_BACK[3]", None), ("GO_BACK2 x", None), ("CLICK x", None)):
+    for tail, want in (
+        ("CLICK [7] [11]", "CLICK [7]"),
+        ("CLICK [7].", "CLICK [7]"),
+        ("GO_BACK now", "GO_BACK"),
+        ("SCROLL [DOWN] x", "SCROLL [DOWN]"),
+        ("CLICK [7]", None),
+        ("TYPE [2] [a] [b]", None),
+        ("GO_BACKWARD", None),
+        ("STOP [] x", None),
+        ("CLEAR [3] y", "CLEAR [3]"),
+        ("GO_BACK[3]", None),
+        ("GO_BACK2 x", None),
+        ("CLICK x", None),
+    ):
         text = "Thought: go\nCommand: " + tail
         cut = command_end(text)
         assert (text[:cut] if cut is not None else None) == (None if want is None else "Thought: go\nCommand: " + want)
@@ -223,8 +301,7 @@ class CountingSampler:
 def test_model_policy_batches_concurrent_requests(sampler, spm_tokenizer):
     reqs = [make_request(n_history=i, page_lines=4 + i, key=f"t{i}/0") for i in range(4)]
     counting = CountingSampler(sampler)
-    policy = ModelPolicy(counting, spm_tokenizer, params=GREEDY, budget_tokens=BUDGET, max_batch=8,
-                         system_prompt=SYS)
+    policy = ModelPolicy(counting, spm_tokenizer, params=GREEDY, budget_tokens=BUDGET, max_batch=8, system_prompt=SYS)
 
     async def main():
         outs = await asyncio.gather(*(policy.act(r) for r in reqs))
@@ -254,8 +331,10 @@ def test_model_policy_errors_reach_every_caller(spm_tokenizer):
     policy = ModelPolicy(Broken(), spm_tokenizer, params=GREEDY, budget_tokens=BUDGET)
 
     async def main():
-        res = await asyncio.wait_for(asyncio.gather(*(policy.act(make_request(key=f"k{i}")) for i in range(3)),
-                                                    return_exceptions=True), timeout=30)
+        res = await asyncio.wait_for(
+            asyncio.gather(*(policy.act(make_request(key=f"k{i}")) for i in range(3)), return_exceptions=True),
+            timeout=30,
+        )
         await policy.close()
         with pytest.raises(PolicyError, match="closed"):
             await policy.act(make_request())
@@ -280,8 +359,9 @@ def test_a_server_from_a_saved_model_answers_as_the_model_does(sampler, spm_toke
     from tgpo_jax.models.hf_export import export_hf
 
     export_hf(nnx.merge(sampler.graphdef, sampler.state), str(tmp_path / "m"), spm_tokenizer)
-    ids = chat_ids(spm_tokenizer, build_messages(make_request(n_history=1), budget_tokens=BUDGET // 2,
-                                                 system_prompt=SYS))
+    ids = chat_ids(
+        spm_tokenizer, build_messages(make_request(n_history=1), budget_tokens=BUDGET // 2, system_prompt=SYS)
+    )
     with ModelServer.from_path(str(tmp_path / "m"), "saved") as s:
         assert s.model_name == "saved" and s.sampler.cfg.eos_token_id == spm_tokenizer.eos_token_id
         assert s.sampler.generate([ids], GREEDY)[0].tokens == sampler.generate([ids], GREEDY)[0].tokens
@@ -289,8 +369,15 @@ def test_a_server_from_a_saved_model_answers_as_the_model_does(sampler, spm_toke
 
 def test_server_round_trip_matches_direct_sampling(server, sampler, spm_tokenizer):
     req = make_request(n_history=2)
-    policy = OpenAIPolicy(server.base_url + "/v1", "tiny", temperature=0.0, max_tokens=GREEDY.max_tokens,
-                          budget_tokens=BUDGET // 2, retries=0, system_prompt=SYS)
+    policy = OpenAIPolicy(
+        server.base_url + "/v1",
+        "tiny",
+        temperature=0.0,
+        max_tokens=GREEDY.max_tokens,
+        budget_tokens=BUDGET // 2,
+        retries=0,
+        system_prompt=SYS,
+    )
     t0 = time.perf_counter()
     out = asyncio.run(policy.act(req))
     print(f"http act: {time.perf_counter() - t0:.2f}s")
@@ -308,21 +395,26 @@ def test_server_round_trip_matches_direct_sampling(server, sampler, spm_tokenize
     assert get("/health")["status"] == "ok"
     assert get("/v1/models")["data"][0]["id"] == "tiny"
     body = {"model": "tiny", "prompt": "CLICK [12]", "max_tokens": 5, "temperature": 0, "logprobs": 0}
-    r = urllib.request.Request(server.base_url + "/v1/completions", data=json.dumps(body).encode(),
-                               headers={"Content-Type": "application/json"})
+    r = urllib.request.Request(
+        server.base_url + "/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(r, timeout=30) as resp:
         d = json.loads(resp.read())
     pids = spm_tokenizer("CLICK [12]", add_special_tokens=False)["input_ids"]
     c = sampler.generate([pids], SamplingParams(temperature=0.0, max_tokens=5))[0]
     assert d["object"] == "text_completion" and d["choices"][0]["text"] == c.text
-    assert d["usage"] == {"prompt_tokens": len(pids), "completion_tokens": len(c.tokens),
-                          "total_tokens": len(pids) + len(c.tokens)}
+    assert d["usage"] == {
+        "prompt_tokens": len(pids),
+        "completion_tokens": len(c.tokens),
+        "total_tokens": len(pids) + len(c.tokens),
+    }
     assert d["choices"][0]["logprobs"]["token_logprobs"] == pytest.approx(c.logprobs, abs=1e-4)
 
 
 def test_server_rejects_n2_with_a_clear_error(server):
-    policy = OpenAIPolicy(server.base_url, "tiny", budget_tokens=BUDGET, retries=3, backoff_s=10.0,
-                          extra_body={"n": 2})
+    policy = OpenAIPolicy(server.base_url, "tiny", budget_tokens=BUDGET, retries=3, backoff_s=10.0, extra_body={"n": 2})
     posts, inner = [], policy._post_once
     policy._post_once = lambda body: (posts.append(1), inner(body))[1]
     with pytest.raises(PolicyError, match="400.*only n=1") as e:
@@ -338,16 +430,19 @@ def _raw(base_url: str, data: bytes, timeout: float = 10.0) -> tuple[int, bytes]
     return lh.exchange(host, int(port), data, timeout)
 
 
-@pytest.mark.parametrize("body,status,message", [
-    (b'{"prompt": "a", "max_tokens": 2, "temperature": NaN}', 400, b"finite number"),
-    (b'{"prompt": "a", "max_tokens": 2, "temperature": Infinity}', 400, b"finite number"),
-    (b'{"prompt": [1, 99999999], "max_tokens": 2}', 400, b"token ids must be in"),
-    (b'{"prompt": [-1], "max_tokens": 2}', 400, b"token ids must be in"),
-    (b'{"prompt": "a", "max_tokens": 9223372036854775808}', 400, b"max_tokens"),
-    (b'{"prompt": "a", "max_tokens": 2, "seed": 9223372036854775808}', 200, b"text_completion"),
-    (b'{"prompt": "a", "max_tokens": 2, "seed": 99999999999999999999999}', 400, b"seed"),
-    (b"[" * 100000 + b"]" * 100000, 400, b"nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "body,status,message",
+    [
+        (b'{"prompt": "a", "max_tokens": 2, "temperature": NaN}', 400, b"finite number"),
+        (b'{"prompt": "a", "max_tokens": 2, "temperature": Infinity}', 400, b"finite number"),
+        (b'{"prompt": [1, 99999999], "max_tokens": 2}', 400, b"token ids must be in"),
+        (b'{"prompt": [-1], "max_tokens": 2}', 400, b"token ids must be in"),
+        (b'{"prompt": "a", "max_tokens": 9223372036854775808}', 400, b"max_tokens"),
+        (b'{"prompt": "a", "max_tokens": 2, "seed": 9223372036854775808}', 200, b"text_completion"),
+        (b'{"prompt": "a", "max_tokens": 2, "seed": 99999999999999999999999}', 400, b"seed"),
+        (b"[" * 100000 + b"]" * 100000, 400, b"nested too deeply"),
+    ],
+)
 def test_server_answers_hostile_fields_with_a_4xx(server, body, status, message):
     # the 200 cases generate (the first may compile): the timeout only catches a hang, so it leaves room for a loaded
     # machine (10 s timed out with two pipelines beside the suite)
@@ -413,8 +508,9 @@ def test_server_bounds_connections_drops_idle_ones_and_checks_the_key(sampler, s
         assert _raw(base, health)[0] == 503  # a fourth is turned away, not given a thread
         assert all(_dropped(c, 4 * timeout) for c in idle)  # the idle sockets time out and free their threads
         short = lh.post("/v1/completions", b'{"prompt": "a"}', "100")  # promises 100 bytes, sends 15
-        code, answer = _raw(base, short.replace(b"Connection: close", b"Authorization: Bearer sesame"),
-                            timeout=4 * timeout)
+        code, answer = _raw(
+            base, short.replace(b"Connection: close", b"Authorization: Bearer sesame"), timeout=4 * timeout
+        )
         assert code == 408 and b"not sent within" in answer
         assert _raw(base, health)[0] == 200
         for c in idle:
@@ -428,10 +524,17 @@ def test_server_bounds_connections_drops_idle_ones_and_checks_the_key(sampler, s
 @pytest.mark.slow  # a load test: the slow tier
 def test_server_under_load_answers_every_request_and_returns_to_baseline(server):
     valid = lh.post("/v1/completions", b'{"prompt": "CLICK", "max_tokens": 1, "temperature": 0}')
-    mix = [valid, lh.get("/health"), lh.get("/nope"), lh.post("/v1/completions", b"{not json"),
-           lh.post("/v1/completions", b'{"prompt": "a", "temperature": NaN}'),
-           lh.post("/v1/completions", b"{}", "-1"), lh.post("/v1/completions", b"{}", "1000000000000"),
-           lh.post("/v1/chat/completions", b'{"messages": 3}'), b"GARBAGE\r\n\r\n"]
+    mix = [
+        valid,
+        lh.get("/health"),
+        lh.get("/nope"),
+        lh.post("/v1/completions", b"{not json"),
+        lh.post("/v1/completions", b'{"prompt": "a", "temperature": NaN}'),
+        lh.post("/v1/completions", b"{}", "-1"),
+        lh.post("/v1/completions", b"{}", "1000000000000"),
+        lh.post("/v1/chat/completions", b'{"messages": 3}'),
+        b"GARBAGE\r\n\r\n",
+    ]
     host, port = "127.0.0.1", server.port
     lh.hammer(host, port, mix * 5, connections=10)  # warm: compiles, caches
     threads0, rss0 = threading.active_count(), lh.rss_mb()
@@ -514,15 +617,24 @@ def test_constrained_model_policy_writes_only_what_the_step_offers(sampler, spm_
             return self.inner.generate(prompts, params, constraints, row_seeds)
 
     base = make_request(instruction="search for [red running shoes]")
-    els = (Element(id="1", role="textbox", name="Search"), Element(id="2", role="combobox", name="size",
-                                                                     options=("S", "M")))
+    els = (
+        Element(id="1", role="textbox", name="Search"),
+        Element(id="2", role="combobox", name="size", options=("S", "M")),
+    )
     req = dataclasses.replace(base, observation=dataclasses.replace(base.observation, elements=els))
     params = SamplingParams(temperature=1.0, max_tokens=40, seed=3)  # a random model: sampled text has brackets
     outs = {}
     for constrain in (False, True):
         spy = Spy(sampler)
-        policy = ModelPolicy(spy, spm_tokenizer, params=params, budget_tokens=BUDGET, system_prompt=SYS,
-                             constrain=constrain, stop_after_command=False)
+        policy = ModelPolicy(
+            spy,
+            spm_tokenizer,
+            params=params,
+            budget_tokens=BUDGET,
+            system_prompt=SYS,
+            constrain=constrain,
+            stop_after_command=False,
+        )
         outs[constrain] = [asyncio.run(policy.act(dataclasses.replace(req, seed=s))).text for s in range(6)]
         assert (spy.got[0] is None) is (not constrain)
     grammar = OutputGrammar(step_strings(req))

@@ -1,4 +1,5 @@
 """Sharded ArrayRecord datasets: round trip, manifest, atomic writes, clear errors, grain compatibility."""
+
 import dataclasses
 import datetime
 import hashlib
@@ -12,8 +13,17 @@ import textwrap
 import pytest
 from array_record.python.array_record_module import ArrayRecordWriter
 
-from tgpo_jax.data.io import (MANIFEST, DatasetError, DatasetReader, Manifest, ShardInfo, decode_record,
-                              read_manifest, verify_dataset, write_dataset)
+from tgpo_jax.data.io import (
+    MANIFEST,
+    DatasetError,
+    DatasetReader,
+    Manifest,
+    ShardInfo,
+    decode_record,
+    read_manifest,
+    verify_dataset,
+    write_dataset,
+)
 from tgpo_jax.data.schema import SCHEMA_VERSION, Branch, NodeRecord, SchemaError
 
 CMDS = ["CLICK [button 'Buy']", "TYPE [textbox 'Search'] [red shoes]", "SCROLL [DOWN]", "GO_BACK", "STOP [done]"]
@@ -26,20 +36,38 @@ def make_records(n: int, seed: int = 0) -> list[NodeRecord]:
         branches = []
         for b in range(rng.randint(1, 4)):
             n_s, n_f = rng.randint(0, 3), rng.randint(0, 3)
-            branches.append(Branch(
-                action=f"Thought: step {k}.{b} — café 价格\n{rng.choice(CMDS)}",
-                command=rng.choice(CMDS),
-                q=round(rng.uniform(-1.5, 4.0), 6),
-                rewards={"r_acc": rng.choice([0.0, 1.0]), "r_format": 1.0, "r_red": rng.choice([0.0, -1.0]),
-                         "r_subgoal": rng.random(), "r": rng.uniform(-1, 5)},
-                n_total=n_s + n_f + rng.randint(0, 1), n_success=n_s, n_failed=n_f,
-                on_success_path=n_s > 0, reaches_success=rng.random() < 0.5,
-                behaviour_logprob=None if rng.random() < 0.5 else -rng.uniform(0, 50)))
-        recs.append(NodeRecord(
-            task_id=f"task-{k % 17}", node_id=f"n{k}",
-            prompt=[{"role": "system", "content": "You are a web agent."},
-                    {"role": "user", "content": f"Task {k}: buy shoes\n[1] link 'Home'"}],
-            branches=branches, meta={"url": f"http://shop.test/item?id={k}", "depth": k % 7, "split": "train"}))
+            branches.append(
+                Branch(
+                    action=f"Thought: step {k}.{b} — café 价格\n{rng.choice(CMDS)}",
+                    command=rng.choice(CMDS),
+                    q=round(rng.uniform(-1.5, 4.0), 6),
+                    rewards={
+                        "r_acc": rng.choice([0.0, 1.0]),
+                        "r_format": 1.0,
+                        "r_red": rng.choice([0.0, -1.0]),
+                        "r_subgoal": rng.random(),
+                        "r": rng.uniform(-1, 5),
+                    },
+                    n_total=n_s + n_f + rng.randint(0, 1),
+                    n_success=n_s,
+                    n_failed=n_f,
+                    on_success_path=n_s > 0,
+                    reaches_success=rng.random() < 0.5,
+                    behaviour_logprob=None if rng.random() < 0.5 else -rng.uniform(0, 50),
+                )
+            )
+        recs.append(
+            NodeRecord(
+                task_id=f"task-{k % 17}",
+                node_id=f"n{k}",
+                prompt=[
+                    {"role": "system", "content": "You are a web agent."},
+                    {"role": "user", "content": f"Task {k}: buy shoes\n[1] link 'Home'"},
+                ],
+                branches=branches,
+                meta={"url": f"http://shop.test/item?id={k}", "depth": k % 7, "split": "train"},
+            )
+        )
     return recs
 
 
@@ -67,8 +95,12 @@ def test_round_trip(dataset):
         assert isinstance(reader[5].prompt, list) and isinstance(reader[5].branches[0].rewards, dict)
         with pytest.raises(IndexError):
             reader[300]
-    assert sorted(os.listdir(out)) == ["manifest.json", "nodes-00000-of-00003.array_record",
-                                       "nodes-00001-of-00003.array_record", "nodes-00002-of-00003.array_record"]
+    assert sorted(os.listdir(out)) == [
+        "manifest.json",
+        "nodes-00000-of-00003.array_record",
+        "nodes-00001-of-00003.array_record",
+        "nodes-00002-of-00003.array_record",
+    ]
 
 
 def test_manifest_counts_and_checksums(dataset):
@@ -77,8 +109,12 @@ def test_manifest_counts_and_checksums(dataset):
     assert Manifest.from_dict(json.loads(json.dumps(m.to_dict()))) == m
     assert m.schema_version == SCHEMA_VERSION and m.format == "tgpo-nodes" and m.num_records == 300
     datetime.datetime.fromisoformat(m.created)
-    assert m.counts == {"nodes": 300, "branches": sum(len(r.branches) for r in recs),
-                        "tasks": 17, "multi_branch_nodes": sum(len(r.branches) >= 2 for r in recs)}
+    assert m.counts == {
+        "nodes": 300,
+        "branches": sum(len(r.branches) for r in recs),
+        "tasks": 17,
+        "multi_branch_nodes": sum(len(r.branches) >= 2 for r in recs),
+    }
     assert m.config == {"alpha": 3.0, "q": "mean"} and m.extra == {"conflict_rate": 0.25}
     for s in m.shards:
         assert s.num_records == 100
@@ -163,7 +199,9 @@ def test_overwrite(dataset):
     new = make_records(8, seed=2)
     m2 = write_dataset(new, out, num_shards=2, overwrite=True)
     assert sorted(f for f in os.listdir(out) if f.endswith(".array_record")) == [
-        "nodes-00000-of-00002.array_record", "nodes-00001-of-00002.array_record"]  # old 3-shard files gone
+        "nodes-00000-of-00002.array_record",
+        "nodes-00001-of-00002.array_record",
+    ]  # old 3-shard files gone
     reader = DatasetReader(out, verify=True)
     assert reader.manifest == m2 and [reader[i] for i in range(8)] == global_order(new, 2)
 
@@ -210,23 +248,31 @@ def _sha(path):
 def test_corrupt_records_name_file_and_index(tmp_path):
     good = make_records(5)
     v99 = good[3].to_json() | {"schema_version": 99}
-    payloads = [good[2].to_bytes(), b"{not json", good[3].to_bytes(), json.dumps(v99).encode(),
-                good[4].to_bytes()]
+    payloads = [good[2].to_bytes(), b"{not json", good[3].to_bytes(), json.dumps(v99).encode(), good[4].to_bytes()]
     files = ["nodes-00000-of-00002.array_record", "nodes-00001-of-00002.array_record"]
     _write_shard(str(tmp_path / files[0]), [good[0].to_bytes(), good[1].to_bytes()])
     _write_shard(str(tmp_path / files[1]), payloads)
-    m = Manifest(schema_version=SCHEMA_VERSION, format="tgpo-nodes", created="2025-01-01T00:00:00+00:00",
-                 num_records=7, shards=(ShardInfo(files[0], 2, _sha(tmp_path / files[0])),
-                                        ShardInfo(files[1], 5, _sha(tmp_path / files[1]))),
-                 counts={}, config={}, extra={})
+    m = Manifest(
+        schema_version=SCHEMA_VERSION,
+        format="tgpo-nodes",
+        created="2025-01-01T00:00:00+00:00",
+        num_records=7,
+        shards=(ShardInfo(files[0], 2, _sha(tmp_path / files[0])), ShardInfo(files[1], 5, _sha(tmp_path / files[1]))),
+        counts={},
+        config={},
+        extra={},
+    )
     (tmp_path / MANIFEST).write_text(json.dumps(m.to_dict()))
 
     reader = DatasetReader(str(tmp_path), verify=True)  # checksums are fine: the damage is inside records
     assert [reader[i] for i in (0, 1, 2, 4, 6)] == [good[0], good[1], good[2], good[3], good[4]]
     with pytest.raises(DatasetError, match=r"nodes-00001-of-00002\.array_record record 1 \(global index 3\)"):
         reader[3]
-    with pytest.raises(DatasetError, match=r"nodes-00001-of-00002\.array_record record 3 \(global index 5\).*"
-                                           r"schema_version 99"):
+    with pytest.raises(
+        DatasetError,
+        match=r"nodes-00001-of-00002\.array_record record 3 \(global index 5\).*"
+        r"schema_version 99",
+    ):
         reader[5]
     with pytest.raises(DatasetError, match="somewhere 7: cannot decode"):
         decode_record(b"[1, 2]", "somewhere 7")
@@ -251,9 +297,12 @@ def test_damaged_shard_fails_verification(dataset, damage):
     with pytest.raises(DatasetError, match=r"nodes-00002-of-00003\.array_record"):
         DatasetReader(out, verify=True)
     # read without the checksum pass: Riegeli's own error is wrapped with the file and the record
-    with pytest.raises(DatasetError, match=r"nodes-00002-of-00003\.array_record(: cannot open|: holds \d+ records"
-                                           r"| record \d+ "
-                                           r"\(global index \d+\): cannot be read)"):
+    with pytest.raises(
+        DatasetError,
+        match=r"nodes-00002-of-00003\.array_record(: cannot open|: holds \d+ records"
+        r"| record \d+ "
+        r"\(global index \d+\): cannot be read)",
+    ):
         reader = DatasetReader(out)
         for i in range(len(reader)):
             reader[i]
@@ -291,13 +340,17 @@ def test_exported_pairs_are_the_datasets_pairs(dataset, tmp_path):
     from tgpo_jax.data.examples import preference_pairs
 
     _, out, _ = dataset
-    want = [(r.task_id, r.node_id, r.branches[p.chosen].action, r.branches[p.rejected].action, p.weight)
-            for r in DatasetReader(out) for p in preference_pairs(r)]
+    want = [
+        (r.task_id, r.node_id, r.branches[p.chosen].action, r.branches[p.rejected].action, p.weight)
+        for r in DatasetReader(out)
+        for p in preference_pairs(r)
+    ]
     path = str(tmp_path / "pairs.jsonl")
     assert export_pairs(out, path) == len(want) > 0
     rows = [json.loads(line) for line in open(path, encoding="utf-8")]
-    assert [(r["task_id"], r["node_id"], r["chosen"][0]["content"], r["rejected"][0]["content"], r["weight"])
-            for r in rows] == want
+    assert [
+        (r["task_id"], r["node_id"], r["chosen"][0]["content"], r["rejected"][0]["content"], r["weight"]) for r in rows
+    ] == want
     assert all(r["q_chosen"] > r["q_rejected"] and r["prompt"][0]["role"] == "system" for r in rows)
     export_pairs(out, path, normalise=True)
     weights = [json.loads(line)["weight"] for line in open(path, encoding="utf-8")]

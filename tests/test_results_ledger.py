@@ -1,5 +1,6 @@
 """The repository's results ledger (results/*.json, copied from a run's report stage): every entry names how it was
 measured and what, in the report stage's own schema (experiment/ledger.py)."""
+
 import glob
 import json
 import os
@@ -14,8 +15,16 @@ def test_every_ledger_entry_has_the_keys_and_values_in_range():
         with open(path) as f:
             d = json.load(f)
         name = os.path.basename(path)
-        missing = {"command", "commit", "cpu_flags", "preset", "held_out_tasks", "seeds", "methods",
-                   "comparisons"} - set(d)
+        missing = {
+            "command",
+            "commit",
+            "cpu_flags",
+            "preset",
+            "held_out_tasks",
+            "seeds",
+            "methods",
+            "comparisons",
+        } - set(d)
         assert not missing, f"{name}: missing {sorted(missing)}"
         assert "launch." in d["command"] and len(d["commit"] or "") == 40, name
         assert isinstance(d["held_out_tasks"], int) and d["held_out_tasks"] > 0, name

@@ -1,4 +1,5 @@
 """The KV-cache sampler against step-by-step full forward passes of the same model."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -32,8 +33,8 @@ def full_forward_logprobs(model, seq, pad_to=64):
     Right padding to a fixed length (one compile) cannot change earlier positions under a causal mask.
     """
     tokens = np.zeros((1, pad_to), np.int32)
-    tokens[0, :len(seq)] = seq
-    return np.asarray(_forward(model, jnp.asarray(tokens)))[0, :len(seq)]
+    tokens[0, : len(seq)] = seq
+    return np.asarray(_forward(model, jnp.asarray(tokens)))[0, : len(seq)]
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +73,10 @@ def test_top_k_samples_only_from_top_k(model):
 
 def test_tiny_top_p_and_top_k_one_are_greedy(model):
     greedy = Sampler(model).generate_ids(PROMPTS, SamplingParams(temperature=0.0, max_tokens=10))
-    for params in (SamplingParams(temperature=1.0, top_p=1e-6, max_tokens=10, seed=5),
-                   SamplingParams(temperature=1.0, top_k=1, max_tokens=10, seed=6)):
+    for params in (
+        SamplingParams(temperature=1.0, top_p=1e-6, max_tokens=10, seed=5),
+        SamplingParams(temperature=1.0, top_k=1, max_tokens=10, seed=6),
+    ):
         got = Sampler(model).generate_ids(PROMPTS, params)
         assert [g[0] for g in got] == [g[0] for g in greedy]
 
@@ -83,8 +86,9 @@ def test_first_token_frequencies_follow_the_filtered_distribution(top_k, top_p):
     model = peaked_model(vocab=64, seed=2)
     prompt = [3, 9, 27]
     n = 4000
-    out = Sampler(model, bucket=8).generate_ids([prompt] * n, SamplingParams(
-        temperature=0.7, top_k=top_k, top_p=top_p, max_tokens=1, seed=11))
+    out = Sampler(model, bucket=8).generate_ids(
+        [prompt] * n, SamplingParams(temperature=0.7, top_k=top_k, top_p=top_p, max_tokens=1, seed=11)
+    )
     counts = np.bincount([o[0][0] for o in out], minlength=64) / n
     # numpy reference of temperature -> top-k -> top-p filtering
     z = full_forward_logprobs(model, prompt)[-1] / 0.7
@@ -111,7 +115,7 @@ def test_eos_stops_a_row_and_same_seed_repeats(model):
     out = Sampler(m2).generate_ids(PROMPTS, SamplingParams(temperature=0.0, max_tokens=12))
     toks, _, reason = out[1]
     first = greedy[1][0].index(eos)
-    assert reason == "eos" and toks == greedy[1][0][:first + 1]
+    assert reason == "eos" and toks == greedy[1][0][: first + 1]
     params = SamplingParams(temperature=1.0, max_tokens=8, seed=42)
     a, b = (Sampler(model).generate_ids(PROMPTS, params) for _ in range(2))
     assert [x[0] for x in a] == [x[0] for x in b]
@@ -126,14 +130,17 @@ def test_stop_strings(spm_tokenizer):
     # the text two tokens add after the 4th (or a later) one, if the whole output's text still holds it: a later
     # byte-fallback piece can turn a prefix's last characters into U+FFFD (which tokens a random model emits, and so
     # whether that happens, differs between backends)
-    stop = next(c for k in range(4, 14) if (c := decode(free.tokens[:k + 2])[len(decode(free.tokens[:k])):]).strip()
-                and c in decode(free.tokens))
+    stop = next(
+        c
+        for k in range(4, 14)
+        if (c := decode(free.tokens[: k + 2])[len(decode(free.tokens[:k])) :]).strip() and c in decode(free.tokens)
+    )
     n = next(i for i in range(1, 17) if stop in decode(free.tokens[:i]))
     got = sampler.generate([prompt], SamplingParams(temperature=0.0, max_tokens=16, stop=(stop,)))[0]
     assert got.finish_reason == "stop"
     assert got.tokens == free.tokens[:n] and len(got.logprobs) == n
     full = decode(free.tokens[:n])
-    assert got.text == full[:full.index(stop)] and stop not in got.text
+    assert got.text == full[: full.index(stop)] and stop not in got.text
 
 
 def test_bad_requests_are_clear_errors(model):
@@ -155,7 +162,7 @@ class _Allow:
         self.allowed, self.eos_ok, self.eos, self.seen = set(allowed), eos_ok, set(eos), []
 
     def allows(self, token):
-        return (self.eos_ok if token in self.eos else token in self.allowed)
+        return self.eos_ok if token in self.eos else token in self.allowed
 
     def advance(self, token):
         self.seen.append(token)
@@ -222,8 +229,9 @@ def test_constrained_sampling_draws_from_the_renormalised_allowed_distribution()
     model = peaked_model(vocab=64, seed=2)
     prompt, allowed = [3, 9, 27], set(range(0, 64, 4))
     n = 1500
-    out = Sampler(model, bucket=8).generate_ids([prompt] * n, SamplingParams(temperature=0.7, max_tokens=1, seed=5),
-                                                [_Allow(allowed) for _ in range(n)])
+    out = Sampler(model, bucket=8).generate_ids(
+        [prompt] * n, SamplingParams(temperature=0.7, max_tokens=1, seed=5), [_Allow(allowed) for _ in range(n)]
+    )
     counts = np.bincount([o[0][0] for o in out], minlength=64) / n
     z = full_forward_logprobs(model, prompt)[-1] / 0.7
     p = np.where(np.isin(np.arange(64), sorted(allowed)), np.exp(z - z.max()), 0.0)
@@ -238,16 +246,19 @@ def test_constraint_decides_eos_and_a_dead_end_ends_the_row(model):
     m2 = model_from_flat(model.cfg.replace(eos_token_id=eos), flat_params(model))
     every = range(256)
     no_eos = _Allow(every, eos_ok=False, eos={eos})
-    toks, _, reason = Sampler(m2).generate_ids([PROMPTS[1]], SamplingParams(temperature=0.0, max_tokens=12),
-                                               [no_eos])[0]
+    toks, _, reason = Sampler(m2).generate_ids([PROMPTS[1]], SamplingParams(temperature=0.0, max_tokens=12), [no_eos])[
+        0
+    ]
     assert reason == "length" and eos not in toks and len(toks) == 12
     with_eos = _Allow(every, eos_ok=True, eos={eos})
-    toks, _, reason = Sampler(m2).generate_ids([PROMPTS[1]], SamplingParams(temperature=0.0, max_tokens=12),
-                                               [with_eos])[0]
+    toks, _, reason = Sampler(m2).generate_ids(
+        [PROMPTS[1]], SamplingParams(temperature=0.0, max_tokens=12), [with_eos]
+    )[0]
     assert reason == "eos" and toks == greedy[1][0][:5]
     dead = _Allow(())  # nothing allowed: the row ends at once, nothing emitted
-    toks, lps, reason = Sampler(model).generate_ids([PROMPTS[0]], SamplingParams(temperature=0.0, max_tokens=5),
-                                                    [dead])[0]
+    toks, lps, reason = Sampler(model).generate_ids(
+        [PROMPTS[0]], SamplingParams(temperature=0.0, max_tokens=5), [dead]
+    )[0]
     assert toks == [] and lps == [] and reason == "length"
     with pytest.raises(ValueError, match="one per prompt"):
         Sampler(model).generate_ids(PROMPTS, SamplingParams(max_tokens=2), [dead])
@@ -292,14 +303,28 @@ def test_a_bf16_decode_through_bit_slices_is_the_plain_decode_bit_for_bit(monkey
     assert bits == plain
 
 
-@pytest.mark.parametrize("dtypes,tied,lora", [(("bfloat16", "float32"), True, 0), (("bfloat16", "bfloat16"), False, 0),
-                                              (("bfloat16", "float32"), True, 4), (("float32", "float32"), True, 0)])
+@pytest.mark.parametrize(
+    "dtypes,tied,lora",
+    [
+        (("bfloat16", "float32"), True, 0),
+        (("bfloat16", "bfloat16"), False, 0),
+        (("bfloat16", "float32"), True, 4),
+        (("float32", "float32"), True, 0),
+    ],
+)
 def test_the_weights_made_ready_once_decode_as_the_models_own(dtypes, tied, lora):
     """On a CPU the sampler casts the weights to the compute dtype, holds 16-bit ones as bits and transposes tied
     embeddings into a head once (``Sampler._ready``): the same tokens and log-probs, bit for bit, sampled or
     constrained, as the steps reading the model's own weights (float32 master weights, LoRA, float32 alike)."""
-    cfg = tiny_config("llama", vocab_size=256, eos_token_id=None, dtype=dtypes[0], param_dtype=dtypes[1],
-                      tie_word_embeddings=tied, lora_rank=lora)
+    cfg = tiny_config(
+        "llama",
+        vocab_size=256,
+        eos_token_id=None,
+        dtype=dtypes[0],
+        param_dtype=dtypes[1],
+        tie_word_embeddings=tied,
+        lora_rank=lora,
+    )
     m = init_model(cfg, seed=5)
     if lora:  # LoRA factors that change the model (B starts at zero)
         m.layers.q_proj_lora_b[...] = jnp.full_like(m.layers.q_proj_lora_b[...], 0.05)
@@ -316,8 +341,11 @@ def test_the_weights_made_ready_once_decode_as_the_models_own(dtypes, tied, lora
 def test_bit_slices_round_trip_and_the_cache_write():
     from tgpo_jax.models.transformer import KVCache, as_bits, as_floats
 
-    x = {"w": jnp.asarray(np.random.default_rng(0).normal(size=(3, 4)), jnp.bfloat16),
-         "n": jnp.arange(3, dtype=jnp.int32), "f": jnp.ones((2,), jnp.float32)}
+    x = {
+        "w": jnp.asarray(np.random.default_rng(0).normal(size=(3, 4)), jnp.bfloat16),
+        "n": jnp.arange(3, dtype=jnp.int32),
+        "f": jnp.ones((2,), jnp.float32),
+    }
     b = as_bits(x)
     assert b["w"].dtype == jnp.uint16 and b["n"].dtype == jnp.int32 and b["f"].dtype == jnp.float32
     back = as_floats(b, jax.tree.map(lambda a: a.dtype, x))

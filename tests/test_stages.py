@@ -1,5 +1,6 @@
 """Stage bookkeeping of the pipeline (experiment/stages.py): skip finished stages, resume an interrupted one, refuse
 a changed configuration naming the changed key, and --redo a stage with everything downstream of it."""
+
 import json
 import os
 
@@ -20,12 +21,15 @@ def make(tmp_path, calls, spec_b=None, fail_c=False):
             with open(path, "w") as f:
                 f.write(name)
             return {"wrote": name}
+
         return run
 
-    return [Stage("a", work("a"), {"x": 1}, (), (os.path.join(out, "a"),)),
-            Stage("b", work("b"), spec_b or {"lr": 0.1, "nested": {"k": 1}}, ("a",), (os.path.join(out, "b"),)),
-            Stage("c", work("c"), {"y": 2}, ("b",), (os.path.join(out, "c"),)),
-            Stage("d", work("d"), {"z": 3}, ("a",), (os.path.join(out, "d"),))]
+    return [
+        Stage("a", work("a"), {"x": 1}, (), (os.path.join(out, "a"),)),
+        Stage("b", work("b"), spec_b or {"lr": 0.1, "nested": {"k": 1}}, ("a",), (os.path.join(out, "b"),)),
+        Stage("c", work("c"), {"y": 2}, ("b",), (os.path.join(out, "c"),)),
+        Stage("d", work("d"), {"z": 3}, ("a",), (os.path.join(out, "d"),)),
+    ]
 
 
 def test_skip_resume_stale_and_redo(tmp_path):
@@ -93,8 +97,12 @@ def test_a_stage_that_reads_more_stages_runs_again(tmp_path):
         return Stage(name, lambda: calls.append(name) or {}, spec or {"k": name}, deps, ())
 
     def plan(evals, export_spec=None):
-        return [st("train", ()), *[st(e, ("train",)) for e in evals], st("report", tuple(evals)),
-                st("export", ("report",), export_spec)]
+        return [
+            st("train", ()),
+            *[st(e, ("train",)) for e in evals],
+            st("report", tuple(evals)),
+            st("export", ("report",), export_spec),
+        ]
 
     StageRunner(str(tmp_path), plan(["eval-a"]), log=lambda m: None).run()
     assert calls == ["train", "eval-a", "report", "export"]
@@ -149,9 +157,11 @@ def test_a_damaged_input_names_the_stage_that_rewrites_it(tmp_path):
         return {}
 
     def stages():
-        return [Stage("data", write, {}, (), (os.path.join(out, "data"),)),
-                Stage("dat", lambda: {}, {}, (), (os.path.join(out, "dat"),)),  # a prefix of 'data': not named
-                Stage("train", read, {}, ("data",), (os.path.join(out, "train"),))]
+        return [
+            Stage("data", write, {}, (), (os.path.join(out, "data"),)),
+            Stage("dat", lambda: {}, {}, (), (os.path.join(out, "dat"),)),  # a prefix of 'data': not named
+            Stage("train", read, {}, ("data",), (os.path.join(out, "train"),)),
+        ]
 
     StageRunner(out, stages(), log=lambda m: None).run()
     with open(shard, "w") as f:

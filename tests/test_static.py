@@ -3,6 +3,7 @@ left behind by a refactor (a flag object renamed in one place) otherwise fails o
 which for a benchmark's or a launcher's rarer branch may be in a user's hands. And no tracked Python file cites the
 development history (a stop or issue number): code, configs and tests say what a thing is and why in their own
 terms, and a measured reason names the BUILD_NOTES.md section by its title."""
+
 import ast
 import os
 import re
@@ -11,8 +12,19 @@ import subprocess
 from pyflakes import checker, messages
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ("tgpo_jax", "rollout", "trees", "recipes", "experiment", "serving", "launch", "configs", "bench", "scripts",
-            "tests")
+PACKAGES = (
+    "tgpo_jax",
+    "rollout",
+    "trees",
+    "recipes",
+    "experiment",
+    "serving",
+    "launch",
+    "configs",
+    "bench",
+    "scripts",
+    "tests",
+)
 UNDEFINED = (messages.UndefinedName, messages.UndefinedLocal, messages.UndefinedExport)
 # "stop", "stops", "issue" or "issues" and a number: a tracker's reference, in a comment, docstring or string
 HISTORY = re.compile(r"\b[Ss]tops? [0-9]+\b|\b[Ii]ssues? [0-9]+\b")
@@ -31,8 +43,11 @@ def undefined_names(path: str) -> list[str]:
         source = f.read()
     tree = ast.parse(source, filename=path)
     found = checker.Checker(tree, filename=path).messages
-    return [f"{os.path.relpath(path, ROOT)}:{m.lineno}: {m.message % m.message_args}" for m in found
-            if isinstance(m, UNDEFINED)]
+    return [
+        f"{os.path.relpath(path, ROOT)}:{m.lineno}: {m.message % m.message_args}"
+        for m in found
+        if isinstance(m, UNDEFINED)
+    ]
 
 
 def test_the_checker_finds_an_undefined_name(tmp_path):
@@ -50,8 +65,9 @@ def test_no_python_file_names_anything_undefined():
 
 def history_citations(path: str) -> list[str]:
     with open(path, encoding="utf-8") as f:
-        return [f"{os.path.relpath(path, ROOT)}:{i}: {line.strip()}" for i, line in enumerate(f, 1)
-                if HISTORY.search(line)]
+        return [
+            f"{os.path.relpath(path, ROOT)}:{i}: {line.strip()}" for i, line in enumerate(f, 1) if HISTORY.search(line)
+        ]
 
 
 def test_the_history_check_finds_a_citation(tmp_path):
@@ -61,7 +77,7 @@ def test_the_history_check_finds_a_citation(tmp_path):
     bad.write_text(f"x = 1  # fine\n{cited}\n")
     assert history_citations(str(bad)) == [f"{os.path.relpath(str(bad), ROOT)}:2: {cited}"]
     ok = tmp_path / "ok.py"
-    ok.write_text("# the run stops when the budget is spent; issues of the page (BUILD_NOTES.md, \"CI time\")\n")
+    ok.write_text('# the run stops when the budget is spent; issues of the page (BUILD_NOTES.md, "CI time")\n')
     assert history_citations(str(ok)) == []
 
 

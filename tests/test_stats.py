@@ -1,4 +1,5 @@
 """Intervals, the two-level paired bootstrap and the claim verdicts, against hand-worked and analytic values."""
+
 import math
 
 import numpy as np
@@ -63,14 +64,17 @@ def test_only_common_tasks_are_compared_and_unpaired_seeds_are_resampled_apart()
         stats.paired_bootstrap({0: {"x": 1.0}}, {0: {"y": 1.0}})
 
 
-@pytest.mark.parametrize("low,high,gap,higher,expected", [
-    (0.02, 0.20, 0.065, True, stats.REPRODUCED),
-    (-0.20, -0.01, 0.065, True, stats.NOT_REPRODUCED),  # significantly the other way
-    (-0.05, 0.02, 0.065, True, stats.NOT_REPRODUCED),  # excludes every gap >= 0.0325
-    (-0.05, 0.10, 0.065, True, stats.INCONCLUSIVE),
-    (-2.0, -0.5, 1.0, False, stats.REPRODUCED),  # fewer redundant steps: A - B < 0
-    (0.1, 0.9, 1.0, False, stats.NOT_REPRODUCED),
-])
+@pytest.mark.parametrize(
+    "low,high,gap,higher,expected",
+    [
+        (0.02, 0.20, 0.065, True, stats.REPRODUCED),
+        (-0.20, -0.01, 0.065, True, stats.NOT_REPRODUCED),  # significantly the other way
+        (-0.05, 0.02, 0.065, True, stats.NOT_REPRODUCED),  # excludes every gap >= 0.0325
+        (-0.05, 0.10, 0.065, True, stats.INCONCLUSIVE),
+        (-2.0, -0.5, 1.0, False, stats.REPRODUCED),  # fewer redundant steps: A - B < 0
+        (0.1, 0.9, 1.0, False, stats.NOT_REPRODUCED),
+    ],
+)
 def test_verdicts(low, high, gap, higher, expected):
     assert stats.verdict(low, high, gap, higher) == expected
 
@@ -79,8 +83,10 @@ def _ev(success, redundant=0, families=None):
     """An eval.json with one episode per task: ``success`` is a list of 0/1 per task (``families``: one per task,
     else every task 'procedure')."""
     families = families or ["procedure"] * len(success)
-    rows = [{"task_id": f"t{i}", "family": f, "success": s, "steps": 5, "redundant": redundant}
-            for i, (s, f) in enumerate(zip(success, families))]
+    rows = [
+        {"task_id": f"t{i}", "family": f, "success": s, "steps": 5, "redundant": redundant}
+        for i, (s, f) in enumerate(zip(success, families))
+    ]
     return {"per_seed": [{"seed": 0, "episodes_table": rows}]}
 
 
@@ -110,10 +116,13 @@ def test_the_control_is_compared_with_sft_and_every_preference_method_but_left_o
     tgpo = {s: _ev([1, 1, 1, 0] * 10, redundant=1) for s in range(3)}  # 75 %
     groups = {"SFT": sft, results.CONTROL: ctl, "TGPO": tgpo}
     got = {(c.a, c.b, c.metric): c for c in results.comparisons(groups)}
-    for key, diff in {("SFT (continued)", "SFT", "success_rate"): 0.25,
-                      ("TGPO", "SFT (continued)", "success_rate"): 0.25,
-                      ("TGPO", "SFT", "success_rate"): 0.5, ("TGPO", "SFT (continued)", "redundant_steps"): 1.0,
-                      ("TGPO", "SFT", "redundant_steps"): -2.0}.items():
+    for key, diff in {
+        ("SFT (continued)", "SFT", "success_rate"): 0.25,
+        ("TGPO", "SFT (continued)", "success_rate"): 0.25,
+        ("TGPO", "SFT", "success_rate"): 0.5,
+        ("TGPO", "SFT (continued)", "redundant_steps"): 1.0,
+        ("TGPO", "SFT", "redundant_steps"): -2.0,
+    }.items():
         assert got[key].diff == pytest.approx(diff), key
     assert ("SFT", "SFT (continued)", "success_rate") not in got
     claim = {c.text: c for c in results.claims(groups)}["TGPO has the fewest redundant steps"]
@@ -131,8 +140,9 @@ def test_learning_curve_points_and_a_method_continued_from_sft():
     curve = {"steps": [10, 20], "final_step": 30, "tasks": ["t0", "t1", "t2"], "success": {"20": 0.5, "10": 0.25}}
     pts = results.curve_points(curve, _ev([1, 0, 1, 0]))
     assert pts == [(10, 0.25), (20, 0.5), (30, pytest.approx(2 / 3))]
-    tgpo = results.curve_points({**curve, "final_step": 6, "steps": [2, 4], "success": {"2": 0.0, "4": 1.0}},
-                                _ev([1, 1, 1]))
+    tgpo = results.curve_points(
+        {**curve, "final_step": 6, "steps": [2, 4], "success": {"2": 0.0, "4": 1.0}}, _ev([1, 1, 1])
+    )
     assert results.continued_curve(pts[-1], tgpo) == [(30, pytest.approx(2 / 3)), (32, 0.0), (34, 1.0), (36, 1.0)]
 
 

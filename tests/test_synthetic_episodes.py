@@ -1,4 +1,5 @@
 """Synthetic episode collections: the real harness's recording format, deterministic, fast, varied."""
+
 import collections
 import filecmp
 import os
@@ -12,10 +13,42 @@ from rollout.urls import normalize_url
 
 # rollout.harness.runner.run_episode: the ``record`` dict + ``_state_json``'s keys, and the summary's keys.
 STATE_KEYS = {"url", "norm_url", "title", "observation", "truncated", "screenshot", "phash", "obs_error", "check"}
-STEP_KEYS = STATE_KEYS | {"step", "output", "thought", "command", "command_name", "target", "format_ok", "error",
-                          "effect", "logprob", "num_tokens", "policy_info", "timings"}
-SUMMARY_KEYS = {"task_id", "run", "episode_key", "env", "family", "split", "policy", "seed", "optimal_steps", "status",
-                "success", "score", "steps", "end_reason", "final", "error", "duration_s", "started_at", "steps_sha256"}
+STEP_KEYS = STATE_KEYS | {
+    "step",
+    "output",
+    "thought",
+    "command",
+    "command_name",
+    "target",
+    "format_ok",
+    "error",
+    "effect",
+    "logprob",
+    "num_tokens",
+    "policy_info",
+    "timings",
+}
+SUMMARY_KEYS = {
+    "task_id",
+    "run",
+    "episode_key",
+    "env",
+    "family",
+    "split",
+    "policy",
+    "seed",
+    "optimal_steps",
+    "status",
+    "success",
+    "score",
+    "steps",
+    "end_reason",
+    "final",
+    "error",
+    "duration_s",
+    "started_at",
+    "steps_sha256",
+}
 CHECK_KEYS = {"success", "score", "progress", "done"}
 EFFECT_KEYS = {"url_changed", "dom_changed", "navigated", "expected_change", "detail"}
 TIMING_KEYS = {"observe_s", "check_s", "policy_s", "execute_s"}
@@ -72,7 +105,7 @@ def test_record_fields_match_harness(collection):
                 thought, cmd = parse_output(r["output"])
                 assert (thought, cmd.render(), cmd.name) == (r["thought"], r["command"], r["command_name"])
                 if r["target"] is not None:
-                    line = f"[{cmd.id}] {r['target']['role']} \"{r['target']['name']}\""
+                    line = f'[{cmd.id}] {r["target"]["role"]} "{r["target"]["name"]}"'
                     assert line in r["observation"].splitlines()
                 if cmd.name == "STOP" or r["error"] is not None:
                     assert r["effect"] is None
@@ -176,7 +209,7 @@ def test_a_steps_file_changed_after_the_seal_is_reported_broken(tmp_path):
     path = os.path.join(victim, "steps.jsonl")
     text = open(path, encoding="utf-8").read()
     i = text.index('"observation": "URL: ') + len('"observation": "URL: ')
-    open(path, "w", encoding="utf-8").write(text[:i] + ("X" if text[i] != "X" else "Y") + text[i + 1:])
+    open(path, "w", encoding="utf-8").write(text[:i] + ("X" if text[i] != "X" else "Y") + text[i + 1 :])
     by_task, broken = load_episodes(out)
     assert [b["path"] for b in broken] == [victim] and "changed after the episode was sealed" in broken[0]["error"]
     assert sum(len(v) for v in by_task.values()) == 3

@@ -1,6 +1,7 @@
 """The task-file environment: a JSONL file of tasks on a site the test serves itself (static pages, an iframe, a form,
 a JSON endpoint), checks evaluated on the live page in real Chromium, bad files named by line and field, and the
 plan-following oracle through the real harness: success where the plan does the task, failure where it does not."""
+
 from __future__ import annotations
 
 import asyncio
@@ -29,17 +30,17 @@ from rollout.recording import iter_episodes  # noqa: E402
 
 SITE = {
     "index.html": "<title>Mini docs</title><h1>Mini docs</h1><a href='alpha.html'>Alpha</a> "
-                  "<a href='beta.html'>Beta</a> <a href='form.html'>Order form</a>",
+    "<a href='beta.html'>Beta</a> <a href='form.html'>Order form</a>",
     "alpha.html": "<title>Alpha</title><h1>Alpha page</h1><p id='status' data-state='ready'>Alpha is the first "
-                  "letter.</p><iframe src='frame.html' title='inner'></iframe> <a href='index.html'>Home</a>",
+    "letter.</p><iframe src='frame.html' title='inner'></iframe> <a href='index.html'>Home</a>",
     "frame.html": "<button>Inner button</button><span class='note'>framed text 42</span>",
     "beta.html": "<title>Beta</title><h1>Beta page</h1><a href='index.html'>Home</a>",
     "form.html": "<title>Order</title><form action='done.html' method='get'><input name='name' aria-label='Name'> "
-                 "<select name='size' aria-label='Size'><option>S</option><option>M</option><option>L</option>"
-                 "</select> <label><input type='checkbox' name='gift'> Gift wrap</label> "
-                 "<button type='submit'>Place order</button></form>",
+    "<select name='size' aria-label='Size'><option>S</option><option>M</option><option>L</option>"
+    "</select> <label><input type='checkbox' name='gift'> Gift wrap</label> "
+    "<button type='submit'>Place order</button></form>",
     "done.html": "<title>Done</title><h1>Thank you</h1><p id='msg'></p><script>document.getElementById('msg')"
-                 ".textContent = 'Order for ' + new URLSearchParams(location.search).get('name');</script>",
+    ".textContent = 'Order for ' + new URLSearchParams(location.search).get('name');</script>",
     "data.json": json.dumps({"items": [{"name": "alpha"}, {"name": "beta"}], "count": 2}),
 }
 
@@ -69,27 +70,60 @@ def site(tmp_path_factory):
 def tasks_of(origin: str) -> list[dict]:
     start = origin + "/index.html"
     return [
-        {"id": "alpha", "start_url": start, "instruction": "Open the Alpha page.", "family": "open",
-         "check": {"all": [{"url": r"/alpha\.html$"},
-                           {"element": {"css": "#status"}, "attribute": "data-state", "value": "^ready$"},
-                           {"element": {"role": "button", "name": "Inner button"}}]},  # inside the iframe
-         "plan": [{"do": "CLICK", "role": "link", "name": "Alpha"}, {"do": "STOP"}]},
-        {"id": "beta", "start_url": start, "instruction": "Open the Beta page.", "family": "open", "split": "test",
-         "check": {"element": {"role": "heading", "name": "Beta page"}},
-         "plan": [{"do": "CLICK", "role": "link", "name": "Beta"}, {"do": "STOP"}]},
-        {"id": "order", "start_url": start, "family": "form",
-         "instruction": "Order size M for [Ada Lovelace] with gift wrap.",
-         "check": {"all": [{"url": r"/done\.html\?"}, {"element": {"css": "#msg"}, "text": "^Order for Ada Lovelace$"},
-                           {"url": "size=M"}, {"url": "gift=on"}]},
-         "plan": [{"do": "CLICK", "role": "link", "name": "Order form"},
-                  {"do": "TYPE", "role": "textbox", "name": "Name", "text": "Ada Lovelace"},
-                  {"do": "SELECT", "role": "combobox", "name": "Size", "option": "M"},
-                  {"do": "CLICK", "role": "checkbox", "name": "Gift wrap"},
-                  {"do": "CLICK", "role": "button", "name": "Place order"}, {"do": "STOP"}]},
+        {
+            "id": "alpha",
+            "start_url": start,
+            "instruction": "Open the Alpha page.",
+            "family": "open",
+            "check": {
+                "all": [
+                    {"url": r"/alpha\.html$"},
+                    {"element": {"css": "#status"}, "attribute": "data-state", "value": "^ready$"},
+                    {"element": {"role": "button", "name": "Inner button"}},
+                ]
+            },  # inside the iframe
+            "plan": [{"do": "CLICK", "role": "link", "name": "Alpha"}, {"do": "STOP"}],
+        },
+        {
+            "id": "beta",
+            "start_url": start,
+            "instruction": "Open the Beta page.",
+            "family": "open",
+            "split": "test",
+            "check": {"element": {"role": "heading", "name": "Beta page"}},
+            "plan": [{"do": "CLICK", "role": "link", "name": "Beta"}, {"do": "STOP"}],
+        },
+        {
+            "id": "order",
+            "start_url": start,
+            "family": "form",
+            "instruction": "Order size M for [Ada Lovelace] with gift wrap.",
+            "check": {
+                "all": [
+                    {"url": r"/done\.html\?"},
+                    {"element": {"css": "#msg"}, "text": "^Order for Ada Lovelace$"},
+                    {"url": "size=M"},
+                    {"url": "gift=on"},
+                ]
+            },
+            "plan": [
+                {"do": "CLICK", "role": "link", "name": "Order form"},
+                {"do": "TYPE", "role": "textbox", "name": "Name", "text": "Ada Lovelace"},
+                {"do": "SELECT", "role": "combobox", "name": "Size", "option": "M"},
+                {"do": "CLICK", "role": "checkbox", "name": "Gift wrap"},
+                {"do": "CLICK", "role": "button", "name": "Place order"},
+                {"do": "STOP"},
+            ],
+        },
         # the plan opens the wrong page: the oracle follows it and the check fails
-        {"id": "wrong", "start_url": start, "instruction": "Open the Alpha page.", "family": "open",
-         "check": {"url": r"/alpha\.html$"},
-         "plan": [{"do": "CLICK", "role": "link", "name": "Beta"}, {"do": "STOP"}]},
+        {
+            "id": "wrong",
+            "start_url": start,
+            "instruction": "Open the Alpha page.",
+            "family": "open",
+            "check": {"url": r"/alpha\.html$"},
+            "plan": [{"do": "CLICK", "role": "link", "name": "Beta"}, {"do": "STOP"}],
+        },
     ]
 
 
@@ -104,25 +138,28 @@ def write(path, rows) -> str:
 GOOD = {"id": "t", "start_url": "http://127.0.0.1:9/", "instruction": "x", "check": {"url": "x"}}
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"check": {"elemnt": {"css": "a"}}}, "unknown check kind(s) ['elemnt']"),
-    ({"check": {"all": [{"url": "("}]}}, "check.all[0].url: bad regular expression"),
-    ({"check": {"element": {"role": "buton", "name": "Go"}}}, "'buton' is not a WAI-ARIA role"),
-    ({"check": {"element": {"css": "a"}, "text": "x", "checked": True}}, "one test per element leaf"),
-    ({"check": {"element": {"css": "a"}, "value": "x"}}, "value goes with attribute"),
-    ({"check": {"json": "data.json", "path": "a"}}, "exactly one of equals / matches"),
-    ({"check": {"json": "http://example.com/x.json", "equals": 1}}, "outside allow_origins"),
-    ({"check": {"not": {"url": "a"}, "any": []}}, "unexpected key(s)"),
-    ({"check": {"any": []}}, "check.any: expected a non-empty list"),
-    ({"chek": {}}, "unknown field(s) ['chek']"),
-    ({"start_url": "file:///etc/passwd"}, "is not an http(s) URL"),
-    ({"split": "dev"}, "split must be 'train' or 'test'"),
-    ({"plan": [{"do": "CLICK", "name": "Go"}]}, "plan[0]: CLICK needs the element's role and name"),
-    ({"plan": [{"do": "TYPE", "role": "textbox", "name": "q"}]}, "plan[0]: TYPE needs ['text']"),
-    ({"plan": [{"do": "PRESS"}]}, "plan[0]: expected {\"do\": one of"),
-    ({"plan": [{"do": "GOTO", "url": "http://example.com/"}]}, "outside allow_origins"),
-    ({"optimal_steps": -1}, "optimal_steps must be a non-negative integer"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"check": {"elemnt": {"css": "a"}}}, "unknown check kind(s) ['elemnt']"),
+        ({"check": {"all": [{"url": "("}]}}, "check.all[0].url: bad regular expression"),
+        ({"check": {"element": {"role": "buton", "name": "Go"}}}, "'buton' is not a WAI-ARIA role"),
+        ({"check": {"element": {"css": "a"}, "text": "x", "checked": True}}, "one test per element leaf"),
+        ({"check": {"element": {"css": "a"}, "value": "x"}}, "value goes with attribute"),
+        ({"check": {"json": "data.json", "path": "a"}}, "exactly one of equals / matches"),
+        ({"check": {"json": "http://example.com/x.json", "equals": 1}}, "outside allow_origins"),
+        ({"check": {"not": {"url": "a"}, "any": []}}, "unexpected key(s)"),
+        ({"check": {"any": []}}, "check.any: expected a non-empty list"),
+        ({"chek": {}}, "unknown field(s) ['chek']"),
+        ({"start_url": "file:///etc/passwd"}, "is not an http(s) URL"),
+        ({"split": "dev"}, "split must be 'train' or 'test'"),
+        ({"plan": [{"do": "CLICK", "name": "Go"}]}, "plan[0]: CLICK needs the element's role and name"),
+        ({"plan": [{"do": "TYPE", "role": "textbox", "name": "q"}]}, "plan[0]: TYPE needs ['text']"),
+        ({"plan": [{"do": "PRESS"}]}, 'plan[0]: expected {"do": one of'),
+        ({"plan": [{"do": "GOTO", "url": "http://example.com/"}]}, "outside allow_origins"),
+        ({"optimal_steps": -1}, "optimal_steps must be a non-negative integer"),
+    ],
+)
 def test_bad_task_is_named_by_field(change, message):
     with pytest.raises(TaskFileError) as e:
         parse_task({**GOOD, **change}, "f.jsonl:3")
@@ -144,9 +181,11 @@ def test_file_errors_name_the_line(tmp_path):
 
 
 def test_task_fields_defaults_and_round_trip(tmp_path):
-    rows = [GOOD | {"plan": [{"do": "CLICK", "role": "link", "name": "a"}, {"do": "STOP", "answer": "42"}]},
-            GOOD | {"id": "u", "split": "test", "family": "f", "optimal_steps": 5,
-                    "allow_origins": ["http://127.0.0.1:10"]}]
+    rows = [
+        GOOD | {"plan": [{"do": "CLICK", "role": "link", "name": "a"}, {"do": "STOP", "answer": "42"}]},
+        GOOD
+        | {"id": "u", "split": "test", "family": "f", "optimal_steps": 5, "allow_origins": ["http://127.0.0.1:10"]},
+    ]
     env = TaskFileEnv(write(tmp_path / "t.jsonl", rows))
     (t,), (u,) = env.tasks("train"), env.tasks("test")
     assert (t.env, t.family, t.optimal_steps, t.split) == ("tasks", "tasks", 2, "train")  # the plan's length
@@ -173,8 +212,16 @@ def test_combine_and_json_path():
 
 
 def test_plan_oracle_goes_back_when_lost_and_mistakes_pick_another():
-    env_rows = [GOOD | {"plan": [{"do": "CLICK", "role": "link", "name": "Alpha"},
-                                 {"do": "SELECT", "role": "combobox", "name": "Size", "option": "M"}, {"do": "STOP"}]}]
+    env_rows = [
+        GOOD
+        | {
+            "plan": [
+                {"do": "CLICK", "role": "link", "name": "Alpha"},
+                {"do": "SELECT", "role": "combobox", "name": "Size", "option": "M"},
+                {"do": "STOP"},
+            ]
+        }
+    ]
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:
@@ -195,9 +242,12 @@ def test_plan_oracle_goes_back_when_lost_and_mistakes_pick_another():
 
 
 def test_plan_oracle_resumes_from_the_steps_this_page_offers(tmp_path):
-    plan = [{"do": "TYPE", "role": "textbox", "name": "q", "text": "json"},
-            {"do": "CLICK", "role": "button", "name": "Go"},
-            {"do": "CLICK", "role": "link", "name": "json docs"}, {"do": "STOP"}]
+    plan = [
+        {"do": "TYPE", "role": "textbox", "name": "q", "text": "json"},
+        {"do": "CLICK", "role": "button", "name": "Go"},
+        {"do": "CLICK", "role": "link", "name": "json docs"},
+        {"do": "STOP"},
+    ]
     env = TaskFileEnv(write(tmp_path / "t.jsonl", [GOOD | {"plan": plan}]))
     task = env.tasks("train")[0]
     form = Observation("u", "t", "", (Element("3", "textbox", "q"), Element("4", "button", "Go")))
@@ -207,8 +257,9 @@ def test_plan_oracle_resumes_from_the_steps_this_page_offers(tmp_path):
     assert env.oracle(task, other, memory).render() == "GO_BACK"  # nothing of the plan on this page
     # a search that never shows the link: type, search, miss, ... until the misses since the furthest step run out
     lost = {"at": 2, "best": 2}
-    assert [env.oracle(task, form, lost).render() for _ in range(8)] == [
-        "TYPE [3] [json]", "CLICK [4]"] * 3 + ["STOP []"] * 2
+    assert [env.oracle(task, form, lost).render() for _ in range(8)] == ["TYPE [3] [json]", "CLICK [4]"] * 3 + [
+        "STOP []"
+    ] * 2
 
 
 # ---------------------------------------------------------------- checks on the live page
@@ -217,8 +268,9 @@ def _evaluate_all(origin):
 
     async def go():
         async with async_playwright() as p:
-            browser = await p.chromium.launch(executable_path=browser_path.chromium_executable(),
-                                              args=list(browser_path.CHROMIUM_ARGS))
+            browser = await p.chromium.launch(
+                executable_path=browser_path.chromium_executable(), args=list(browser_path.CHROMIUM_ARGS)
+            )
             page = await browser.new_page()
             got = {}
 
@@ -229,22 +281,50 @@ def _evaluate_all(origin):
             await page.wait_for_load_state("load")
             await ev("iframe", {"element": {"role": "button", "name": "Inner button"}})
             await ev("iframe_css_text", {"element": {"css": ".note"}, "text": r"text \d+"})
-            await ev("attr", {"all": [{"element": {"css": "#status"}, "attribute": "data-state", "value": "^ready$"},
-                                      {"element": {"css": "#status"}, "attribute": "data-x"}]})
+            await ev(
+                "attr",
+                {
+                    "all": [
+                        {"element": {"css": "#status"}, "attribute": "data-state", "value": "^ready$"},
+                        {"element": {"css": "#status"}, "attribute": "data-x"},
+                    ]
+                },
+            )
             await ev("heading_regex", {"element": {"role": "heading", "name_regex": "^Alpha"}})
             await ev("url_not", {"any": [{"url": "beta"}, {"not": {"url": "alpha"}}]})
-            await ev("json", {"all": [{"json": "data.json", "path": "items.1.name", "equals": "beta"},
-                                      {"json": "data.json", "path": "count", "matches": "^3$"},
-                                      {"json": "missing.json", "path": "", "equals": None}]})
+            await ev(
+                "json",
+                {
+                    "all": [
+                        {"json": "data.json", "path": "items.1.name", "equals": "beta"},
+                        {"json": "data.json", "path": "count", "matches": "^3$"},
+                        {"json": "missing.json", "path": "", "equals": None},
+                    ]
+                },
+            )
             await page.goto(origin + "/form.html")
-            await ev("form_before", {"all": [{"element": {"role": "textbox", "name": "Name"}, "form_value": "Ada"},
-                                             {"element": {"role": "checkbox", "name": "Gift wrap"}, "checked": True}]})
+            await ev(
+                "form_before",
+                {
+                    "all": [
+                        {"element": {"role": "textbox", "name": "Name"}, "form_value": "Ada"},
+                        {"element": {"role": "checkbox", "name": "Gift wrap"}, "checked": True},
+                    ]
+                },
+            )
             await page.get_by_role("textbox", name="Name").fill("Ada")
             await page.get_by_role("checkbox", name="Gift wrap").check()
             await page.get_by_role("combobox", name="Size").select_option("L")
-            await ev("form_after", {"all": [{"element": {"role": "textbox", "name": "Name"}, "form_value": "^Ada$"},
-                                            {"element": {"role": "checkbox", "name": "Gift wrap"}, "checked": True},
-                                            {"element": {"css": "select"}, "form_value": "^L$"}]})
+            await ev(
+                "form_after",
+                {
+                    "all": [
+                        {"element": {"role": "textbox", "name": "Name"}, "form_value": "^Ada$"},
+                        {"element": {"role": "checkbox", "name": "Gift wrap"}, "checked": True},
+                        {"element": {"css": "select"}, "form_value": "^L$"},
+                    ]
+                },
+            )
             await browser.close()
             return got
 
@@ -274,8 +354,9 @@ def test_start_checks_the_site_and_the_selectors_before_any_episode(site, tmp_pa
     env = TaskFileEnv(write(tmp_path / "b.jsonl", [GOOD | {"start_url": site + "/nope.html"}]))
     with pytest.raises(TaskFileError, match="HTTP 404"):
         env.start()
-    env = TaskFileEnv(write(tmp_path / "c.jsonl", [GOOD | {"start_url": site + "/index.html",
-                                                           "check": {"element": {"css": "div["}}}]))
+    env = TaskFileEnv(
+        write(tmp_path / "c.jsonl", [GOOD | {"start_url": site + "/index.html", "check": {"element": {"css": "div["}}}])
+    )
     with pytest.raises(TaskFileError, match=r"bad CSS selector.*'div\['"):
         env.start()
     env = TaskFileEnv(write(tmp_path / "d.jsonl", tasks_of(site)))
@@ -287,8 +368,13 @@ def test_oracle_follows_plans_through_the_harness(site, tmp_path):
     env = TaskFileEnv(write(tmp_path / "t.jsonl", tasks_of(site)))
     env.start()
     tasks = env.tasks("train") + env.tasks("test")
-    cfg = CollectConfig(out_dir=str(tmp_path / "eps"), runs=1, progress=False, contexts=2,
-                        harness=HarnessConfig(screenshots=False, max_steps=10))
+    cfg = CollectConfig(
+        out_dir=str(tmp_path / "eps"),
+        runs=1,
+        progress=False,
+        contexts=2,
+        harness=HarnessConfig(screenshots=False, max_steps=10),
+    )
     counts = collect(env, tasks, OraclePolicy(env, OracleNoise()), cfg)
     assert counts["total"] == 4 and counts["success"] == 3, counts
     eps = {e.summary["task_id"]: e for e in iter_episodes(str(tmp_path / "eps"))}
@@ -310,7 +396,7 @@ def test_pipeline_reads_the_task_file(site, tmp_path):
     c.tasks.families = ()
     p = Pipeline(c, progress=False)
     try:
-        assert [t.task_id for t in p.tasks("train")] == ["alpha", "order", "wrong"][:c.tasks.num_train]
+        assert [t.task_id for t in p.tasks("train")] == ["alpha", "order", "wrong"][: c.tasks.num_train]
         assert [t.task_id for t in p.tasks("test")] == ["beta"]
         assert p.cfg.title == "tgpo-jax: TGPO on mine.jsonl"
     finally:
@@ -322,21 +408,36 @@ def test_pipeline_reads_the_task_file(site, tmp_path):
 
 def test_stop_answers_are_checked_against_the_page(site, tmp_path):
     start = site + "/alpha.html"
-    rows = [{"id": f"ask-{i}", "start_url": start, "instruction": "What does the framed note say?", "check": check,
-             "plan": [{"do": "STOP", "answer": answer}]}
-            for i, (answer, check) in enumerate([
+    rows = [
+        {
+            "id": f"ask-{i}",
+            "start_url": start,
+            "instruction": "What does the framed note say?",
+            "check": check,
+            "plan": [{"do": "STOP", "answer": answer}],
+        }
+        for i, (answer, check) in enumerate(
+            [
                 ("Framed  text 42", {"answer_from": {"css": ".note"}}),  # in the iframe; spaces and case ignored
                 ("framed text 41", {"answer_from": {"css": ".note"}}),
                 ("42", {"all": [{"answer": "^42$"}, {"element": {"css": "#status"}}]}),
-                ("", {"answer": "^42$"})])]
+                ("", {"answer": "^42$"}),
+            ]
+        )
+    ]
     env = TaskFileEnv(write(tmp_path / "t.jsonl", rows))
     env.start()
-    cfg = CollectConfig(out_dir=str(tmp_path / "eps"), runs=1, progress=False,
-                        harness=HarnessConfig(screenshots=False, max_steps=3))
+    cfg = CollectConfig(
+        out_dir=str(tmp_path / "eps"), runs=1, progress=False, harness=HarnessConfig(screenshots=False, max_steps=3)
+    )
     collect(env, env.tasks("train"), OraclePolicy(env, OracleNoise()), cfg)
     eps = {e.summary["task_id"]: e for e in iter_episodes(str(tmp_path / "eps"))}
     assert {k: (e.summary["success"], e.summary["final"]["check"]["progress"]) for k, e in eps.items()} == {
-        "ask-0": (True, "1"), "ask-1": (False, "0"), "ask-2": (True, "11"), "ask-3": (False, "0")}
+        "ask-0": (True, "1"),
+        "ask-1": (False, "0"),
+        "ask-2": (True, "11"),
+        "ask-3": (False, "0"),
+    }
     # the state STOP was given at, checked before the answer existed: the answer leaves were false there
     assert [eps[k].steps[0]["check"]["progress"] for k in ("ask-0", "ask-2")] == ["0", "01"]
     with pytest.raises(TaskFileError, match="answer_from.role"):
@@ -348,14 +449,32 @@ def test_collect_cli_on_a_task_file(site, tmp_path):
     f = write(tmp_path / "t.jsonl", tasks_of(site))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    cli = [sys.executable, "-m", "launch.collect", "--env=tasks", f"--tasks={f}", "--runs=3", "--noscreenshots",
-           "--wrong_choice=0.3", "--loop=0", "--malformed=0", "--premature_stop=0", f"--out={tmp_path / 'eps'}"]
+    cli = [
+        sys.executable,
+        "-m",
+        "launch.collect",
+        "--env=tasks",
+        f"--tasks={f}",
+        "--runs=3",
+        "--noscreenshots",
+        "--wrong_choice=0.3",
+        "--loop=0",
+        "--malformed=0",
+        "--premature_stop=0",
+        f"--out={tmp_path / 'eps'}",
+    ]
     r = subprocess.run(cli, capture_output=True, text=True, env=env, cwd=root, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    counts = json.loads(r.stdout[r.stdout.index("{"):])
+    counts = json.loads(r.stdout[r.stdout.index("{") :])
     assert counts["total"] == 9, counts  # the three training tasks × 3 runs
-    bad = subprocess.run(cli[:4] + [f"--tasks={write(tmp_path / 'b.jsonl', ['{oops'])}"], capture_output=True,
-                         text=True, env=env, cwd=root, timeout=600)
+    bad = subprocess.run(
+        cli[:4] + [f"--tasks={write(tmp_path / 'b.jsonl', ['{oops'])}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=600,
+    )
     assert bad.returncode != 0 and "b.jsonl:1: not valid JSON" in bad.stderr
 
 
@@ -391,19 +510,31 @@ def test_worked_example_oracle_succeeds_and_a_wrong_plan_fails(tmp_path):
         rows = [json.loads(line) for line in open(PYDOCS_TASKS)]
         picked = [r for r in rows if r["id"].rsplit("/", 1)[1] in ("json", "csv", "heapq")]
         # the same search, then a result that is not the module's page (the tutorial's "Input and Output")
-        wrong = dict(picked[0], id="pydocs/wrong", plan=picked[0]["plan"][:2] + [
-            {"do": "CLICK", "role": "link", "name": "7. Input and Output"}, {"do": "STOP"}])
+        wrong = dict(
+            picked[0],
+            id="pydocs/wrong",
+            plan=picked[0]["plan"][:2]
+            + [{"do": "CLICK", "role": "link", "name": "7. Input and Output"}, {"do": "STOP"}],
+        )
         env = TaskFileEnv(write(tmp_path / "t.jsonl", picked + [wrong]), origin=origin)
         env.start()
-        cfg = CollectConfig(out_dir=str(tmp_path / "eps"), runs=1, progress=False, contexts=2,
-                            harness=HarnessConfig(screenshots=False, max_steps=8))
+        cfg = CollectConfig(
+            out_dir=str(tmp_path / "eps"),
+            runs=1,
+            progress=False,
+            contexts=2,
+            harness=HarnessConfig(screenshots=False, max_steps=8),
+        )
         counts = collect(env, env.tasks("train") + env.tasks("test"), OraclePolicy(env, OracleNoise()), cfg)
     finally:
         httpd.shutdown()
         httpd.server_close()
     eps = {e.summary["task_id"]: e for e in iter_episodes(str(tmp_path / "eps"))}
     assert counts["total"] == 4 and {k for k, e in eps.items() if e.summary["success"]} == {
-        "pydocs/search/json", "pydocs/search/csv", "pydocs/search/heapq"}, counts
+        "pydocs/search/json",
+        "pydocs/search/csv",
+        "pydocs/search/heapq",
+    }, counts
     json_ep, bad = eps["pydocs/search/json"], eps["pydocs/wrong"]
     first = json_ep.steps[0]  # ids depend on the page; the element is the plan's
     assert first["command"].endswith(" [json]") and first["target"] == {"role": "textbox", "name": "Quick search"}
@@ -423,36 +554,62 @@ def test_element_metrics_from_recorded_episodes(site, tmp_path):
     from rollout.policies.scripted import ScriptedPolicy
 
     form, alpha = site + "/form.html", site + "/alpha.html"
-    fill = {"all": [{"element": {"role": "textbox", "name": "Name"}, "form_value": "^Ada Lovelace$"},
-                    {"element": {"css": "input[name=gift]"}, "checked": True},
-                    {"element": {"role": "button", "name": "Place order"}}]}  # an outcome leaf: not a target
-    rows = [{"id": f"fill-{k}", "start_url": form, "instruction": "Fill in [Ada Lovelace] with gift wrap.",
-             "check": fill} for k in "abc"]
-    rows += [{"id": "note", "start_url": alpha, "instruction": "What does the note say?",
-              "check": {"answer_from": {"css": ".note"}}},
-             {"id": "num", "start_url": alpha, "instruction": "Which number?",
-              "check": {"answer": "^42$", "expected": "42"}}]
+    fill = {
+        "all": [
+            {"element": {"role": "textbox", "name": "Name"}, "form_value": "^Ada Lovelace$"},
+            {"element": {"css": "input[name=gift]"}, "checked": True},
+            {"element": {"role": "button", "name": "Place order"}},
+        ]
+    }  # an outcome leaf: not a target
+    rows = [
+        {"id": f"fill-{k}", "start_url": form, "instruction": "Fill in [Ada Lovelace] with gift wrap.", "check": fill}
+        for k in "abc"
+    ]
+    rows += [
+        {
+            "id": "note",
+            "start_url": alpha,
+            "instruction": "What does the note say?",
+            "check": {"answer_from": {"css": ".note"}},
+        },
+        {
+            "id": "num",
+            "start_url": alpha,
+            "instruction": "Which number?",
+            "check": {"answer": "^42$", "expected": "42"},
+        },
+    ]
     env = TaskFileEnv(write(tmp_path / "t.jsonl", rows))
     env.start()
     name = lambda o: f"TYPE [{_id(o, 'textbox', 'Name')}] [Ada Lovelace]"  # noqa: E731
-    script = {"fill-a": [name, lambda o: f"CLICK [{_id(o, 'checkbox', 'Gift wrap')}]", "STOP"],
-              "fill-b": [lambda o: f"TYPE [{_id(o, 'textbox', 'Name')}] [Ada]", "STOP"],
-              "fill-c": [lambda o: f"CLICK [{_id(o, 'button', 'Place order')}]", "STOP"],
-              "note": ["STOP [framed text]"], "num": ["STOP [the 42]"]}
-    cfg = CollectConfig(out_dir=str(tmp_path / "eps"), runs=1, progress=False, contexts=2,
-                        harness=HarnessConfig(screenshots=False, max_steps=4))
+    script = {
+        "fill-a": [name, lambda o: f"CLICK [{_id(o, 'checkbox', 'Gift wrap')}]", "STOP"],
+        "fill-b": [lambda o: f"TYPE [{_id(o, 'textbox', 'Name')}] [Ada]", "STOP"],
+        "fill-c": [lambda o: f"CLICK [{_id(o, 'button', 'Place order')}]", "STOP"],
+        "note": ["STOP [framed text]"],
+        "num": ["STOP [the 42]"],
+    }
+    cfg = CollectConfig(
+        out_dir=str(tmp_path / "eps"),
+        runs=1,
+        progress=False,
+        contexts=2,
+        harness=HarnessConfig(screenshots=False, max_steps=4),
+    )
     tasks = env.tasks("train")
     collect(env, tasks, ScriptedPolicy(script), cfg)
     m = seed_metrics(str(tmp_path / "eps"), tasks, runs=1)
-    got = {r["task_id"]: (r["localisation"], r["value_match"], r["answer_exact"], r["answer_f1"])
-           for r in m["episodes_table"]}
+    got = {
+        r["task_id"]: (r["localisation"], r["value_match"], r["answer_exact"], r["answer_f1"])
+        for r in m["episodes_table"]
+    }
     assert got == {
-        "fill-a": (1.0, 1.0, None, None),   # typed the name and ticked the box: both targets acted on and held
-        "fill-b": (0.5, 0.0, None, None),   # typed into the Name box (a wrong value), never touched the box
+        "fill-a": (1.0, 1.0, None, None),  # typed the name and ticked the box: both targets acted on and held
+        "fill-b": (0.5, 0.0, None, None),  # typed into the Name box (a wrong value), never touched the box
         # clicked submit: the form left for done.html, so neither target holds; neither was acted on
         "fill-c": (0.0, 0.0, None, None),
-        "note": (None, None, 0.0, 0.8),     # "framed text" vs "framed text 42": P 1, R 2/3
-        "num": (None, None, 0.0, 1.0),      # the regex wants exactly 42; F1 drops the article
+        "note": (None, None, 0.0, 0.8),  # "framed text" vs "framed text 42": P 1, R 2/3
+        "num": (None, None, 0.0, 1.0),  # the regex wants exactly 42; F1 drops the article
     }
     e = m["elements"]
     assert (e["localisation"], e["localisation_n"], e["answer_f1_n"]) == (0.5, 3, 2)

@@ -2,6 +2,7 @@
 instruction) case of tests/data/oracle_thoughts.json (the shop's own pages, tests/thought_cases.py) gets the recorded
 thought from the scratch_copy writer, and the noisy oracle with that writer gives each recorded episode's outputs
 again when its observations are replayed."""
+
 import asyncio
 import functools
 import json
@@ -35,8 +36,9 @@ def test_scratch_copy_writer_reproduces_every_recorded_thought(golden):
     pages = [observation_of(p) for p in golden["pages"]]
     wrong = []
     for page, ins, name, el, arg, thought in golden["cases"]:
-        got = explain(command_of([name, el, arg]), pages[page] if page is not None else None,
-                      golden["instructions"][ins])
+        got = explain(
+            command_of([name, el, arg]), pages[page] if page is not None else None, golden["instructions"][ins]
+        )
         if got != thought:
             wrong.append((name, el, arg, thought, got))
     assert not wrong, f"{len(wrong)} of {len(golden['cases'])} differ, e.g. {wrong[:3]}"

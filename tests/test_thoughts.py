@@ -2,6 +2,7 @@
 English, each element named as the prompt's page shows it under the run's page_ids, the decision and its reason
 where the command is one of the task's decisions, nothing a command does not do, and every thought one the
 valid-argument decoding accepts with its command (on the shop's own pages, tests/data/oracle_thoughts.json)."""
+
 import asyncio
 import functools
 import json
@@ -10,20 +11,33 @@ import re
 import pytest
 
 from rollout.core import Command, Element, Observation, PolicyRequest, Task
-from rollout.policies.thoughts import (THOUGHTS, element_ref, plain, register_thoughts, task_item, task_phrase,
-                                       task_sort, thought_writer)
+from rollout.policies.thoughts import (
+    THOUGHTS,
+    element_ref,
+    plain,
+    register_thoughts,
+    task_item,
+    task_phrase,
+    task_sort,
+    thought_writer,
+)
 from thought_cases import PATH, command_of, observation_of, shop
 
 TASK = "Search for [red mug], sort by price from low to high, and add the second item to the cart."
-LINKS = (Element(id="2", role="textbox", name="Search", value=""),
-         Element(id="6", role="link", name="Sort: Price low to high", href="http://shop/search?q=red+mug&sort=p"),
-         Element(id="7", role="link", name="Sort: Rating", href="http://shop/search?q=red+mug&sort=rating"),
-         *(Element(id=str(9 + j), role="link", name=f"Mug {j}", href=f"http://shop/item/{40 + j}?q=red+mug")
-           for j in range(3)),
-         Element(id="12", role="combobox", name="color", value="black", options=("black", "red")),
-         Element(id="13", role="button", name="Buy Now"))
-PAGE = Observation(url="http://shop/search?q=red+mug&sort=price_asc", title="Search: red mug (sorted)", text="",
-                   elements=LINKS)
+LINKS = (
+    Element(id="2", role="textbox", name="Search", value=""),
+    Element(id="6", role="link", name="Sort: Price low to high", href="http://shop/search?q=red+mug&sort=p"),
+    Element(id="7", role="link", name="Sort: Rating", href="http://shop/search?q=red+mug&sort=rating"),
+    *(
+        Element(id=str(9 + j), role="link", name=f"Mug {j}", href=f"http://shop/item/{40 + j}?q=red+mug")
+        for j in range(3)
+    ),
+    Element(id="12", role="combobox", name="color", value="black", options=("black", "red")),
+    Element(id="13", role="button", name="Buy Now"),
+)
+PAGE = Observation(
+    url="http://shop/search?q=red+mug&sort=price_asc", title="Search: red mug (sorted)", text="", elements=LINKS
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +48,11 @@ def golden():
 
 def test_unknown_wordings_are_named_and_a_recipe_registers_more(monkeypatch):
     monkeypatch.setattr("rollout.policies.thoughts.THOUGHTS", dict(THOUGHTS))
-    with pytest.raises(ValueError, match=r"thoughts='nope': expected one of \[.*'plain'.*\]; a recipe registers more: "
-                                         r"recipes.register_all\(\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"thoughts='nope': expected one of \[.*'plain'.*\]; a recipe registers more: "
+        r"recipes.register_all\(\)",
+    ):
         thought_writer("nope")
     register_thoughts("mine", plain)
     register_thoughts("mine", plain)  # again: a no-op
@@ -65,20 +82,25 @@ def test_an_element_is_named_as_the_page_line_names_it():
     assert element_ref(Element("3", "button", 'Say "hi"')) == '[3] button "Say \\"hi\\""'  # quoted as the page
 
 
-@pytest.mark.parametrize("page_ids,ref", [("before", lambda i, r, n: f'[{i}] {r} "{n}"'),
-                                          ("after", lambda i, r, n: f'{r} "{n}"[{i}]')])
+@pytest.mark.parametrize(
+    "page_ids,ref", [("before", lambda i, r, n: f'[{i}] {r} "{n}"'), ("after", lambda i, r, n: f'{r} "{n}"[{i}]')]
+)
 def test_plain_thoughts_of_each_command(page_ids, ref):
     def t(cmd, instruction=TASK, obs=PAGE):
         return plain(cmd, obs, instruction, page_ids)
 
     assert t(Command("CLICK", "13")) == f"Click {ref(13, 'button', 'Buy Now')}."
     # text and options the task quotes: the task's words for them (a verb's words left out), else the bare action
-    assert t(Command("TYPE", "2", "red mug")) == \
-        f"The task asks for [red mug]: type it into {ref(2, 'textbox', 'Search')}."
+    assert (
+        t(Command("TYPE", "2", "red mug"))
+        == f"The task asks for [red mug]: type it into {ref(2, 'textbox', 'Search')}."
+    )
     assert t(Command("TYPE", "2", "blue mug")) == f"Type [blue mug] into {ref(2, 'textbox', 'Search')}."
     assert t(Command("SELECT", "12", "red")) == f"Set {ref(12, 'combobox', 'color')} to [red]."
-    assert t(Command("SELECT", "12", "red"), "Buy [a mug] with color [red].") == \
-        f"The task asks for the color [red]: set {ref(12, 'combobox', 'color')} to [red]."
+    assert (
+        t(Command("SELECT", "12", "red"), "Buy [a mug] with color [red].")
+        == f"The task asks for the color [red]: set {ref(12, 'combobox', 'color')} to [red]."
+    )
     assert t(Command("CLEAR", "2")) == f"Clear {ref(2, 'textbox', 'Search')}."
     assert t(Command("SCROLL", arg="DOWN")) == "Scroll down to see more."
     assert t(Command("GOTO", arg="http://shop/cart")) == "Open http://shop/cart."
@@ -86,10 +108,14 @@ def test_plain_thoughts_of_each_command(page_ids, ref):
     assert t(Command("STOP", arg="")) == "The task is complete."
     assert t(Command("TYPE", "9", "x"), obs=None) == "Type [x] into element 9."  # a malformed output's: no page
     # the decisions: the task's sort, and the result at the task's rank, each with the task's words for it
-    assert t(Command("CLICK", "6")) == \
-        f"Sort by price from low to high, as the task asks: click {ref(6, 'link', 'Sort: Price low to high')}."
-    assert t(Command("CLICK", "10")) == \
-        f"The task asks for the second item, and {ref(10, 'link', 'Mug 1')} is the second result: click it."
+    assert (
+        t(Command("CLICK", "6"))
+        == f"Sort by price from low to high, as the task asks: click {ref(6, 'link', 'Sort: Price low to high')}."
+    )
+    assert (
+        t(Command("CLICK", "10"))
+        == f"The task asks for the second item, and {ref(10, 'link', 'Mug 1')} is the second result: click it."
+    )
     # wrong clicks (the noisy oracle's mistakes) get the plain thought: no thought claims what its command does not do
     assert t(Command("CLICK", "7")) == f"Click {ref(7, 'link', 'Sort: Rating')}."  # another sort
     assert t(Command("CLICK", "11")) == f"Click {ref(11, 'link', 'Mug 2')}."  # another rank
@@ -99,11 +125,18 @@ def test_plain_thoughts_of_each_command(page_ids, ref):
 
 def test_the_task_reading_helpers():
     assert task_sort(TASK) == "price from low to high" and task_sort("Buy [a mug].") == ""
-    cart = ("Buy these items in one order: first item [Oak Mug] with size [L], color [red]; second item [Elm Tea] "
-            "with size [L]; third item [Fir Pan]. Add them to the cart, then check out with full name [Ann Lee] and "
-            "address [9 Bay Road, Milton] and place the order.")
-    assert [task_phrase(a, cart) for a in ("Oak Mug", "Elm Tea", "Fir Pan", "Ann Lee", "9 Bay Road, Milton")] == \
-        ["first item", "second item", "third item", "full name", "address"]
+    cart = (
+        "Buy these items in one order: first item [Oak Mug] with size [L], color [red]; second item [Elm Tea] "
+        "with size [L]; third item [Fir Pan]. Add them to the cart, then check out with full name [Ann Lee] and "
+        "address [9 Bay Road, Milton] and place the order."
+    )
+    assert [task_phrase(a, cart) for a in ("Oak Mug", "Elm Tea", "Fir Pan", "Ann Lee", "9 Bay Road, Milton")] == [
+        "first item",
+        "second item",
+        "third item",
+        "full name",
+        "address",
+    ]
     # an option counts in the clause of the item whose page it is set on (the page's title), when the task quotes it
     assert (task_phrase("red", cart, "Oak Mug"), task_phrase("red", cart, "Elm Tea")) == ("color", None)
     assert task_phrase("L", cart, "Elm Tea") == "size" and task_phrase("L", cart, "A page it never names") == "size"

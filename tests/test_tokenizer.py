@@ -1,4 +1,5 @@
 """SentencePiece training -> HF tokenizer directory: encodings agree with sentencepiece itself."""
+
 import os
 
 import pytest
@@ -46,7 +47,7 @@ def test_missing_tokenizer_is_a_clear_error(tmp_path):
 def test_extra_pieces_are_single_tokens_and_leave_the_rest_of_the_text_alone(tmp_path):
     """``extra_pieces`` (here element ids, as the scratch_copy recipe gives them) are each one token wherever they
     occur; the free text beside them keeps its own opening bracket and round-trips."""
-    corpus = [f"[{i}] button \"Buy\"\nCommand: SELECT [{i}] [red]\nTYPE [2] [12 oz] then [1x]" for i in range(30)] * 5
+    corpus = [f'[{i}] button "Buy"\nCommand: SELECT [{i}] [red]\nTYPE [2] [12 oz] then [1x]' for i in range(30)] * 5
     ids = [f"[{i}]" for i in range(50)]
     tok = load_tokenizer(train_sentencepiece(corpus, str(tmp_path / "ids"), vocab_size=400, extra_pieces=ids))
     pieces = tok.convert_ids_to_tokens(tok("SELECT [6] [red]\n[12] button", add_special_tokens=False)["input_ids"])

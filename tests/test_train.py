@@ -1,4 +1,5 @@
 """The training loop: mesh equivalence, exact resume after a kill, learning, references, LoRA, NaN stop."""
+
 import json
 import os
 
@@ -28,9 +29,15 @@ def _losses(out):
     return [r["train/loss"] for r in read_metrics(out) if "train/loss" in r]
 
 
-@pytest.mark.parametrize("method,meshes,lora", [("tgpo", [(8, 1, 1), (2, 2, 2), (1, 4, 2)], 0),
-                                               ("kto", [(2, 2, 2)], 0), ("sft", [(2, 2, 2)], 0),
-                                               ("dpo", [(2, 2, 2)], 4)])
+@pytest.mark.parametrize(
+    "method,meshes,lora",
+    [
+        ("tgpo", [(8, 1, 1), (2, 2, 2), (1, 4, 2)], 0),
+        ("kto", [(2, 2, 2)], 0),
+        ("sft", [(2, 2, 2)], 0),
+        ("dpo", [(2, 2, 2)], 4),
+    ],
+)
 def test_same_loss_and_gradients_on_every_mesh(work, method, meshes, lora):
     """Loss and gradients at the initial point and after one step, and the parameters after two steps.
 
@@ -48,18 +55,21 @@ def test_same_loss_and_gradients_on_every_mesh(work, method, meshes, lora):
     for shape in [(1, 1, 1), *meshes]:
         mesh = shd.make_mesh(shape)
         loss_cfg = LossConfig(method=method, reference="none" if method == "sft" else "live")
-        trainer = Trainer(shard_model(base, mesh), loss_cfg,
-                          OptimConfig(optimizer="sgd", learning_rate=lr, schedule="constant"), mesh)
+        trainer = Trainer(
+            shard_model(base, mesh), loss_cfg, OptimConfig(optimizer="sgd", learning_rate=lr, schedule="constant"), mesh
+        )
         batch = to_global_batch(local, mesh, 1)
-        grad_fn = jax.jit(jax.value_and_grad(
-            lambda p: trainer._loss(p, trainer.ref_params, jax.tree.map(lambda x: x[0], batch))[0]))
+        grad_fn = jax.jit(
+            jax.value_and_grad(lambda p: trainer._loss(p, trainer.ref_params, jax.tree.map(lambda x: x[0], batch))[0])
+        )
         state = trainer.init_state()
         points = [grad_fn(state["params"])]
         state, _ = trainer.train_step(state, batch)  # policy != reference from here on
         points.append(grad_fn(state["params"]))
         state, m = trainer.train_step(state, batch)
-        results.append(([(float(v), jax.device_get(g)) for v, g in points], float(m["loss"]),
-                        jax.device_get(state["params"])))
+        results.append(
+            ([(float(v), jax.device_get(g)) for v, g in points], float(m["loss"]), jax.device_get(state["params"]))
+        )
     (ref_points, ref_loss2, ref_params) = results[0]
     for points, loss2, params in results[1:]:
         for (v, g), (rv, rg) in zip(points, ref_points):
@@ -145,15 +155,17 @@ def test_lora_trains_only_adapters(work, tmp_path):
     trainer, state = s.trainer, s.state
     names = {"/".join(map(str, k)) for k, _ in jax.tree_util.tree_flatten_with_path(state["params"])[0]}
     assert names and all("lora" in n for n in names)
-    b = [np.abs(np.asarray(v)).max() for k, v in jax.tree_util.tree_flatten_with_path(state["params"])[0]
-         if "lora_b" in str(k)]
+    b = [
+        np.abs(np.asarray(v)).max()
+        for k, v in jax.tree_util.tree_flatten_with_path(state["params"])[0]
+        if "lora_b" in str(k)
+    ]
     assert max(b) > 0  # adapters moved from their zero init
     # step 1: B = 0, so policy == base == reference and DPO's loss is exactly log 2
     assert _losses(tmp_path / "lora")[0] == pytest.approx(np.log(2), abs=1e-6)
     base = loop.build_model(tiny_config(work, "dpo", tmp_path / "unused"), None, load_tokenizer(work["tok"]))
     frozen = {"/".join(map(str, k)): v for k, v in jax.tree_util.tree_flatten_with_path(trainer.frozen)[0]}
-    fresh = {"/".join(map(str, k)): v for k, v in jax.tree_util.tree_flatten_with_path(
-        nnx.state(base, nnx.Param))[0]}
+    fresh = {"/".join(map(str, k)): v for k, v in jax.tree_util.tree_flatten_with_path(nnx.state(base, nnx.Param))[0]}
     assert set(frozen) == set(fresh)
     for k in frozen:
         np.testing.assert_array_equal(np.asarray(frozen[k]), np.asarray(fresh[k]), err_msg=k)  # base untouched
@@ -187,8 +199,9 @@ def test_non_finite_step_stops_with_last_checkpoint_intact(work, tmp_path, monke
         if step == 2:
             raise Stop
 
-    c = tiny_config(work, "dpo", tmp_path / "nan", **{"train.max_steps": 6, "train.save_every": 1,
-                                                     "train.async_checkpoint": False})
+    c = tiny_config(
+        work, "dpo", tmp_path / "nan", **{"train.max_steps": 6, "train.save_every": 1, "train.async_checkpoint": False}
+    )
     with pytest.raises(Stop):  # two good steps, saved; then the same run goes on with a poisoned loss
         loop.train(c, on_step=stop_after_2)
     monkeypatch.setattr(step_lib, "objective", poisoned)
@@ -204,9 +217,18 @@ def test_non_finite_step_stops_with_last_checkpoint_intact(work, tmp_path, monke
 def test_an_update_that_overflows_the_parameters_is_neither_applied_nor_saved(work, tmp_path):
     """Finite loss and gradient, but lr 1e39 takes the parameters past float32: the step is refused like a NaN
     loss and nothing is saved (before, the guard passed it and step 1's checkpoint was all inf)."""
-    c = tiny_config(work, "dpo", tmp_path / "big", **{"train.max_steps": 3, "train.save_every": 1,
-                                                     "optim.learning_rate": 1e39, "optim.schedule": "constant",
-                                                     "optim.warmup_fraction": 0.0})
+    c = tiny_config(
+        work,
+        "dpo",
+        tmp_path / "big",
+        **{
+            "train.max_steps": 3,
+            "train.save_every": 1,
+            "optim.learning_rate": 1e39,
+            "optim.schedule": "constant",
+            "optim.warmup_fraction": 0.0,
+        },
+    )
     with pytest.raises(loop.TrainingDiverged, match=r"step 1: .*updated parameters.*Last good checkpoint: none"):
         loop.train(c)
     ck = Checkpointer(str(tmp_path / "big" / "checkpoints"))
@@ -219,8 +241,11 @@ def test_resume_refuses_another_configuration_and_restart_moves_the_old_run_asid
     out = tmp_path / "run"
     loop.train(tiny_config(work, "dpo", out, **{"train.max_steps": 2, "train.save_every": 1}))
     other = tiny_config(work, "kto", out, **{"train.max_steps": 4, "optim.learning_rate": 1e-2})
-    with pytest.raises(loop.ConfigChanged, match=r"key\(s\) changed: .*method: 'dpo' -> 'kto'.*"
-                                                  r"optim.learning_rate: 0.003 -> 0.01.*train.restart=True"):
+    with pytest.raises(
+        loop.ConfigChanged,
+        match=r"key\(s\) changed: .*method: 'dpo' -> 'kto'.*"
+        r"optim.learning_rate: 0.003 -> 0.01.*train.restart=True",
+    ):
         loop.train(other)
     assert json.loads((out / "config.json").read_text())["method"] == "dpo"  # the old run's config kept
     # logging and saving knobs may change on resume: steps 3-4 continue the run
@@ -265,10 +290,18 @@ def test_resume_skips_a_damaged_step_and_a_cut_metrics_line_and_ends_as_an_undis
 
 
 def test_config_changes_names_nested_keys_and_ignores_resume_free_ones():
-    saved = {"method": "sft", "optim": {"learning_rate": 1.0}, "train": {"progress": True, "seed": 0},
-             "mesh": {"shape": [1, -1, 1]}}
-    now = {"method": "sft", "optim": {"learning_rate": 2.0}, "train": {"progress": False, "seed": 0, "new": 1},
-           "mesh": {"shape": [8, 1, 1]}}
+    saved = {
+        "method": "sft",
+        "optim": {"learning_rate": 1.0},
+        "train": {"progress": True, "seed": 0},
+        "mesh": {"shape": [1, -1, 1]},
+    }
+    now = {
+        "method": "sft",
+        "optim": {"learning_rate": 2.0},
+        "train": {"progress": False, "seed": 0, "new": 1},
+        "mesh": {"shape": [8, 1, 1]},
+    }
     assert loop.config_changes(saved, now) == {"optim.learning_rate": (1.0, 2.0), "train.new": ("<absent>", 1)}
     assert loop.config_changes(saved, saved) == {}
 
@@ -290,16 +323,23 @@ def _decayed_adam_steps(model, src, mesh, steps: int, update_mask=None):
     ({"layers/q_proj": array, ...})."""
     from tgpo_jax.models.loading import _flatten
 
-    trainer = Trainer(model, LossConfig(method="sft", reference="none"),
-                      OptimConfig(learning_rate=1e-2, schedule="constant", weight_decay=0.1), mesh,
-                      update_mask=update_mask)
-    flat = lambda params: {"/".join(map(str, k)): np.asarray(v)  # noqa: E731
-                           for k, v in _flatten(nnx.to_pure_dict(params))}
+    trainer = Trainer(
+        model,
+        LossConfig(method="sft", reference="none"),
+        OptimConfig(learning_rate=1e-2, schedule="constant", weight_decay=0.1),
+        mesh,
+        update_mask=update_mask,
+    )
+
+    def flat(params):
+        return {"/".join(map(str, k)): np.asarray(v) for k, v in _flatten(nnx.to_pure_dict(params))}
+
     state = trainer.init_state()
     before = flat(jax.device_get(state["params"]))
     for i in range(steps):
-        state, _ = trainer.train_step(state, to_global_batch(
-            {k: np.stack([src[8 * i + j][k] for j in range(8)]) for k in src[0]}, mesh, 1))
+        state, _ = trainer.train_step(
+            state, to_global_batch({k: np.stack([src[8 * i + j][k] for j in range(8)]) for k in src[0]}, mesh, 1)
+        )
     return before, flat(jax.device_get(state["params"]))
 
 
@@ -312,11 +352,20 @@ def test_freeze_leaves_the_planted_circuit_alone(work, recency, trigram):
     from recipes.scratch_copy import circuit_config, frozen_mask, recency_token_ids
 
     recipes.register_all()
-    c = tiny_config(work, "sft", "/tmp/unused", **{"model.scratch": "copy", "model.init": "copy_circuit",
-                                                   "model.freeze": "copy_circuit", "optim.weight_decay": 0.1,
-                                                   "model.circuit_recency": recency,
-                                                   "model.circuit_trigram": trigram,
-                                                   "model.circuit_recency_after": r"[a-z]"})
+    c = tiny_config(
+        work,
+        "sft",
+        "/tmp/unused",
+        **{
+            "model.scratch": "copy",
+            "model.init": "copy_circuit",
+            "model.freeze": "copy_circuit",
+            "optim.weight_decay": 0.1,
+            "model.circuit_recency": recency,
+            "model.circuit_trigram": trigram,
+            "model.circuit_recency_after": r"[a-z]",
+        },
+    )
     tok = load_tokenizer(work["tok"])
     src = NodeExamples(work["train"], tok, loop.collate_config(c))
     mesh = shd.make_mesh((1, 1, 1))

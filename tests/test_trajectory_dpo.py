@@ -1,5 +1,6 @@
 """Agent Q's trajectory-level DPO baseline (docs/method.md §9.3): pairs from episodes, their examples, the loss as
 DPO on summed step log-probs (checked against separate forwards), and a training run on a built dataset."""
+
 import dataclasses
 import jax
 import jax.numpy as jnp
@@ -24,16 +25,26 @@ from trees.trajectory_records import TrajectoryConfig, trajectory_records
 def _cut_short(run):
     """A failure that is the successful episode's first three steps (the step cap ended it): no step of its own."""
     good = cola_episodes()[0]
-    ep = dataclasses.replace(good, path=f"/tmp/tgpo-test-ep/{run}", steps=[dict(s) for s in good.steps[:3]],
-                             summary={**good.summary, "run": run, "success": False, "status": "failure",
-                                      "steps": 3})
+    ep = dataclasses.replace(
+        good,
+        path=f"/tmp/tgpo-test-ep/{run}",
+        steps=[dict(s) for s in good.steps[:3]],
+        summary={**good.summary, "run": run, "success": False, "status": "failure", "steps": 3},
+    )
     return ep
 
 
 def _off_at_once(run):
     """A failure that leaves the successful path at its first step."""
-    return episode(run, [(HOME, "CLICK [5]", "link", "Home", {}), (TYPED, "CLICK [6]", "link", "Deals", {}),
-                         (TYPED, "STOP []", None, None, {})], False)
+    return episode(
+        run,
+        [
+            (HOME, "CLICK [5]", "link", "Home", {}),
+            (TYPED, "CLICK [6]", "link", "Deals", {}),
+            (TYPED, "STOP []", None, None, {}),
+        ],
+        False,
+    )
 
 
 def test_a_pair_keeps_only_the_steps_the_two_episodes_do_not_share():
@@ -42,9 +53,15 @@ def test_a_pair_keeps_only_the_steps_the_two_episodes_do_not_share():
     recs, counts = trajectory_records("cola", [bad, good], TASK, cfg)
     assert counts == {"pairs": 1}
     # steps 0 and 1 (type the query, click Search) have the same prompt and output in both: left out
-    assert [(r.meta["side"], r.meta["t"]) for r in recs] == [("chosen", 2), ("chosen", 3), ("chosen", 4),
-                                                             ("chosen", 5), ("rejected", 2), ("rejected", 3),
-                                                             ("rejected", 4)]
+    assert [(r.meta["side"], r.meta["t"]) for r in recs] == [
+        ("chosen", 2),
+        ("chosen", 3),
+        ("chosen", 4),
+        ("chosen", 5),
+        ("rejected", 2),
+        ("rejected", 3),
+        ("rejected", 4),
+    ]
     assert {r.meta["pair"] for r in recs} == {"cola/0"} and {r.value_source for r in recs} == {"trajectory"}
     for r in recs:
         ep = good if r.meta["side"] == "chosen" else bad
@@ -79,29 +96,45 @@ def test_pairing_order_caps_and_the_pairs_left_out():
 
 def _step(task, pair, side, t, prompt, action, lp=None):
     ok = side == "chosen"
-    return NodeRecord(task, f"{pair}{side[0]}{t}", [{"role": "user", "content": prompt}],
-                      [Branch(action, action, float(ok), {}, 1, int(ok), int(not ok), ok, ok, lp)],
-                      meta={"pair": pair, "side": side, "t": t}, value_source="trajectory")
+    return NodeRecord(
+        task,
+        f"{pair}{side[0]}{t}",
+        [{"role": "user", "content": prompt}],
+        [Branch(action, action, float(ok), {}, 1, int(ok), int(not ok), ok, ok, lp)],
+        meta={"pair": pair, "side": side, "t": t},
+        value_source="trajectory",
+    )
 
 
 PAIRS = [  # (chosen steps, rejected steps): (prompt, action)
-    ([("Task: add the cola. Page: search box", "TYPE [3] [cola]"), ("Page: results cola", "CLICK [7]")],
-     [("Task: add the cola. Page: search box", "TYPE [3] [tea]"), ("Page: results tea", "CLICK [9]"),
-      ("Page: item tea", "STOP [done]")]),
+    (
+        [("Task: add the cola. Page: search box", "TYPE [3] [cola]"), ("Page: results cola", "CLICK [7]")],
+        [
+            ("Task: add the cola. Page: search box", "TYPE [3] [tea]"),
+            ("Page: results tea", "CLICK [9]"),
+            ("Page: item tea", "STOP [done]"),
+        ],
+    ),
     ([("Task: sort by price. Page: results", "CLICK [20]")], [("Task: sort by price. Page: results", "GO_BACK")]),
 ]
 
 
 def test_trajectory_loss_is_dpo_on_the_summed_step_logprobs(spm_tokenizer):
-    cc = CollateConfig(method="traj_dpo", layout="plain", max_len=96, max_prompt_len=64, max_completion_len=24,
-                       max_branches=6)
+    cc = CollateConfig(
+        method="traj_dpo", layout="plain", max_len=96, max_prompt_len=64, max_completion_len=24, max_branches=6
+    )
     mcfg = tiny_config("llama", vocab_size=len(spm_tokenizer))
     sharpen = lambda m: nnx.merge(*(lambda g, s: (g, jax.tree.map(lambda x: x * 3.0, s)))(*nnx.split(m)))  # noqa
     policy, ref = sharpen(init_model(mcfg, seed=1)), sharpen(init_model(mcfg, seed=2))
-    records = [[_step("t", f"p{k}", side, t, p, a) for t, (p, a) in enumerate(steps)]
-               for k, (c, r) in enumerate(PAIRS) for side, steps in (("chosen", c), ("rejected", r))]
-    exs = [build_trajectory_example(records[2 * k], records[2 * k + 1], spm_tokenizer, cc, index=k)
-           for k in range(len(PAIRS))]
+    records = [
+        [_step("t", f"p{k}", side, t, p, a) for t, (p, a) in enumerate(steps)]
+        for k, (c, r) in enumerate(PAIRS)
+        for side, steps in (("chosen", c), ("rejected", r))
+    ]
+    exs = [
+        build_trajectory_example(records[2 * k], records[2 * k + 1], spm_tokenizer, cc, index=k)
+        for k in range(len(PAIRS))
+    ]
     batch = jax.tree.map(jnp.asarray, stack(exs))
     assert exs[0]["slot_side"].tolist() == [1, 1, -1, -1, -1, 0] and exs[1]["slot_side"].tolist()[:3] == [1, -1, 0]
     f = jax.jit(lambda m, b: slot_logprobs(m, b, chunk=32)[0])
@@ -111,7 +144,7 @@ def test_trajectory_loss_is_dpo_on_the_summed_step_logprobs(spm_tokenizer):
 
     def logp(model, prompt, action):
         ids = chat_ids(spm_tokenizer, [{"role": "user", "content": prompt}], add_generation_prompt=True)
-        return independent_branch_logprob(model, ids[-cc.max_prompt_len:], action_ids(action, spm_tokenizer))
+        return independent_branch_logprob(model, ids[-cc.max_prompt_len :], action_ids(action, spm_tokenizer))
 
     deltas = []
     for c, r in PAIRS:
@@ -177,8 +210,11 @@ def test_fewer_pairs_than_a_batch_stop_at_the_dataset_stage(traj_data):
     _, _, summary = traj_data
     n = summary["records"]
     check_enough_pairs(n, n)
-    with pytest.raises(RuntimeError, match=rf"gave {n} trajectory pairs, fewer than one traj_dpo batch of {n + 1}.*"
-                                           rf"batch_size to at most {n}"):
+    with pytest.raises(
+        RuntimeError,
+        match=rf"gave {n} trajectory pairs, fewer than one traj_dpo batch of {n + 1}.*"
+        rf"batch_size to at most {n}",
+    ):
         check_enough_pairs(n, n + 1)
 
 
@@ -192,15 +228,21 @@ def test_the_built_dataset_trains_with_traj_dpo(traj_data, tmp_path):
     work, data, summary = traj_data
     assert summary["trajectory_pairs"] == {"pairs": 4} and summary["records"] == 4 * 7
     assert read_manifest(data).config["values"] == "trajectory"
-    cc = CollateConfig(method="traj_dpo", layout="plain", max_len=128, max_prompt_len=100, max_completion_len=16,
-                       max_branches=8)
+    cc = CollateConfig(
+        method="traj_dpo", layout="plain", max_len=128, max_prompt_len=100, max_completion_len=16, max_branches=8
+    )
     src = TrajectoryExamples(data, load_tokenizer(work["tok"]), cc)
     assert len(src) == 4 and [int(v) for v in src[0]["slot_side"]] == [1] * 4 + [-1] * 3 + [0]
     with pytest.raises(ValueError, match="no trajectory pair fits data.max_branches=6"):
         TrajectoryExamples(data, src.tokenizer, dataclasses.replace(cc, max_branches=6))
 
-    over = {"data.train_dir": data, "data.eval_dir": "", "data.max_branches": 8, "train.batch_size": 4,
-            "train.max_steps": 4}
+    over = {
+        "data.train_dir": data,
+        "data.eval_dir": "",
+        "data.max_branches": 8,
+        "train.batch_size": 4,
+        "train.max_steps": 4,
+    }
     s = loop.train(train_config(work, "traj_dpo", tmp_path / "run", **over))
     rows = [r for r in read_metrics(tmp_path / "run") if "train/loss" in r]
     assert s["final_step"] == 4 and s["dataset"]["num_examples"] == 4

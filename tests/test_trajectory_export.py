@@ -1,6 +1,7 @@
 """The BrowserGym / AgentLab-style trajectory export (rollout/trajectory_export.py, docs/trajectories.md): the
 command -> action mapping, an exported hand-made collection read back field by field, the CLI, and the reader's
 errors."""
+
 import ast
 import json
 import os
@@ -25,13 +26,22 @@ def call(action: str) -> tuple[str, list]:
     return node.func.id, [ast.literal_eval(a) for a in node.args]
 
 
-@pytest.mark.parametrize("command,name,args", [
-    ("CLICK [12]", "click", ["12"]), ("CLEAR [3]", "clear", ["3"]), ("TYPE [2] [blue mug]", "fill", ["2", "blue mug"]),
-    ("TYPE [2] []", "fill", ["2", ""]), ("SELECT [6] [red]", "select_option", ["6", "red"]),
-    ("SCROLL [DOWN]", "scroll", [0, SCROLL_PX]), ("SCROLL [UP]", "scroll", [0, -SCROLL_PX]),
-    ("GOTO [http://127.0.0.1:8000/s?q='a b'&x=1]", "goto", ["http://127.0.0.1:8000/s?q='a b'&x=1"]),
-    ("GO_BACK", "go_back", []), ("STOP [42 items]", "send_msg_to_user", ["42 items"]),
-    ("STOP []", "send_msg_to_user", [""])])
+@pytest.mark.parametrize(
+    "command,name,args",
+    [
+        ("CLICK [12]", "click", ["12"]),
+        ("CLEAR [3]", "clear", ["3"]),
+        ("TYPE [2] [blue mug]", "fill", ["2", "blue mug"]),
+        ("TYPE [2] []", "fill", ["2", ""]),
+        ("SELECT [6] [red]", "select_option", ["6", "red"]),
+        ("SCROLL [DOWN]", "scroll", [0, SCROLL_PX]),
+        ("SCROLL [UP]", "scroll", [0, -SCROLL_PX]),
+        ("GOTO [http://127.0.0.1:8000/s?q='a b'&x=1]", "goto", ["http://127.0.0.1:8000/s?q='a b'&x=1"]),
+        ("GO_BACK", "go_back", []),
+        ("STOP [42 items]", "send_msg_to_user", ["42 items"]),
+        ("STOP []", "send_msg_to_user", [""]),
+    ],
+)
 def test_every_command_kind_maps_to_its_browsergym_action(command, name, args):
     a = to_browsergym(command)
     assert a.ok and a.problem is None
@@ -45,8 +55,23 @@ def test_scroll_pixels_and_exact_strings():
     assert to_browsergym("TYPE [2] [it's]").action == "fill('2', 'it\\'s')"
 
 
-TEXTS = ["it's", 'say "hi"', "back\\slash", "trailing\\", "\\'", "both ' and \" here", "two\nlines", "cr\r\nlf",
-         "tab\there", "nul\x00byte", "line\u2028sep", "café ☕ 東京", "[x] y]", "  spaces  ", "\x7f\x85\u200b"]
+TEXTS = [
+    "it's",
+    'say "hi"',
+    "back\\slash",
+    "trailing\\",
+    "\\'",
+    "both ' and \" here",
+    "two\nlines",
+    "cr\r\nlf",
+    "tab\there",
+    "nul\x00byte",
+    "line\u2028sep",
+    "café ☕ 東京",
+    "[x] y]",
+    "  spaces  ",
+    "\x7f\x85\u200b",
+]
 
 
 @pytest.mark.parametrize("text", TEXTS)
@@ -61,35 +86,62 @@ def test_text_survives_quoting(text):
     assert "\n" not in py_str(text) and "\r" not in py_str(text)  # one line: BrowserGym parses it as one call
 
 
-@pytest.mark.parametrize("command,output,action,problem", [
-    ("JUMP [3]", "", "JUMP [3]", "unknown_command"), ("CLICK", "", "CLICK", "missing_id"),
-    ("SCROLL [LEFT]", "", "SCROLL [LEFT]", "malformed_command"),
-    (None, "Thought: hmm\nCommand: PRESS [Enter]", "PRESS [Enter]", "no_command"),
-    (None, "I would click it\nCLICK the button\n", "CLICK the button", "no_command"), (None, "", "", "no_command")])
+@pytest.mark.parametrize(
+    "command,output,action,problem",
+    [
+        ("JUMP [3]", "", "JUMP [3]", "unknown_command"),
+        ("CLICK", "", "CLICK", "missing_id"),
+        ("SCROLL [LEFT]", "", "SCROLL [LEFT]", "malformed_command"),
+        (None, "Thought: hmm\nCommand: PRESS [Enter]", "PRESS [Enter]", "no_command"),
+        (None, "I would click it\nCLICK the button\n", "CLICK the button", "no_command"),
+        (None, "", "", "no_command"),
+    ],
+)
 def test_an_invalid_command_is_kept_and_marked(command, output, action, problem):
     a = to_browsergym(command, output)
     assert (a.action, a.ok, a.problem) == (action, False, problem)
 
 
 # ---------------------------------------------------------------- a hand-made collection
-TASKS = [Task("shop/train/0001", "shop", "webshop", "Buy the 'red' mug", "/", 3, "train"),
-         Task("shop/train/0002", "shop", "webshop", "Find the cheapest lamp", "/", 2, "train")]
+TASKS = [
+    Task("shop/train/0001", "shop", "webshop", "Buy the 'red' mug", "/", 3, "train"),
+    Task("shop/train/0002", "shop", "webshop", "Find the cheapest lamp", "/", 2, "train"),
+]
 TYPED = 'it\'s "red"\\ mug'
 
 
 def state(url, title, score=0.0, success=False, shot=None, obs_error=None):
-    return {"url": url, "norm_url": url.split("?")[0], "title": title, "observation": f"URL: {url}\nTitle: {title}",
-            "truncated": False, "screenshot": shot, "phash": "ab" * 8, "obs_error": obs_error,
-            "check": {"success": success, "score": score, "progress": f"p{score}", "done": False}}
+    return {
+        "url": url,
+        "norm_url": url.split("?")[0],
+        "title": title,
+        "observation": f"URL: {url}\nTitle: {title}",
+        "truncated": False,
+        "screenshot": shot,
+        "phash": "ab" * 8,
+        "obs_error": obs_error,
+        "check": {"success": success, "score": score, "progress": f"p{score}", "done": False},
+    }
 
 
 def step(t, st, output, thought, command, error=None, timings=(0.5, 0.25, 2.0, 0.125), tokens=10):
     observe, check, policy, execute = timings
-    return {"step": t, **st, "output": output, "thought": thought, "command": command,
-            "command_name": command.split(" ")[0] if command else None, "target": None,
-            "format_ok": command is not None,
-            "error": error, "effect": None, "logprob": -1.5, "num_tokens": tokens, "policy_info": {"k": t},
-            "timings": {"observe_s": observe, "check_s": check, "policy_s": policy, "execute_s": execute}}
+    return {
+        "step": t,
+        **st,
+        "output": output,
+        "thought": thought,
+        "command": command,
+        "command_name": command.split(" ")[0] if command else None,
+        "target": None,
+        "format_ok": command is not None,
+        "error": error,
+        "effect": None,
+        "logprob": -1.5,
+        "num_tokens": tokens,
+        "policy_info": {"k": t},
+        "timings": {"observe_s": observe, "check_s": check, "policy_s": policy, "execute_s": execute},
+    }
 
 
 NO_EL = {"kind": "no_such_element", "message": "no element [2] on this page"}
@@ -107,28 +159,98 @@ def make_collection(root) -> str:
     s0, s1 = state("/", "Home", shot="screens/000.png"), state("/mugs", "Mugs", shot="screens/001.png")
     s2 = state("/mugs", "Mugs", shot="screens/002.png", obs_error=NO_EL)
     w.step(step(0, s0, "Thought: open mugs\nCommand: CLICK [1]", "open mugs", "CLICK [1]"))
-    w.step(step(1, s1, f"Thought: type\nCommand: TYPE [2] [{TYPED}]", "type", f"TYPE [2] [{TYPED}]", NO_EL,
-                (0.25, 0.125, 1.0, 0.5), tokens=14))
-    w.step(step(2, s2, "Thought: done\nCommand: STOP [red mug]", "done", "STOP [red mug]",
-                timings=(1.0, 0.5, 4.0, 0.0), tokens=6))
-    w.finish({"task_id": TASKS[0].task_id, "run": 0, "episode_key": "shop/train/0001/0", "env": "shop",
-              "family": "webshop", "split": "train", "policy": "oracle", "seed": 7, "optimal_steps": 3,
-              "status": "success", "success": True, "score": 1.0, "steps": 3, "end_reason": "stop",
-              "final": state("/mugs", "Mugs", 1.0, True, "screens/002.png", NO_EL), "error": None,
-              "duration_s": 9.5, "started_at": 1000.0})
+    w.step(
+        step(
+            1,
+            s1,
+            f"Thought: type\nCommand: TYPE [2] [{TYPED}]",
+            "type",
+            f"TYPE [2] [{TYPED}]",
+            NO_EL,
+            (0.25, 0.125, 1.0, 0.5),
+            tokens=14,
+        )
+    )
+    w.step(
+        step(
+            2,
+            s2,
+            "Thought: done\nCommand: STOP [red mug]",
+            "done",
+            "STOP [red mug]",
+            timings=(1.0, 0.5, 4.0, 0.0),
+            tokens=6,
+        )
+    )
+    w.finish(
+        {
+            "task_id": TASKS[0].task_id,
+            "run": 0,
+            "episode_key": "shop/train/0001/0",
+            "env": "shop",
+            "family": "webshop",
+            "split": "train",
+            "policy": "oracle",
+            "seed": 7,
+            "optimal_steps": 3,
+            "status": "success",
+            "success": True,
+            "score": 1.0,
+            "steps": 3,
+            "end_reason": "stop",
+            "final": state("/mugs", "Mugs", 1.0, True, "screens/002.png", NO_EL),
+            "error": None,
+            "duration_s": 9.5,
+            "started_at": 1000.0,
+        }
+    )
     w = EpisodeWriter(out, TASKS[1].task_id, 0, screenshots=False)
     w.step(step(0, state("/", "Home"), "I would click it\nCLICK the button", "", None, BAD))
     w.step(step(1, state("/", "Home", obs_error=BAD), "Thought: look\nCommand: SCROLL [UP]", "look", "SCROLL [UP]"))
-    w.finish({"task_id": TASKS[1].task_id, "run": 0, "env": "shop", "family": "webshop", "split": "train",
-              "policy": "oracle", "seed": 7, "optimal_steps": 2, "status": "failure", "success": False,
-              "score": 0.25, "steps": 2, "end_reason": "max_steps", "final": state("/", "Home", 0.25), "error": None,
-              "duration_s": 3.0, "started_at": 2000.0})
+    w.finish(
+        {
+            "task_id": TASKS[1].task_id,
+            "run": 0,
+            "env": "shop",
+            "family": "webshop",
+            "split": "train",
+            "policy": "oracle",
+            "seed": 7,
+            "optimal_steps": 2,
+            "status": "failure",
+            "success": False,
+            "score": 0.25,
+            "steps": 2,
+            "end_reason": "max_steps",
+            "final": state("/", "Home", 0.25),
+            "error": None,
+            "duration_s": 3.0,
+            "started_at": 2000.0,
+        }
+    )
     w = EpisodeWriter(out, TASKS[1].task_id, 1, screenshots=False)
     w.step(step(0, state("/", "Home"), "Thought: go\nCommand: GO_BACK", "go", "GO_BACK"))
-    w.finish({"task_id": TASKS[1].task_id, "run": 1, "env": "shop", "family": "webshop", "split": "train",
-              "policy": "oracle", "seed": 7, "optimal_steps": 2, "status": "errored", "success": False, "score": 0.0,
-              "steps": 1, "end_reason": "error", "final": None, "duration_s": 1.0, "started_at": 3000.0,
-              "error": {"type": "BrowserCrashed", "message": "page crashed", "traceback": "Traceback: here"}})
+    w.finish(
+        {
+            "task_id": TASKS[1].task_id,
+            "run": 1,
+            "env": "shop",
+            "family": "webshop",
+            "split": "train",
+            "policy": "oracle",
+            "seed": 7,
+            "optimal_steps": 2,
+            "status": "errored",
+            "success": False,
+            "score": 0.0,
+            "steps": 1,
+            "end_reason": "error",
+            "final": None,
+            "duration_s": 1.0,
+            "started_at": 3000.0,
+            "error": {"type": "BrowserCrashed", "message": "page crashed", "traceback": "Traceback: here"},
+        }
+    )
     return out
 
 
@@ -143,20 +265,39 @@ def test_export_reads_back_with_exact_values(tmp_path):
 
     ep = a.episode
     assert (ep["episode_id"], ep["task_name"], ep["agent_name"], ep["goal"]) == (
-        "shop/train/0001/0", "shop/train/0001", "oracle", "Buy the 'red' mug")
+        "shop/train/0001/0",
+        "shop/train/0001",
+        "oracle",
+        "Buy the 'red' mug",
+    )
     assert (ep["n_steps"], ep["cum_reward"], ep["cum_raw_reward"], ep["terminated"], ep["truncated"]) == (
-        3, 1.0, 1.0, True, False)
+        3,
+        1.0,
+        1.0,
+        True,
+        False,
+    )
     assert (ep["err_msg"], ep["stack_trace"]) == (None, None)
     # AgentLab's aggregate: rows (with the final one); sums / maxima of the step stats (step_elapsed 0.75, 0.5, 2.0)
     assert (ep["stats.cum_steps"], ep["stats.cum_step_elapsed"], ep["stats.max_step_elapsed"]) == (4, 3.25, 2.0)
     assert (ep["stats.cum_agent_elapsed"], ep["stats.cum_num_tokens"], ep["stats.max_num_tokens"]) == (7.0, 30, 14)
     assert {k: ep["tgpo"][k] for k in ("status", "end_reason", "score", "seed", "run", "step_lines")} == {
-        "status": "success", "end_reason": "stop", "score": 1.0, "seed": 7, "run": 0, "step_lines": 4}
+        "status": "success",
+        "end_reason": "stop",
+        "score": 1.0,
+        "seed": 7,
+        "run": 0,
+        "step_lines": 4,
+    }
 
     s = a.steps
     assert [r["step"] for r in s] == [0, 1, 2, 3]
-    assert [r["action"] for r in s] == ["click('1')", "fill('2', 'it\\'s \"red\"\\\\ mug')",
-                                        "send_msg_to_user('red mug')", None]
+    assert [r["action"] for r in s] == [
+        "click('1')",
+        "fill('2', 'it\\'s \"red\"\\\\ mug')",
+        "send_msg_to_user('red mug')",
+        None,
+    ]
     assert call(s[1]["action"]) == ("fill", ["2", TYPED])
     assert [r["reward"] for r in s] == [0.0, 0.0, 0.0, 1.0] and [r["raw_reward"] for r in s] == [0.0, 0.0, 0.0, 1.0]
     assert [(r["terminated"], r["truncated"]) for r in s] == [(False, False)] * 3 + [(True, False)]
@@ -170,13 +311,20 @@ def test_export_reads_back_with_exact_values(tmp_path):
     assert s[2]["obs"]["axtree_txt"] == "URL: /mugs\nTitle: Mugs"
     shots = [r["obs"]["screenshot"] for r in s]
     ep_dir = os.path.join("..", "coll", "episodes", "shop__train__0001", "000", "screens")
-    assert shots == [os.path.join(ep_dir, "000.png"), None, os.path.join(ep_dir, "002.png"),
-                     os.path.join(ep_dir, "002.png")]
+    assert shots == [
+        os.path.join(ep_dir, "000.png"),
+        None,
+        os.path.join(ep_dir, "002.png"),
+        os.path.join(ep_dir, "002.png"),
+    ]
     assert open(os.path.join(os.path.dirname(out), shots[0]), "rb").read() == b"png"
     # step_elapsed = previous execute + observe + check; agent_elapsed = this step's policy time
-    assert [r["stats"] for r in s] == [{"step_elapsed": 0.75, "agent_elapsed": 2.0, "num_tokens": 10},
-                                       {"step_elapsed": 0.5, "agent_elapsed": 1.0, "num_tokens": 14},
-                                       {"step_elapsed": 2.0, "agent_elapsed": 4.0, "num_tokens": 6}, None]
+    assert [r["stats"] for r in s] == [
+        {"step_elapsed": 0.75, "agent_elapsed": 2.0, "num_tokens": 10},
+        {"step_elapsed": 0.5, "agent_elapsed": 1.0, "num_tokens": 14},
+        {"step_elapsed": 2.0, "agent_elapsed": 4.0, "num_tokens": 6},
+        None,
+    ]
     assert [r["task_info"]["score"] for r in s] == [0.0, 0.0, 0.0, 1.0] and s[3]["task_info"]["success"] is True
     assert s[1]["tgpo"]["command"] == f"TYPE [2] [{TYPED}]" and s[1]["tgpo"]["error"] == NO_EL
     assert s[0]["tgpo"]["policy_info"] == {"k": 0} and s[0]["tgpo"]["logprob"] == -1.5
@@ -184,10 +332,18 @@ def test_export_reads_back_with_exact_values(tmp_path):
 
     ep, s = b.episode, b.steps
     assert (ep["episode_id"], ep["n_steps"], ep["cum_reward"], ep["terminated"], ep["truncated"]) == (
-        "shop/train/0002/0", 2, 0.25, False, True)
+        "shop/train/0002/0",
+        2,
+        0.25,
+        False,
+        True,
+    )
     assert [r["action"] for r in s] == ["CLICK the button", "scroll(0, -614)", None]
     assert [(r["tgpo"].get("format_ok"), r["tgpo"].get("action_ok")) for r in s] == [
-        (False, False), (True, True), (None, None)]
+        (False, False),
+        (True, True),
+        (None, None),
+    ]
     assert s[0]["tgpo"]["action_problem"] == "no_command" and s[0]["agent_info"] == {"think": ""}
     assert [r["obs"]["last_action_error"] for r in s] == ["", BAD["message"], ""]
     assert [r["reward"] for r in s] == [0.0, 0.0, 0.25] and s[2]["truncated"] and not s[2]["terminated"]
@@ -202,7 +358,11 @@ def test_errored_episodes_only_when_asked_and_observation_optional(tmp_path):
     c = trajs[2]
     assert (c.episode["err_msg"], c.episode["stack_trace"]) == ("BrowserCrashed: page crashed", "Traceback: here")
     assert (c.episode["terminated"], c.episode["truncated"], c.episode["n_steps"], c.episode["cum_reward"]) == (
-        False, False, 1, 0.0)
+        False,
+        False,
+        1,
+        0.0,
+    )
     assert [r["action"] for r in c.steps] == ["go_back()"]  # no final row: the crash left no final state
     assert c.episode["tgpo"]["error_type"] == "BrowserCrashed"
     assert all(r["obs"]["axtree_txt"] is None for t in trajs for r in t.steps)
@@ -214,15 +374,26 @@ def test_cli_writes_the_same_file(tmp_path):
     by_fn, by_cli = tmp_path / "fn.jsonl", tmp_path / "cli.jsonl"
     export_collection(coll, str(by_fn))
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    r = subprocess.run([sys.executable, "-m", "launch.export_episodes", f"--episodes={coll}", f"--out={by_cli}"],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "launch.export_episodes", f"--episodes={coll}", f"--out={by_cli}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout) == {"out": str(by_cli), "episodes": 2, "steps": 7}
     assert by_cli.read_bytes() == by_fn.read_bytes()
 
-    bad = subprocess.run([sys.executable, "-m", "launch.export_episodes", f"--episodes={tmp_path}",
-                          f"--out={tmp_path / 'x.jsonl'}"], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "launch.export_episodes", f"--episodes={tmp_path}", f"--out={tmp_path / 'x.jsonl'}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode != 0 and "is not a collection directory" in bad.stderr and "Traceback" not in bad.stderr
     assert not (tmp_path / "x.jsonl").exists()
 
@@ -238,9 +409,21 @@ def test_a_changed_step_file_stops_the_export_and_writes_nothing(tmp_path):
         export_collection(coll, str(outdir / "a.jsonl"))
     assert os.listdir(outdir) == []  # not the file, nor its temporary
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    r = subprocess.run([sys.executable, "-m", "launch.export_episodes", f"--episodes={coll}",
-                        f"--out={outdir / 'a.jsonl'}", "--noprogress"], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.export_episodes",
+            f"--episodes={coll}",
+            f"--out={outdir / 'a.jsonl'}",
+            "--noprogress",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode != 0 and "was changed after the episode was sealed" in r.stderr
     assert os.listdir(outdir) == []
 
@@ -254,8 +437,10 @@ def test_export_of_a_synthetic_collection_passes_the_reader(tmp_path):
     got = export_collection(coll, out)
     assert got["episodes"] == 4 and validate_file(out) == {"episodes": 4, "steps": got["steps"]}
     for t in iter_trajectories(out):
-        with open(os.path.join(coll, "episodes", t.episode["task_name"], f"{t.episode['tgpo']['run']:03d}",
-                               "summary.json"), encoding="utf-8") as f:
+        with open(
+            os.path.join(coll, "episodes", t.episode["task_name"], f"{t.episode['tgpo']['run']:03d}", "summary.json"),
+            encoding="utf-8",
+        ) as f:
             summary = json.load(f)
         assert t.episode["cum_reward"] == summary["score"] and t.episode["n_steps"] == summary["steps"]
         assert len(t.steps) == summary["steps"] + 1 and all(r["action"] for r in t.steps[:-1])
@@ -265,7 +450,7 @@ def test_export_of_a_synthetic_collection_passes_the_reader(tmp_path):
 def _rewrite(path, line_no, fn):
     lines = open(path, encoding="utf-8").read().splitlines(keepends=True)
     new = fn(lines[line_no - 1])
-    lines[line_no - 1:line_no] = [] if new is None else [new]
+    lines[line_no - 1 : line_no] = [] if new is None else [new]
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(lines)
 
@@ -275,22 +460,31 @@ def _set(key, value, sub=None):
         obj = json.loads(line)
         (obj[sub] if sub else obj)[key] = value
         return json.dumps(obj) + "\n"
+
     return fn
 
 
-@pytest.mark.parametrize("line_no,fn,message", [
-    (3, lambda line: "{not json\n", "line 3: not a JSON line"),
-    (1, lambda line: line.replace('"schema_version": 1', '"schema_version": 99'), "line 1: schema_version 99"),
-    (4, _set("reward", "1"), "line 4: step line: 'reward' should be number, not str"),
-    (2, _set("n_steps", True), "line 2: episode line: 'n_steps' should be int, not bool"),
-    (5, _set("last_action", None, "obs"), "line 5: step line's obs: 'last_action' should be str"),
-    (4, lambda line: None, "line 4: step 2 where step 1 of 'shop/train/0001/0' was due"),
-    (6, _set("episode_id", "other/0"), "line 6: step of episode 'other/0' inside episode 'shop/train/0001/0'"),
-    (6, _set("reward", 0.5), "line 2: episode 'shop/train/0001/0': cum_reward is 1.0 but its steps' rewards add up"),
-    (3, _set("action", None), "line 2: episode 'shop/train/0001/0': n_steps is 3 but 2 steps have an action"),
-    (6, lambda line: None, "line 2: episode 'shop/train/0001/0': 3 step lines follow it, it announces 4"),
-    (8, _set("type", "note"), "line 8: unknown line type 'note'"),
-    (3, _set("screenshot", "/abs/000.png", "obs"), "line 3: screenshot path '/abs/000.png' is absolute")])
+@pytest.mark.parametrize(
+    "line_no,fn,message",
+    [
+        (3, lambda line: "{not json\n", "line 3: not a JSON line"),
+        (1, lambda line: line.replace('"schema_version": 1', '"schema_version": 99'), "line 1: schema_version 99"),
+        (4, _set("reward", "1"), "line 4: step line: 'reward' should be number, not str"),
+        (2, _set("n_steps", True), "line 2: episode line: 'n_steps' should be int, not bool"),
+        (5, _set("last_action", None, "obs"), "line 5: step line's obs: 'last_action' should be str"),
+        (4, lambda line: None, "line 4: step 2 where step 1 of 'shop/train/0001/0' was due"),
+        (6, _set("episode_id", "other/0"), "line 6: step of episode 'other/0' inside episode 'shop/train/0001/0'"),
+        (
+            6,
+            _set("reward", 0.5),
+            "line 2: episode 'shop/train/0001/0': cum_reward is 1.0 but its steps' rewards add up",
+        ),
+        (3, _set("action", None), "line 2: episode 'shop/train/0001/0': n_steps is 3 but 2 steps have an action"),
+        (6, lambda line: None, "line 2: episode 'shop/train/0001/0': 3 step lines follow it, it announces 4"),
+        (8, _set("type", "note"), "line 8: unknown line type 'note'"),
+        (3, _set("screenshot", "/abs/000.png", "obs"), "line 3: screenshot path '/abs/000.png' is absolute"),
+    ],
+)
 def test_reader_names_the_bad_line(tmp_path, line_no, fn, message):
     out = str(tmp_path / "a.jsonl")
     export_collection(make_collection(tmp_path), out)

@@ -1,4 +1,5 @@
 """Tree merging, process rewards, branch values and labels on hand-worked graphs (docs/method.md §2–§6)."""
+
 import dataclasses
 import json
 import math
@@ -11,38 +12,69 @@ from rollout.recording import EpisodeRecord
 from trees.graph import StateRef as S
 from trees.build import TreeConfig, build_task_graph, canonical, label_conflict_rate, redundant_steps
 from trees.dataset import BuildConfig, build_dataset, node_records, remap_output
-from tgpo_jax.data.examples import (PairConfig, kto_items, kto_tree_items, label_conflict, preference_pairs,
-                                    sft_items)
+from tgpo_jax.data.examples import PairConfig, kto_items, kto_tree_items, label_conflict, preference_pairs, sft_items
 
 ORIGIN = "http://127.0.0.1:9"
-TASK = Task("cola", "shop", "procedure", "Search cola, sort by price, add the first item to the cart.", "/", 6,
-            "train")
+TASK = Task("cola", "shop", "procedure", "Search cola, sort by price, add the first item to the cart.", "/", 6, "train")
 
 
 def state(path, phash, progress="cart=", obs=None, success=False):
-    return {"url": ORIGIN + path, "norm_url": ORIGIN + path.split("#")[0], "title": "", "truncated": False,
-            "observation": obs or f"URL: {ORIGIN}{path}\n[1] link \"Home\"", "screenshot": None, "phash": phash,
-            "obs_error": None, "check": {"success": success, "score": float(success), "progress": progress,
-                                         "done": False}}
+    return {
+        "url": ORIGIN + path,
+        "norm_url": ORIGIN + path.split("#")[0],
+        "title": "",
+        "truncated": False,
+        "observation": obs or f'URL: {ORIGIN}{path}\n[1] link "Home"',
+        "screenshot": None,
+        "phash": phash,
+        "obs_error": None,
+        "check": {"success": success, "score": float(success), "progress": progress, "done": False},
+    }
 
 
 def step(t, s, cmd, role=None, name=None, changed=True, url_changed=False, ok=True, error=None):
     target = {"role": role, "name": name} if role else None
     name_ = None if cmd is None else cmd.split()[0]
-    return {**s, "step": t, "output": f"Thought: t{t}\nCommand: {cmd}" if cmd else "garbage", "thought": f"t{t}",
-            "command": cmd, "command_name": name_, "target": target, "format_ok": cmd is not None,
-            "error": error, "effect": None if (cmd is None or name_ == "STOP" or error) else
-            {"url_changed": url_changed, "dom_changed": changed, "navigated": url_changed,
-             "expected_change": ok, "detail": ""},
-            "logprob": -1.0 - t, "num_tokens": 5, "policy_info": {}}
+    return {
+        **s,
+        "step": t,
+        "output": f"Thought: t{t}\nCommand: {cmd}" if cmd else "garbage",
+        "thought": f"t{t}",
+        "command": cmd,
+        "command_name": name_,
+        "target": target,
+        "format_ok": cmd is not None,
+        "error": error,
+        "effect": None
+        if (cmd is None or name_ == "STOP" or error)
+        else {
+            "url_changed": url_changed,
+            "dom_changed": changed,
+            "navigated": url_changed,
+            "expected_change": ok,
+            "detail": "",
+        },
+        "logprob": -1.0 - t,
+        "num_tokens": 5,
+        "policy_info": {},
+    }
 
 
 def episode(run, pairs, success, final=None, path="/tmp/tgpo-test-ep"):
     """pairs: [(state, command, role, name, kwargs)]; the last command is usually STOP."""
     steps = [step(t, s, c, r, n, **kw) for t, (s, c, r, n, kw) in enumerate(pairs)]
-    summary = {"task_id": TASK.task_id, "run": run, "status": "success" if success else "failure",
-               "success": success, "score": float(success), "steps": len(steps), "final": final or steps[-1],
-               "split": "train", "env": "shop", "family": "procedure"}
+    summary = {
+        "task_id": TASK.task_id,
+        "run": run,
+        "status": "success" if success else "failure",
+        "success": success,
+        "score": float(success),
+        "steps": len(steps),
+        "final": final or steps[-1],
+        "split": "train",
+        "env": "shop",
+        "family": "procedure",
+    }
     return EpisodeRecord(f"{path}/{run}", summary, steps)
 
 
@@ -53,17 +85,31 @@ ITEM9, ADDED9 = state("/item/9", "f0"), state("/cart", "e0", "cart=9")  # same U
 
 
 def cola_episodes(path="/tmp/tgpo-test-ep"):
-    good = episode(0, [(HOME, "TYPE [3] [cola]", "textbox", "Search", {}),
-                       (TYPED, "CLICK [4]", "button", "Search", {"url_changed": True}),
-                       (RESULTS, "CLICK [20]", "link", "Sort: Price low to high", {"url_changed": True}),
-                       (SORTED, "CLICK [31]", "link", "Cola 7", {"url_changed": True}),
-                       (ITEM7, "CLICK [8]", "button", "Add to cart", {"url_changed": True}),
-                       (ADDED7, "STOP []", None, None, {})], True, path=path)
-    bad = episode(1, [(HOME, "TYPE [3] [cola]", "textbox", "Search", {}),
-                      (TYPED, "CLICK [4]", "button", "Search", {"url_changed": True}),
-                      (RESULTS, "CLICK [33]", "link", "Cola 9", {"url_changed": True}),
-                      (ITEM9, "CLICK [8]", "button", "Add to cart", {"url_changed": True}),
-                      (ADDED9, "STOP []", None, None, {})], False, path=path)
+    good = episode(
+        0,
+        [
+            (HOME, "TYPE [3] [cola]", "textbox", "Search", {}),
+            (TYPED, "CLICK [4]", "button", "Search", {"url_changed": True}),
+            (RESULTS, "CLICK [20]", "link", "Sort: Price low to high", {"url_changed": True}),
+            (SORTED, "CLICK [31]", "link", "Cola 7", {"url_changed": True}),
+            (ITEM7, "CLICK [8]", "button", "Add to cart", {"url_changed": True}),
+            (ADDED7, "STOP []", None, None, {}),
+        ],
+        True,
+        path=path,
+    )
+    bad = episode(
+        1,
+        [
+            (HOME, "TYPE [3] [cola]", "textbox", "Search", {}),
+            (TYPED, "CLICK [4]", "button", "Search", {"url_changed": True}),
+            (RESULTS, "CLICK [33]", "link", "Cola 9", {"url_changed": True}),
+            (ITEM9, "CLICK [8]", "button", "Add to cart", {"url_changed": True}),
+            (ADDED9, "STOP []", None, None, {}),
+        ],
+        False,
+        path=path,
+    )
     return [good, bad]
 
 
@@ -112,12 +158,19 @@ def test_plain_kto_labels_every_step_occurrence():
     from tgpo_jax.data.schema import NodeRecord
 
     cart = state("/cart", "g0")
-    loop = episode(0, [(HOME, "CLICK [2]", "link", "Cart", {"url_changed": True}),
-                       (cart, "GO_BACK", None, None, {"url_changed": True}),
-                       (HOME, "CLICK [2]", "link", "Cart", {"url_changed": True}),
-                       (cart, "STOP []", None, None, {})], True)
-    once = episode(1, [(HOME, "CLICK [2]", "link", "Cart", {"url_changed": True}),
-                       (cart, "STOP []", None, None, {})], False)
+    loop = episode(
+        0,
+        [
+            (HOME, "CLICK [2]", "link", "Cart", {"url_changed": True}),
+            (cart, "GO_BACK", None, None, {"url_changed": True}),
+            (HOME, "CLICK [2]", "link", "Cart", {"url_changed": True}),
+            (cart, "STOP []", None, None, {}),
+        ],
+        True,
+    )
+    once = episode(
+        1, [(HOME, "CLICK [2]", "link", "Cart", {"url_changed": True}), (cart, "STOP []", None, None, {})], False
+    )
     g = build_task_graph([loop, once], TASK, TreeConfig())
     b = g.branches[(g.root, 'CLICK link "Cart"')]
     assert (b.n_success, b.n_failed, b.steps_success, b.steps_failed) == (1, 1, 2, 1)
@@ -126,8 +179,9 @@ def test_plain_kto_labels_every_step_occurrence():
     root = NodeRecord.from_bytes(root.to_bytes())
     assert sorted(kto_items(root)) == [(0, False), (0, True), (0, True)]
     assert label_conflict(root) == (3, 3) and label_conflict_rate(g)[0] >= 3
-    old = dataclasses.replace(root, branches=[dataclasses.replace(root.branches[0], steps_success=None,
-                                                                  steps_failed=None)])
+    old = dataclasses.replace(
+        root, branches=[dataclasses.replace(root.branches[0], steps_success=None, steps_failed=None)]
+    )
     assert sorted(kto_items(old)) == [(0, False), (0, True)]  # a record without them: trajectory counts
 
 
@@ -163,10 +217,16 @@ def test_branches_keep_the_returns_q_averages(aggregate):
 
 def test_loop_is_a_cycle_with_redundancy_and_no_change_is_redundant():
     cart = state("/cart", "g0")
-    loop = episode(0, [(HOME, "CLICK [2]", "link", "Cart", {"url_changed": True}),
-                       (cart, "GO_BACK", None, None, {"url_changed": True}),
-                       (HOME, "CLICK [9]", "link", "Nothing", {"changed": False, "ok": False}),
-                       (HOME, "STOP []", None, None, {})], False)
+    loop = episode(
+        0,
+        [
+            (HOME, "CLICK [2]", "link", "Cart", {"url_changed": True}),
+            (cart, "GO_BACK", None, None, {"url_changed": True}),
+            (HOME, "CLICK [9]", "link", "Nothing", {"changed": False, "ok": False}),
+            (HOME, "STOP []", None, None, {}),
+        ],
+        False,
+    )
     g = build_task_graph([loop], TASK, TreeConfig())
     home = g.root
     assert g.state_node[S(0, 2)] == home and g.state_node[S(0, 3)] == home  # revisit merges back: a cycle
@@ -184,13 +244,19 @@ def test_successful_detour_gets_goal_distances_and_shortest_sft_drops_it():
     page 4; from the cart, going back is that page's shortest way on, so shortest-path SFT keeps it and drops only
     the detour."""
     cart = state("/cart", "g0")
-    run = episode(0, [(HOME, "CLICK [2]", "link", "Cart", {"url_changed": True}),
-                      (cart, "GO_BACK", None, None, {"url_changed": True}),
-                      (HOME, "TYPE [3] [cola]", "textbox", "Search", {}),
-                      (TYPED, "CLICK [4]", "button", "Search", {"url_changed": True}),
-                      (RESULTS, "CLICK [31]", "link", "Cola 7", {"url_changed": True}),
-                      (ITEM7, "CLICK [8]", "button", "Add to cart", {"url_changed": True}),
-                      (ADDED7, "STOP []", None, None, {})], True)
+    run = episode(
+        0,
+        [
+            (HOME, "CLICK [2]", "link", "Cart", {"url_changed": True}),
+            (cart, "GO_BACK", None, None, {"url_changed": True}),
+            (HOME, "TYPE [3] [cola]", "textbox", "Search", {}),
+            (TYPED, "CLICK [4]", "button", "Search", {"url_changed": True}),
+            (RESULTS, "CLICK [31]", "link", "Cola 7", {"url_changed": True}),
+            (ITEM7, "CLICK [8]", "button", "Add to cart", {"url_changed": True}),
+            (ADDED7, "STOP []", None, None, {}),
+        ],
+        True,
+    )
     g = build_task_graph([run], TASK, TreeConfig())
     dist = {b.command: b.goal_distance for (n, _), b in g.branches.items() if n == g.root}
     assert dist == {'CLICK link "Cart"': 6, 'TYPE textbox "Search" [cola]': 4}
@@ -207,16 +273,17 @@ def test_successful_detour_gets_goal_distances_and_shortest_sft_drops_it():
 
 
 def test_phash_merges_when_sequences_differ_and_strict_does_not():
-    a = episode(0, [(HOME, "TYPE [3] [x]", "textbox", "Search", {}), (state("/", "77"), "STOP []", None, None, {})],
-                False)
-    b = episode(1, [(HOME, "CLICK [5]", "button", "Toggle", {}), (state("/", "77"), "STOP []", None, None, {})],
-                False)
+    a = episode(
+        0, [(HOME, "TYPE [3] [x]", "textbox", "Search", {}), (state("/", "77"), "STOP []", None, None, {})], False
+    )
+    b = episode(1, [(HOME, "CLICK [5]", "button", "Toggle", {}), (state("/", "77"), "STOP []", None, None, {})], False)
     g = build_task_graph([a, b], TASK, TreeConfig())
     assert g.state_node[S(0, 1)] == g.state_node[S(1, 1)] and g.stats["merged_by_phash"] >= 1
     strict = build_task_graph([a, b], TASK, TreeConfig(merge="strict"))
     assert strict.state_node[S(0, 1)] != strict.state_node[S(1, 1)]
-    near = episode(1, [(HOME, "CLICK [5]", "button", "Toggle", {}), (state("/", "76"), "STOP []", None, None, {})],
-                   False)  # 0x77 ^ 0x76: one bit
+    near = episode(
+        1, [(HOME, "CLICK [5]", "button", "Toggle", {}), (state("/", "76"), "STOP []", None, None, {})], False
+    )  # 0x77 ^ 0x76: one bit
     assert build_task_graph([a, near], TASK, TreeConfig()).stats["nodes"] == 3
     assert build_task_graph([a, near], TASK, TreeConfig(phash_threshold=1)).stats["nodes"] == 2
 
@@ -236,8 +303,9 @@ def test_q_aggregates_and_l_min_from_the_graph():
 def test_canonical_commands_and_id_remapping():
     s = step(0, HOME, "CLICK [12]", "link", "Cola 7")
     assert canonical(s) == 'CLICK link "Cola 7"'
-    assert canonical({**s, "format_ok": False, "command": None, "output": "I will click\nclick it"}) == \
-        "INVALID click it"
+    assert (
+        canonical({**s, "format_ok": False, "command": None, "output": "I will click\nclick it"}) == "INVALID click it"
+    )
     page = 'URL: x\n[4] link "Home"\n[19] link "Cola 7"'
     assert remap_output(s, page) == "Thought: t0\nCommand: CLICK [19]"
     assert remap_output(s, 'URL: x\n[4] link "Home"') is None
@@ -320,15 +388,29 @@ def test_judge_verifier_over_screenshots_replaces_builtin_checks(tmp_path):
         g = build_task_graph(eps, TASK, TreeConfig(), judge)
         r = g.rewards
         assert r[S(0, 2)]["r_acc"] == 0.0 and r[S(0, 3)]["r_acc"] == 1.0  # the judge's verdicts, not the harness's
-        assert (any('CLICK [20] on link "Sort: Price low to high"' in text for text in seen)
-                and judge.calls == len(seen) > 0)
+        assert (
+            any('CLICK [20] on link "Sort: Price low to high"' in text for text in seen)
+            and judge.calls == len(seen) > 0
+        )
     finally:
         server.shutdown()
 
 
-@pytest.mark.parametrize("answer,verdict", [("yes", True), ("No.", False), (" YES \n", True), ("no", False),
-                                            ("yes, the page says the task is done", None), ("Yes! I", None),
-                                            ("yesno", None), ("", None), ("maybe", None), ("nope", None)])
+@pytest.mark.parametrize(
+    "answer,verdict",
+    [
+        ("yes", True),
+        ("No.", False),
+        (" YES \n", True),
+        ("no", False),
+        ("yes, the page says the task is done", None),
+        ("Yes! I", None),
+        ("yesno", None),
+        ("", None),
+        ("maybe", None),
+        ("nope", None),
+    ],
+)
 def test_judge_verdicts_are_parsed_strictly(answer, verdict):
     from trees.verify import parse_verdict
 

@@ -1,4 +1,5 @@
 """The tree picture: hand-built graphs rendered and opened in headless Chromium."""
+
 from __future__ import annotations
 
 import json
@@ -29,24 +30,51 @@ def tgpo_example(tmp_path, missing: tuple[str, ...] = ()) -> TaskGraph:
     """TGPO's example: search → results → sorted → right item (success) / wrong item (failure), a loop back from
     the wrong item, a self-loop (scroll that changed nothing) and END nodes reached by STOP."""
     R = StateRef
-    urls = {"n0": "/", "n1": "/search?q=red+shoes", "n2": "/search?q=red+shoes&sort=price",
-            "n3": "/item/42", "n4": "/cart?added=42", "n5": "/item/7", "n6": "/cart?added=7"}
-    colours = {"n0": (200, 60, 60), "n1": (60, 200, 60), "n2": (60, 60, 200), "n3": (200, 200, 60),
-               "n4": (60, 200, 200), "n5": (200, 60, 200), "n6": (120, 120, 120)}
-    states = {"n0": [R(0, 0), R(1, 0), R(2, 0)], "n1": [R(0, 1), R(1, 1), R(1, 2), R(2, 1)],
-              "n2": [R(0, 2), R(1, 3), R(1, 5), R(2, 2)], "n3": [R(0, 3), R(1, 6)], "n4": [R(0, 4), R(1, 7)],
-              "n5": [R(1, 4), R(2, 3)], "n6": [R(2, 4)]}
+    urls = {
+        "n0": "/",
+        "n1": "/search?q=red+shoes",
+        "n2": "/search?q=red+shoes&sort=price",
+        "n3": "/item/42",
+        "n4": "/cart?added=42",
+        "n5": "/item/7",
+        "n6": "/cart?added=7",
+    }
+    colours = {
+        "n0": (200, 60, 60),
+        "n1": (60, 200, 60),
+        "n2": (60, 60, 200),
+        "n3": (200, 200, 60),
+        "n4": (60, 200, 200),
+        "n5": (200, 60, 200),
+        "n6": (120, 120, 120),
+    }
+    states = {
+        "n0": [R(0, 0), R(1, 0), R(2, 0)],
+        "n1": [R(0, 1), R(1, 1), R(1, 2), R(2, 1)],
+        "n2": [R(0, 2), R(1, 3), R(1, 5), R(2, 2)],
+        "n3": [R(0, 3), R(1, 6)],
+        "n4": [R(0, 4), R(1, 7)],
+        "n5": [R(1, 4), R(2, 3)],
+        "n6": [R(2, 4)],
+    }
     nodes = {}
     for nid, path in urls.items():
         shot = str(tmp_path / f"{nid}.png")
         if nid not in missing:
             _png(shot, colours[nid])
-        nodes[nid] = Node(nid, ORIGIN + path, ORIGIN + path, states[nid], phash="ab" * 8, screenshot=shot,
-                          check={"success": nid == "n4", "score": 1.0 if nid == "n4" else 0.0, "progress": ""})
-    nodes["n4/end"] = Node("n4/end", ORIGIN + urls["n4"], ORIGIN + urls["n4"], [R(0, 5), R(1, 8)], is_end=True,
-                           success_ends=2)
-    nodes["n6/end"] = Node("n6/end", ORIGIN + urls["n6"], ORIGIN + urls["n6"], [R(2, 5)], is_end=True,
-                           failure_ends=1)
+        nodes[nid] = Node(
+            nid,
+            ORIGIN + path,
+            ORIGIN + path,
+            states[nid],
+            phash="ab" * 8,
+            screenshot=shot,
+            check={"success": nid == "n4", "score": 1.0 if nid == "n4" else 0.0, "progress": ""},
+        )
+    nodes["n4/end"] = Node(
+        "n4/end", ORIGIN + urls["n4"], ORIGIN + urls["n4"], [R(0, 5), R(1, 8)], is_end=True, success_ends=2
+    )
+    nodes["n6/end"] = Node("n6/end", ORIGIN + urls["n6"], ORIGIN + urls["n6"], [R(2, 5)], is_end=True, failure_ends=1)
     edges = [
         Edge("n0", "TYPE [searchbox 'Search'] [red shoes]", "n1", [R(0, 0), R(1, 0), R(2, 0)]),
         Edge("n1", "SCROLL [DOWN]", "n1", [R(1, 1)]),  # self-loop
@@ -59,17 +87,33 @@ def tgpo_example(tmp_path, missing: tuple[str, ...] = ()) -> TaskGraph:
         Edge("n4", "STOP [done]", "n4/end", [R(0, 4), R(1, 7)]),
         Edge("n6", "STOP [done]", "n6/end", [R(2, 4)]),
     ]
-    qs = {("n0", edges[0].command): 1.42, ("n1", "SCROLL [DOWN]"): -0.25, ("n1", edges[2].command): 1.61,
-          ("n2", edges[3].command): 2.37, ("n2", edges[4].command): 0.48, ("n5", "GO_BACK"): 1.05,
-          ("n5", edges[6].command): -0.5, ("n3", edges[7].command): 2.8, ("n4", "STOP [done]"): 3.0,
-          ("n6", "STOP [done]"): -1.0}
+    qs = {
+        ("n0", edges[0].command): 1.42,
+        ("n1", "SCROLL [DOWN]"): -0.25,
+        ("n1", edges[2].command): 1.61,
+        ("n2", edges[3].command): 2.37,
+        ("n2", edges[4].command): 0.48,
+        ("n5", "GO_BACK"): 1.05,
+        ("n5", edges[6].command): -0.5,
+        ("n3", edges[7].command): 2.8,
+        ("n4", "STOP [done]"): 3.0,
+        ("n6", "STOP [done]"): -1.0,
+    }
     branches = {}
     for e in edges:
         n_s = sum(1 for s in e.steps if s.episode in (0, 1))
         branches[(e.src, e.command)] = BranchValue(
-            e.src, e.command, qs[(e.src, e.command)], {"acc": 0.9, "format": 1.0, "red": -0.1, "subgoal": 0.7},
-            n_total=len({s.episode for s in e.steps}), n_success=n_s, n_failed=len(e.steps) - n_s,
-            on_success_path=n_s > 0, reaches_success=n_s > 0, occurrences=list(e.steps))
+            e.src,
+            e.command,
+            qs[(e.src, e.command)],
+            {"acc": 0.9, "format": 1.0, "red": -0.1, "subgoal": 0.7},
+            n_total=len({s.episode for s in e.steps}),
+            n_success=n_s,
+            n_failed=len(e.steps) - n_s,
+            on_success_path=n_s > 0,
+            reaches_success=n_s > 0,
+            occurrences=list(e.steps),
+        )
     state_node = {s: nid for nid, n in nodes.items() for s in n.states}
     return TaskGraph("shop/train/0001", "n0", nodes, edges, state_node, branches, {"merged_by_phash": 1})
 
@@ -119,10 +163,12 @@ def test_tgpo_example_in_chromium(tmp_path, browser):
         assert page.locator('g.edge.back[data-src="n5"][data-dst="n2"]').count() == 1
         assert page.locator('g.edge.self[data-src="n1"][data-dst="n1"]').count() == 1
         # End markers on the right nodes.
-        assert page.evaluate("() => [...document.querySelectorAll('g.node.success-end')]"
-                             ".map(n => n.dataset.node)") == ["n4/end"]
-        assert page.evaluate("() => [...document.querySelectorAll('g.node.failure-end')]"
-                             ".map(n => n.dataset.node)") == ["n6/end"]
+        assert page.evaluate("() => [...document.querySelectorAll('g.node.success-end')].map(n => n.dataset.node)") == [
+            "n4/end"
+        ]
+        assert page.evaluate("() => [...document.querySelectorAll('g.node.failure-end')].map(n => n.dataset.node)") == [
+            "n6/end"
+        ]
         assert "✓2" in page.locator('g.node[data-node="n4/end"]').text_content()
         assert "✗1" in page.locator('g.node[data-node="n6/end"]').text_content()
         assert page.locator("g.node.root").get_attribute("data-node") == "n0"
@@ -133,8 +179,9 @@ def test_tgpo_example_in_chromium(tmp_path, browser):
         assert all(i["w"] == 120 and i["bbox"] > 0 for i in imgs), imgs
         # Tooltips carry the full command, Q and statistics.
         tip = page.locator('g.edge[data-src="n2"][data-dst="n5"] > title').text_content()
-        assert ("CLICK [link 'Red Sandal 7']" in tip and "0.4800" in tip and "n_total=2" in tip
-                and "subgoal=0.700" in tip)
+        assert (
+            "CLICK [link 'Red Sandal 7']" in tip and "0.4800" in tip and "n_total=2" in tip and "subgoal=0.700" in tip
+        )
         # Header: task, episodes, successes.
         header = page.locator("header").text_content()
         assert "task: shop/train/0001" in header
@@ -161,8 +208,8 @@ def test_missing_screenshot_renders_placeholder(tmp_path, browser):
         assert page.locator("g.node").count() == len(g.nodes)
         assert page.locator("g.edge").count() == len(g.edges)
         placeholders = page.evaluate(
-            "() => [...document.querySelectorAll('g.node rect.placeholder')]"
-            ".map(r => r.closest('g.node').dataset.node)")
+            "() => [...document.querySelectorAll('g.node rect.placeholder')].map(r => r.closest('g.node').dataset.node)"
+        )
         assert sorted(placeholders) == ["n0", "n3", "n6"]
         assert len(decoded_images(page)) == 4
         assert not errors and all(u.startswith(("data:", "about:")) for u in requests)
@@ -216,8 +263,12 @@ def test_show_tree_cli(tmp_path, monkeypatch):
     assert "buy thing 1" in open(one[0]["path"], encoding="utf-8").read()
     every = show_tree.write_trees(out_dir, all_tasks=True, out=str(tmp_path / "trees"))
     assert sorted(os.listdir(tmp_path / "trees")) == [
-        "index.html", "shop__train__0000.episodes.html", "shop__train__0000.html", "shop__train__0001.episodes.html",
-        "shop__train__0001.html"]
+        "index.html",
+        "shop__train__0000.episodes.html",
+        "shop__train__0000.html",
+        "shop__train__0001.episodes.html",
+        "shop__train__0001.html",
+    ]
     assert json.loads(json.dumps(every))[0]["nodes"] == 9
     assert len(show_tree.write_trees(out_dir, all_tasks=True, max_tasks=1, out=str(tmp_path / "t1"))) == 1
     with pytest.raises(Exception, match="no episodes"):
@@ -235,8 +286,13 @@ def test_show_tree_on_synthetic_collection(tmp_path):
     # the command line: same pages, printed as JSON; a missing --task_id is a usage error naming the flag
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cli = [sys.executable, "-m", "launch.show_tree", f"--episodes={coll}", "--thumb_width=96"]
-    proc = subprocess.run(cli + ["--all", "--max_tasks=2", f"--out={tmp_path / 'cli'}"], cwd=repo,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        cli + ["--all", "--max_tasks=2", f"--out={tmp_path / 'cli'}"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert [(w["nodes"], w["edges"]) for w in json.loads(proc.stdout)] == [(w["nodes"], w["edges"]) for w in written]
     proc = subprocess.run(cli, cwd=repo, capture_output=True, text=True, timeout=300)

@@ -1,4 +1,5 @@
 """Trees from real oracle episodes on the shop, with mistakes switched on (docs/method.md §2–§6 end to end)."""
+
 import json
 import os
 import re
@@ -29,9 +30,14 @@ def noisy_episodes(tmp_path_factory):
     with ShopEnv(seed=0) as env:
         tasks = [t for t in env.tasks("train") if t.family in ("webshop", "procedure")][:3]
         noise = OracleNoise(wrong_choice=0.2, loop=0.15, malformed=0.05)
-        counts = collect(env, tasks, OraclePolicy(env, noise, seed=5, thoughts="scratch_copy"),
-                         CollectConfig(out_dir=out, runs=6, seed=5, contexts=4, progress=False,
-                                       harness=HarnessConfig(screenshots=False)))
+        counts = collect(
+            env,
+            tasks,
+            OraclePolicy(env, noise, seed=5, thoughts="scratch_copy"),
+            CollectConfig(
+                out_dir=out, runs=6, seed=5, contexts=4, progress=False, harness=HarnessConfig(screenshots=False)
+            ),
+        )
     assert counts["success"] > 0 and counts["failure"] > 0, counts
     return out
 
@@ -39,11 +45,24 @@ def noisy_episodes(tmp_path_factory):
 @pytest.mark.slow  # browser end-to-end, > 20 s on 2 cores: the slow tier
 def test_shop_trees_have_conflicts_and_pairs_that_point_at_success(noisy_episodes, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    r = subprocess.run([sys.executable, "-m", "launch.build_dataset", f"--episodes={noisy_episodes}",
-                        f"--out={tmp_path / 'ds'}", "--num_shards=2", f"--pairs_jsonl={tmp_path / 'pairs.jsonl'}"],
-                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.build_dataset",
+            f"--episodes={noisy_episodes}",
+            f"--out={tmp_path / 'ds'}",
+            "--num_shards=2",
+            f"--pairs_jsonl={tmp_path / 'pairs.jsonl'}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
-    summary = json.loads(r.stdout[r.stdout.index("{"):])
+    summary = json.loads(r.stdout[r.stdout.index("{") :])
     assert summary["label_conflict_rate"] > 0 and summary["merged_by_sequence"] > 0
     assert summary["nodes"] < summary["states"]  # runs share states
     pairs, rate_w, rate_l, sets = 0, 0.0, 0.0, 0
@@ -80,9 +99,19 @@ def _one_run_each(tmp_path, family: str, noise: OracleNoise):
     [(task_id, merged graph, episode)]."""
     with ShopEnv(seed=0) as env:
         tasks = [t for t in env.tasks("train") if t.family == family][:4]
-        counts = collect(env, tasks, OraclePolicy(env, noise, seed=3),
-                         CollectConfig(out_dir=str(tmp_path), runs=1, seed=3, contexts=2, progress=False,
-                                       harness=HarnessConfig(screenshots=False)))
+        counts = collect(
+            env,
+            tasks,
+            OraclePolicy(env, noise, seed=3),
+            CollectConfig(
+                out_dir=str(tmp_path),
+                runs=1,
+                seed=3,
+                contexts=2,
+                progress=False,
+                harness=HarnessConfig(screenshots=False),
+            ),
+        )
     assert counts["success"] == len(tasks), counts  # the mistake, undone or repeated, does not fail the task
     by_task, _ = load_episodes(str(tmp_path))
     return [(task_id, build_task_graph(eps), eps[0]) for task_id, eps in by_task.items() if len(eps) == 1]
@@ -90,8 +119,12 @@ def _one_run_each(tmp_path, family: str, noise: OracleNoise):
 
 def _mistakes(runs, kind: str):
     """(task_id, graph, episode, step) of every step the oracle took as mistake ``kind`` in ``runs``."""
-    return [(task_id, g, ep, t) for task_id, g, ep in runs for t, s in enumerate(ep.steps)
-            if s["policy_info"].get("mistake") == kind]
+    return [
+        (task_id, g, ep, t)
+        for task_id, g, ep in runs
+        for t, s in enumerate(ep.steps)
+        if s["policy_info"].get("mistake") == kind
+    ]
 
 
 def _branch_at(g, node, t):
@@ -135,8 +168,9 @@ def test_a_repeated_command_gives_one_run_a_pair_against_the_stutter(tmp_path):
 
 
 @pytest.mark.slow  # browser end-to-end: the slow tier
-@pytest.mark.parametrize("family,wrong,right", [("webshop", "Add to cart", "Buy Now"),
-                                                ("procedure", "Buy Now", "Add to cart")])
+@pytest.mark.parametrize(
+    "family,wrong,right", [("webshop", "Add to cart", "Buy Now"), ("procedure", "Buy Now", "Add to cart")]
+)
 def test_an_undone_wrong_button_gives_one_run_a_pair_at_the_product_page(tmp_path, family, wrong, right):
     """``wrong_button`` with ``recover``: the product page's other button, GO_BACK (the page loads again, unset), the
     options set again: the run is back at the node where it pressed the wrong button (the press is not in the
@@ -184,9 +218,19 @@ def test_a_committed_wrong_button_stops_on_its_page_and_fails(tmp_path):
     failure."""
     with ShopEnv(seed=0) as env:
         tasks = [next(t for t in env.tasks("train") if t.family == f) for f in ("webshop", "procedure", "multi_cart")]
-        counts = collect(env, tasks, OraclePolicy(env, OracleNoise(wrong_button=1.0), seed=3),
-                         CollectConfig(out_dir=str(tmp_path), runs=1, seed=3, contexts=3, progress=False,
-                                       harness=HarnessConfig(screenshots=False)))
+        counts = collect(
+            env,
+            tasks,
+            OraclePolicy(env, OracleNoise(wrong_button=1.0), seed=3),
+            CollectConfig(
+                out_dir=str(tmp_path),
+                runs=1,
+                seed=3,
+                contexts=3,
+                progress=False,
+                harness=HarnessConfig(screenshots=False),
+            ),
+        )
     assert counts["failure"] == 3, counts
     by_task, _ = load_episodes(str(tmp_path))
     for task_id, (ep,) in by_task.items():

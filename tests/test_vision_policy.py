@@ -3,6 +3,7 @@ by a loopback server that refuses any other shape, the screenshot sent being the
 page text in a part of its own marked as data (or, for ``image``, not sent at all), and a clear error without
 screenshots or, for ``image``, without set-of-marks ones; the marks themselves drawn by the harness on real Chromium
 and gone from the page afterwards; the launcher's usage errors."""
+
 from __future__ import annotations
 
 import asyncio
@@ -50,6 +51,7 @@ def shape_errors(body: dict) -> list[str]:
 
 class Endpoint(http.server.BaseHTTPRequestHandler):
     """/v1/chat/completions: 400 for a request of the wrong shape; else CLICK [1] on the first step, then STOP."""
+
     bodies: list
 
     def do_POST(self):
@@ -61,8 +63,13 @@ class Endpoint(http.server.BaseHTTPRequestHandler):
         else:
             text = json.dumps(body["messages"][-1]["content"])
             command = "CLICK [1]" if "None" in text.split("Current page")[0] else "STOP []"
-            out, status = {"choices": [{"message": {"content": f"Thought: go\nCommand: {command}"},
-                                        "finish_reason": "stop"}], "usage": {"completion_tokens": 5}}, 200
+            out, status = (
+                {
+                    "choices": [{"message": {"content": f"Thought: go\nCommand: {command}"}, "finish_reason": "stop"}],
+                    "usage": {"completion_tokens": 5},
+                },
+                200,
+            )
         data = json.dumps(out).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -92,8 +99,9 @@ def endpoint():
 
 def request(screenshot: str | None, marked: bool = False) -> PolicyRequest:
     task = Task("t", "tasks", "f", "Press [Go].", "/", 2, "train")
-    obs = Observation("http://127.0.0.1:1/", "Page", PAGE, (Element("1", "button", "Go"),), screenshot=screenshot,
-                      marked=marked)
+    obs = Observation(
+        "http://127.0.0.1:1/", "Page", PAGE, (Element("1", "button", "Go"),), screenshot=screenshot, marked=marked
+    )
     return PolicyRequest(task, obs, (HistoryItem("CLICK [1]", "Press it."),), 1, "t/0", 0)
 
 
@@ -124,7 +132,7 @@ def test_both_sends_the_screenshot_and_marks_the_page_as_data(endpoint, tmp_path
     assert page["text"].startswith(PAGE_DATA) and cue["text"] == ANSWER_CUE
     # the same words as the text prompt, in the same order, apart from the page's marker line
     text = build_messages(request(path), budget_tokens=policy.budget_tokens)[1]["content"]
-    assert head["text"] + "\n\nCurrent page:\n" + page["text"][len(PAGE_DATA):] + "\n\n" + cue["text"] == text
+    assert head["text"] + "\n\nCurrent page:\n" + page["text"][len(PAGE_DATA) :] + "\n\n" + cue["text"] == text
 
 
 def test_text_is_the_trained_prompt_and_both_needs_a_screenshot(endpoint, tmp_path):
@@ -174,11 +182,15 @@ def test_image_refuses_a_missing_or_unmarked_screenshot(endpoint, tmp_path):
 
 
 # ---------------------------------------------------------------- the marks on real Chromium
-INNER = ("<!doctype html><body style='margin:0'><button style='position:absolute;left:20px;top:30px;width:80px;"
-         "height:30px'>In</button></body>")
-OUTER = ("<!doctype html><body style='margin:0;background:#fff'><p>Hello</p><button style='position:absolute;"
-         "left:200px;top:150px;width:120px;height:40px'>Go</button><iframe src='inner.html' style='position:absolute;"
-         "left:400px;top:300px;width:200px;height:100px;border:5px solid #888;padding:0'></iframe></body>")
+INNER = (
+    "<!doctype html><body style='margin:0'><button style='position:absolute;left:20px;top:30px;width:80px;"
+    "height:30px'>In</button></body>"
+)
+OUTER = (
+    "<!doctype html><body style='margin:0;background:#fff'><p>Hello</p><button style='position:absolute;"
+    "left:200px;top:150px;width:120px;height:40px'>Go</button><iframe src='inner.html' style='position:absolute;"
+    "left:400px;top:300px;width:200px;height:100px;border:5px solid #888;padding:0'></iframe></body>"
+)
 
 
 @pytest.fixture()
@@ -209,16 +221,19 @@ async def _observe_three(url: str, d) -> tuple[list, dict]:
     from rollout.harness.observe import MARKS_ATTR, _DRAW_JS, install, observe, remove_marks
 
     async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=browser_path.chromium_executable(),
-                                           args=list(browser_path.CHROMIUM_ARGS))
+        browser = await pw.chromium.launch(
+            executable_path=browser_path.chromium_executable(), args=list(browser_path.CHROMIUM_ARGS)
+        )
         ctx = await browser.new_context(viewport={"width": 800, "height": 600})
         await install(ctx)
         page = await ctx.new_page()
         await page.goto(url)
         await page.wait_for_function("document.querySelector('iframe').contentDocument?.querySelector('button')")
-        obs = [await observe(page, screenshot_path=str(d / "plain.png")),
-               await observe(page, screenshot_path=str(d / "marked.png"), marks=True),
-               await observe(page, screenshot_path=str(d / "plain2.png"))]
+        obs = [
+            await observe(page, screenshot_path=str(d / "plain.png")),
+            await observe(page, screenshot_path=str(d / "marked.png"), marks=True),
+            await observe(page, screenshot_path=str(d / "plain2.png")),
+        ]
         left = await page.evaluate(f"document.querySelectorAll('[{MARKS_ATTR}]').length")
         # the overlay's coming and going is no DOM change to the harness (execute's effect detection)
         before = await page.evaluate("window.__tgpo.state().mutations")
@@ -266,13 +281,24 @@ for args in json.loads(sys.argv[1]):
 
 
 def test_collect_refuses_marks_without_screenshots():
-    cases = [["--policy=http", "--http_observation=image", "--noscreenshots"], ["--marks", "--noscreenshots"],
-             ["--policy=http", "--http_observation=image"], ["--marks"], ["--policy=http", "--http_observation=both"]]
+    cases = [
+        ["--policy=http", "--http_observation=image", "--noscreenshots"],
+        ["--marks", "--noscreenshots"],
+        ["--policy=http", "--http_observation=image"],
+        ["--marks"],
+        ["--policy=http", "--http_observation=both"],
+    ]
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    r = subprocess.run([sys.executable, "-c", _USAGE, json.dumps(cases)], cwd=os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))), env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", _USAGE, json.dumps(cases)],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
-    image, marks, image_ok, marks_ok, both = [json.loads(x) for x in r.stdout.strip().splitlines()[-len(cases):]]
+    image, marks, image_ok, marks_ok, both = [json.loads(x) for x in r.stdout.strip().splitlines()[-len(cases) :]]
     assert "--http_observation=image" in image["error"] and "needs --screenshots" in image["error"]
     assert marks["error"].startswith("--marks draws element ids") and "needs --screenshots" in marks["error"]
     assert image_ok == marks_ok == {"marks": True} and both == {"marks": False}
@@ -284,12 +310,18 @@ def _go_site(tmp_path):
 
     root = tmp_path / "site"
     root.mkdir()
-    (root / "index.html").write_text("<!doctype html><button onclick=\"document.body.insertAdjacentHTML('beforeend',"
-                                     " '<p id=done>done</p>')\">Go</button>")
+    (root / "index.html").write_text(
+        "<!doctype html><button onclick=\"document.body.insertAdjacentHTML('beforeend',"
+        " '<p id=done>done</p>')\">Go</button>"
+    )
     site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
     threading.Thread(target=site.serve_forever, daemon=True).start()
-    row = {"id": "go", "start_url": f"http://127.0.0.1:{site.server_address[1]}/index.html",
-           "instruction": "Press Go.", "check": {"element": {"css": "#done"}}}
+    row = {
+        "id": "go",
+        "start_url": f"http://127.0.0.1:{site.server_address[1]}/index.html",
+        "instruction": "Press Go.",
+        "check": {"element": {"css": "#done"}},
+    }
     (tmp_path / "t.jsonl").write_text(json.dumps(row) + "\n")
     return site, TaskFileEnv(str(tmp_path / "t.jsonl"))
 
@@ -306,10 +338,13 @@ def test_the_harness_hands_the_steps_own_screenshot_to_the_policy(endpoint, tmp_
     httpd, bodies = endpoint
     site, env = _go_site(tmp_path)
     try:
-        policy = OpenAIPolicy(f"http://127.0.0.1:{httpd.server_address[1]}", "vlm", observation=observation,
-                              retries=0)
-        cfg = CollectConfig(out_dir=str(tmp_path / "eps"), runs=1, progress=False,
-                            harness=HarnessConfig(screenshots=True, max_steps=4, marks=observation == "image"))
+        policy = OpenAIPolicy(f"http://127.0.0.1:{httpd.server_address[1]}", "vlm", observation=observation, retries=0)
+        cfg = CollectConfig(
+            out_dir=str(tmp_path / "eps"),
+            runs=1,
+            progress=False,
+            harness=HarnessConfig(screenshots=True, max_steps=4, marks=observation == "image"),
+        )
         counts = collect(env, env.tasks("train"), policy, cfg)
     finally:
         site.shutdown()
@@ -340,8 +375,18 @@ def test_a_search_with_the_image_observation_sends_every_proposal_its_marked_scr
         policy = OpenAIPolicy(f"http://127.0.0.1:{httpd.server_address[1]}", "vlm", observation="image", retries=0)
         harness = HarnessConfig(screenshots=True, max_steps=4, marks=True)
         out = str(tmp_path / "search")
-        counts = asyncio.run(search_collect(env, env.tasks("train"), policy, LogprobCritic(),
-                                            SearchConfig(simulations=3, k=2), harness, out, progress=False))
+        counts = asyncio.run(
+            search_collect(
+                env,
+                env.tasks("train"),
+                policy,
+                LogprobCritic(),
+                SearchConfig(simulations=3, k=2),
+                harness,
+                out,
+                progress=False,
+            )
+        )
     finally:
         site.shutdown()
         site.server_close()

@@ -19,6 +19,7 @@ Observations are stored once each (``pages``), their URLs under ``ORIGIN`` rathe
 
     python -m tests.thought_cases   # writes tests/data/oracle_thoughts.json with the scratch_copy wording
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -34,13 +35,27 @@ from rollout.harness.observe import format_node
 ORIGIN = "http://shop"
 PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "oracle_thoughts.json")
 # (item_names, locale, family, the first task, how many, noisy, oracle seed)
-RUNS = (("number", "en", "webshop", 0, 3, True, 0), ("number", "en", "procedure", 0, 4, True, 1),
-        ("number", "en", "multi_cart", 0, 2, True, 2), ("ordinal", "en", "multi_cart", 0, 2, True, 3),
-        ("number", "en", "multi_cart", 2, 1, False, 0), ("ordinal", "en", "multi_cart", 3, 1, False, 0),
-        ("ordinal", "en", "procedure", 4, 2, True, 4), ("number", "zh", "procedure", 0, 1, True, 5),
-        ("number", "zh", "multi_cart", 0, 1, False, 0))
-NOISE = dict(wrong_choice=0.25, loop=0.1, malformed=0.08, premature_stop=0.02, recover=0.5, repeat=0.15,
-             wrong_button=0.2, wrong_sort=0.3)  # the noisy runs' rates; the others run the clean oracle
+RUNS = (
+    ("number", "en", "webshop", 0, 3, True, 0),
+    ("number", "en", "procedure", 0, 4, True, 1),
+    ("number", "en", "multi_cart", 0, 2, True, 2),
+    ("ordinal", "en", "multi_cart", 0, 2, True, 3),
+    ("number", "en", "multi_cart", 2, 1, False, 0),
+    ("ordinal", "en", "multi_cart", 3, 1, False, 0),
+    ("ordinal", "en", "procedure", 4, 2, True, 4),
+    ("number", "zh", "procedure", 0, 1, True, 5),
+    ("number", "zh", "multi_cart", 0, 1, False, 0),
+)
+NOISE = dict(
+    wrong_choice=0.25,
+    loop=0.1,
+    malformed=0.08,
+    premature_stop=0.02,
+    recover=0.5,
+    repeat=0.15,
+    wrong_button=0.2,
+    wrong_sort=0.3,
+)  # the noisy runs' rates; the others run the clean oracle
 MAX_STEPS = 40
 
 
@@ -72,15 +87,28 @@ class PageReader(HTMLParser):
         elif tag == "label":
             self._open = {"kind": "label", "for": a.get("for"), "text": ""}
         elif tag == "input":
-            node = {"kind": "input", "type": a.get("type", "text"), "name": a.get("name"), "id": a.get("id"),
-                    "value": a.get("value", ""), "aria": a.get("aria-label"), "ph": a.get("placeholder")}
+            node = {
+                "kind": "input",
+                "type": a.get("type", "text"),
+                "name": a.get("name"),
+                "id": a.get("id"),
+                "value": a.get("value", ""),
+                "aria": a.get("aria-label"),
+                "ph": a.get("placeholder"),
+            }
             if self._form is not None:
                 self._form["fields"].append(node)
             if node["type"] == "text":
                 self.nodes.append(node)
         elif tag == "select":
-            node = {"kind": "select", "name": a.get("name"), "id": a.get("id"), "aria": a.get("aria-label"),
-                    "options": [], "value": None}
+            node = {
+                "kind": "select",
+                "name": a.get("name"),
+                "id": a.get("id"),
+                "aria": a.get("aria-label"),
+                "options": [],
+                "value": None,
+            }
             self._select = node
             if self._form is not None:
                 self._form["fields"].append(node)
@@ -139,15 +167,16 @@ class Browser:
 
     def observe(self) -> Observation:
         def local(url: str) -> str:
-            return ORIGIN + url[len(self.origin):] if url.startswith(self.origin) else url
+            return ORIGIN + url[len(self.origin) :] if url.startswith(self.origin) else url
 
         els, lines = [], []
         ids = {id(n): str(i + 1) for i, n in enumerate(self._interactive())}
         for n in self.nodes:
             i = ids.get(id(n))
             if n["kind"] == "link":
-                el = Element(i, "link", n["text"].strip(), href=local(urljoin(self.url, n["href"])),
-                             current=n["current"])
+                el = Element(
+                    i, "link", n["text"].strip(), href=local(urljoin(self.url, n["href"])), current=n["current"]
+                )
             elif n["kind"] == "button":
                 el = Element(i, "button", n["text"].strip())
             elif n["kind"] == "input":
@@ -186,20 +215,27 @@ class Browser:
 
 
 def _line(e: Element) -> str:
-    return format_node({"id": e.id, "role": e.role, "name": e.name, "value": e.value, "options": list(e.options),
-                        "current": e.current})
+    return format_node(
+        {"id": e.id, "role": e.role, "name": e.name, "value": e.value, "options": list(e.options), "current": e.current}
+    )
 
 
 def observation_json(obs: Observation) -> dict:
     """The observation as JSON; its text's element lines as their element's index (they are ``_line`` of it)."""
     lines = {_line(e): k for k, e in enumerate(obs.elements)}
-    return {"url": obs.url, "title": obs.title, "text": [lines.get(t, t) for t in obs.text.split("\n")],
-            "elements": [[e.id, e.role, e.name, e.value, list(e.options), e.href, e.current] for e in obs.elements]}
+    return {
+        "url": obs.url,
+        "title": obs.title,
+        "text": [lines.get(t, t) for t in obs.text.split("\n")],
+        "elements": [[e.id, e.role, e.name, e.value, list(e.options), e.href, e.current] for e in obs.elements],
+    }
 
 
 def observation_of(d: dict) -> Observation:
-    els = tuple(Element(id=i, role=r, name=n, value=v, options=tuple(o), href=h, current=c)
-                for i, r, n, v, o, h, c in d["elements"])
+    els = tuple(
+        Element(id=i, role=r, name=n, value=v, options=tuple(o), href=h, current=c)
+        for i, r, n, v, o, h, c in d["elements"]
+    )
     text = "\n".join(_line(els[t]) if isinstance(t, int) else t for t in d["text"])
     return Observation(url=d["url"], title=d["title"], text=text, elements=els)
 
@@ -231,8 +267,12 @@ def _probes(obs: Observation, instruction: str, typed: bool) -> list[Command]:
 
     out = [Command("CLICK", e.id) for e in obs.elements]
     out += [Command("SELECT", e.id, o) for e in obs.elements for o in e.options]
-    out += [Command("TYPE", e.id, s) for e in obs.elements if e.role == "textbox" and typed
-            for s in sorted(quoted_strings(instruction))]
+    out += [
+        Command("TYPE", e.id, s)
+        for e in obs.elements
+        if e.role == "textbox" and typed
+        for s in sorted(quoted_strings(instruction))
+    ]
     return out
 
 
@@ -257,15 +297,21 @@ def record(explain, thoughts: str = "scratch_copy") -> dict:
         key = (p, instruction, tuple(command_json(cmd)))
         if key not in seen:
             seen.add(key)
-            cases.append([p, instructions.setdefault(instruction, len(instructions)), *command_json(cmd),
-                          explain(cmd, obs, instruction)])
+            cases.append(
+                [
+                    p,
+                    instructions.setdefault(instruction, len(instructions)),
+                    *command_json(cmd),
+                    explain(cmd, obs, instruction),
+                ]
+            )
 
     for item_names, locale, family, first, count, noisy, seed in RUNS:
         env = shop(item_names, locale)
         origin = env.start()
         try:
             policy = OraclePolicy(env, noise(noisy), seed=seed, thoughts=thoughts)
-            tasks = [t for t in env.tasks("train") if t.family == family][first:first + count]
+            tasks = [t for t in env.tasks("train") if t.family == family][first : first + count]
             for task in tasks:
                 key = f"{task.task_id}/0"
                 browser = Browser(origin, env.new_session(key))
@@ -287,9 +333,18 @@ def record(explain, thoughts: str = "scratch_copy") -> dict:
                     browser.do(cmd)
                     if env.check_session(task, browser.sid).done:
                         break
-                episodes.append({"item_names": item_names, "locale": locale, "task_id": task.task_id,
-                                 "noisy": noisy, "seed": seed, "key": key, "steps": steps})
-            for ep in episodes[-len(tasks):]:  # every command a step could make on the pages this task saw
+                episodes.append(
+                    {
+                        "item_names": item_names,
+                        "locale": locale,
+                        "task_id": task.task_id,
+                        "noisy": noisy,
+                        "seed": seed,
+                        "key": key,
+                        "steps": steps,
+                    }
+                )
+            for ep in episodes[-len(tasks) :]:  # every command a step could make on the pages this task saw
                 instruction = next(t for t in tasks if t.task_id == ep["task_id"]).instruction
                 for s in ep["steps"]:
                     obs = observation_of(pages[s["page"]])
@@ -297,12 +352,25 @@ def record(explain, thoughts: str = "scratch_copy") -> dict:
                         case(cmd, obs, instruction)
         finally:
             env.stop()
-    for cmd in (Command("CLICK", "7"), Command("TYPE", "9", "x"), Command("SELECT", "6", "red"), Command("GO_BACK"),
-                Command("STOP", arg=""), Command("SCROLL", arg="DOWN"), Command("GOTO", arg="http://shop/cart"),
-                Command("CLEAR", "3")):  # a malformed output's thought: no page
+    for cmd in (
+        Command("CLICK", "7"),
+        Command("TYPE", "9", "x"),
+        Command("SELECT", "6", "red"),
+        Command("GO_BACK"),
+        Command("STOP", arg=""),
+        Command("SCROLL", arg="DOWN"),
+        Command("GOTO", arg="http://shop/cart"),
+        Command("CLEAR", "3"),
+    ):  # a malformed output's thought: no page
         case(cmd, None, "")
-    return {"noise": NOISE, "max_steps": MAX_STEPS, "pages": pages, "episodes": episodes,
-            "instructions": list(instructions), "cases": cases}
+    return {
+        "noise": NOISE,
+        "max_steps": MAX_STEPS,
+        "pages": pages,
+        "episodes": episodes,
+        "instructions": list(instructions),
+        "cases": cases,
+    }
 
 
 def main() -> None:
@@ -315,8 +383,10 @@ def main() -> None:
     with open(PATH, "w") as f:
         json.dump(data, f, ensure_ascii=False, separators=(",", ":"))
         f.write("\n")
-    print(f"{PATH}: {len(data['pages'])} pages, {len(data['episodes'])} episodes, {len(data['cases'])} cases, "
-          f"{os.path.getsize(PATH)} bytes")
+    print(
+        f"{PATH}: {len(data['pages'])} pages, {len(data['episodes'])} episodes, {len(data['cases'])} cases, "
+        f"{os.path.getsize(PATH)} bytes"
+    )
 
 
 if __name__ == "__main__":

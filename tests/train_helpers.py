@@ -1,4 +1,5 @@
 """A tiny training workspace (tokenizer + synthetic node datasets) and config builder for tests."""
+
 import os
 import subprocess
 import sys
@@ -20,9 +21,16 @@ def make_workspace(root, n_train=64, n_test=16):
 
 
 OVERRIDES = {
-    "data.max_len": 128, "data.max_prompt_len": 100, "data.max_completion_len": 16,
-    "train.batch_size": 8, "train.progress": False, "train.save_every": 1000, "train.log_every": 1,
-    "optim.learning_rate": 3e-3, "optim.warmup_fraction": 0.0, "optim.schedule": "constant",
+    "data.max_len": 128,
+    "data.max_prompt_len": 100,
+    "data.max_completion_len": 16,
+    "train.batch_size": 8,
+    "train.progress": False,
+    "train.save_every": 1000,
+    "train.log_every": 1,
+    "optim.learning_rate": 3e-3,
+    "optim.warmup_fraction": 0.0,
+    "optim.schedule": "constant",
     "mesh.shape": (1, 1, 1),
 }
 
@@ -41,9 +49,16 @@ def tiny_config(work, method, out, **over):
 
 def train_cli(work, method, out, extra=()):
     """(argv, env) of launch/train.py in a fresh process: 1 CPU device unless asked (no XLA_FLAGS inherited)."""
-    args = [sys.executable, "-m", "launch.train", f"--config=configs/{method}.py:tiny",
-            f"--config.model.tokenizer={work['tok']}", f"--config.data.train_dir={work['train']}",
-            f"--config.data.eval_dir={work['test']}", f"--config.train.output_dir={out}"]
+    args = [
+        sys.executable,
+        "-m",
+        "launch.train",
+        f"--config=configs/{method}.py:tiny",
+        f"--config.model.tokenizer={work['tok']}",
+        f"--config.data.train_dir={work['train']}",
+        f"--config.data.eval_dir={work['test']}",
+        f"--config.train.output_dir={out}",
+    ]
     args += [f"--config.{k}={v}" for k, v in OVERRIDES.items() if k != "mesh.shape"] + list(extra)
     return args, {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
 

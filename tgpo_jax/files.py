@@ -1,5 +1,6 @@
 """Atomic file writes: a reader sees the old file or the whole new one, never part of it, and a crash leaves no
 half-written file behind (temporary file in the same directory, flushed to disk, then ``os.replace``)."""
+
 from __future__ import annotations
 
 import contextlib

@@ -4,6 +4,7 @@ XLA:CPU and PyTorch run bf16 matrix work natively only where the CPU has bf16 un
 AVX2-only CPU bf16 is emulated and slower than float32. A model
 config's ``dtype="auto"`` takes bfloat16 on accelerators and on CPUs with those units, float32 elsewhere.
 """
+
 from __future__ import annotations
 
 import functools

@@ -5,6 +5,7 @@ Padded entries are marked False in a boolean ``valid`` mask; means run over vali
 ``max(count, 1)`` guard so an all-padding batch gives loss 0, never NaN. Each function is pure and jit-compatible
 (string / float options are Python values, static under ``jax.jit``) and returns ``(loss, metrics)``.
 """
+
 from __future__ import annotations
 
 import jax
@@ -58,9 +59,7 @@ def dpo_loss(
     if loss_type == "sigmoid":
         losses = -jax.nn.log_sigmoid(beta * delta) * (1 - ls) - jax.nn.log_sigmoid(-beta * delta) * ls
     elif loss_type == "robust":
-        losses = (-jax.nn.log_sigmoid(beta * delta) * (1 - ls) + jax.nn.log_sigmoid(-beta * delta) * ls) / (
-            1 - 2 * ls
-        )
+        losses = (-jax.nn.log_sigmoid(beta * delta) * (1 - ls) + jax.nn.log_sigmoid(-beta * delta) * ls) / (1 - 2 * ls)
     elif loss_type == "hinge":
         losses = jax.nn.relu(1 - beta * delta)
     else:  # ipo; TRL length-normalises here, docs/method.md §7 keeps summed log-probs throughout
@@ -213,6 +212,10 @@ def sft_loss(
     base = jnp.where(mask, 1.0 if token_weight is None else jnp.asarray(token_weight, jnp.float32), 0.0)  # [N, T]
     w = base * (-jnp.expm1(lp)) ** focal_gamma if focal_gamma else base  # (1 - p)^γ; 0 off the mask
     loss = -jnp.sum(w * lp) / jnp.maximum(jnp.sum(base), 1e-9)  # normalised by the weights, not the focal factor
-    metrics: Metrics = {"loss": loss, "tokens": n_tokens, "nll": jax.lax.stop_gradient(nll),
-                        "ppl": jnp.exp(jax.lax.stop_gradient(nll))}
+    metrics: Metrics = {
+        "loss": loss,
+        "tokens": n_tokens,
+        "nll": jax.lax.stop_gradient(nll),
+        "ppl": jnp.exp(jax.lax.stop_gradient(nll)),
+    }
     return loss, metrics

@@ -3,6 +3,7 @@
 Mesh axes: ``data`` (pure data parallel), ``fsdp`` (data parallel with parameters sharded),
 ``tensor`` (Megatron-style model parallel over heads and MLP width).
 """
+
 from __future__ import annotations
 
 import logging
@@ -100,5 +101,7 @@ def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
 def check_batch_divides(batch_size: int, mesh: Mesh) -> None:
     n = mesh.shape["data"] * mesh.shape["fsdp"]
     if batch_size % n:
-        raise ValueError(f"batch size {batch_size} does not divide over the mesh's data x fsdp = {n} devices "
-                         f"(mesh {dict(mesh.shape)}); choose a multiple of {n}")
+        raise ValueError(
+            f"batch size {batch_size} does not divide over the mesh's data x fsdp = {n} devices "
+            f"(mesh {dict(mesh.shape)}); choose a multiple of {n}"
+        )

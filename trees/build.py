@@ -15,6 +15,7 @@ Choices the method leaves open (docs/method.md §2–§4; all ``TreeConfig`` fie
 - ``L_min``: the task's known optimal length when the environment provides one (> 0), else the graph's shortest
   path from the root to a goal.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -176,16 +177,20 @@ def merge_states(episodes, cfg: TreeConfig):
     return refs, states, [uf.find(i) for i in range(len(states))], stats
 
 
-_FORM_FIELD = re.compile(r'^\s*\[[^\]]+\]\s+(\S+)\s+("(?:[^"\\]|\\.)*")\s+'
-                         r'(?:value=("(?:[^"\\]|\\.)*")|.*?checked=(true|false))', re.M)
+_FORM_FIELD = re.compile(
+    r'^\s*\[[^\]]+\]\s+(\S+)\s+("(?:[^"\\]|\\.)*")\s+'
+    r'(?:value=("(?:[^"\\]|\\.)*")|.*?checked=(true|false))',
+    re.M,
+)
 
 
 def form_values(observation: str) -> tuple[tuple[str, str, str], ...]:
     """(role, name, value or checked) of every field the observation shows a value or check state for. Typing into a
     field can leave the screenshot's pHash unchanged (a few characters in a box), yet the state differs: the form
     guard keeps such states apart, so a node's prompt matches every branch taken at it."""
-    return tuple(sorted((role, name, value or checked) for role, name, value, checked in
-                        _FORM_FIELD.findall(observation)))
+    return tuple(
+        sorted((role, name, value or checked) for role, name, value, checked in _FORM_FIELD.findall(observation))
+    )
 
 
 def _merge_phash(members, states, uf, threshold, stats, strict=False) -> None:
@@ -214,8 +219,9 @@ def _merge_phash(members, states, uf, threshold, stats, strict=False) -> None:
 
 
 # ---------------------------------------------------------------- the graph
-def build_task_graph(episodes, task: Task | None = None, cfg: TreeConfig = TreeConfig(),
-                     verifier: Verifier = builtin_verifier) -> TaskGraph:
+def build_task_graph(
+    episodes, task: Task | None = None, cfg: TreeConfig = TreeConfig(), verifier: Verifier = builtin_verifier
+) -> TaskGraph:
     """The merged graph of one task's sealed episodes, with per-step rewards and branch values."""
     if not episodes:
         raise ValueError("no episodes to build a graph from")
@@ -232,8 +238,15 @@ def build_task_graph(episodes, task: Task | None = None, cfg: TreeConfig = TreeC
             node_of_root[r] = nid
             rep = states[r]
             shot = rep.get("screenshot")
-            nodes[nid] = Node(nid, rep["norm_url"], rep["url"], [], rep.get("phash"),
-                              _abs_shot(episodes[refs[r].episode].path, shot), rep.get("check"))
+            nodes[nid] = Node(
+                nid,
+                rep["norm_url"],
+                rep["url"],
+                [],
+                rep.get("phash"),
+                _abs_shot(episodes[refs[r].episode].path, shot),
+                rep.get("check"),
+            )
         nid = node_of_root[r]
         nodes[nid].states.append(ref)
         state_node[ref] = nid
@@ -311,8 +324,9 @@ def _l_min(graph: TaskGraph, dist, task: Task | None, cfg: TreeConfig) -> float 
     return None if d == math.inf else float(max(d, 1))
 
 
-def step_rewards(episodes, graph: TaskGraph, next_node, dist, l_min, cfg: TreeConfig,
-                 verifier: Verifier) -> dict[StateRef, dict[str, float]]:
+def step_rewards(
+    episodes, graph: TaskGraph, next_node, dist, l_min, cfg: TreeConfig, verifier: Verifier
+) -> dict[StateRef, dict[str, float]]:
     """docs/method.md §3 for every step of every episode."""
     out = {}
     for e, ep in enumerate(episodes):
@@ -335,8 +349,13 @@ def step_rewards(episodes, graph: TaskGraph, next_node, dist, l_min, cfg: TreeCo
             r_red = -1.0 if (revisit or (not is_stop and not changed_something(step))) else 0.0
             d = dist[nxt]
             r_sub = 0.0 if (l_min is None or d == math.inf) else l_min / ((t + 1) + d)
-            out[ref] = {"r_acc": r_acc, "r_format": r_format, "r_red": r_red, "r_subgoal": r_sub,
-                        "r": r_acc + r_format + r_red + cfg.alpha * r_sub}
+            out[ref] = {
+                "r_acc": r_acc,
+                "r_format": r_format,
+                "r_red": r_red,
+                "r_subgoal": r_sub,
+                "r": r_acc + r_format + r_red + cfg.alpha * r_sub,
+            }
     return out
 
 
@@ -345,7 +364,7 @@ def _aggregate(rs: Sequence[float], cfg: TreeConfig) -> float:
         return sum(rs) / len(rs)
     if cfg.q_aggregate == "sum":
         return float(sum(rs))
-    return float(sum(r * cfg.gamma ** k for k, r in enumerate(rs)))
+    return float(sum(r * cfg.gamma**k for k, r in enumerate(rs)))
 
 
 def branch_values(episodes, graph: TaskGraph, rewards, dist, cfg: TreeConfig) -> dict[tuple, BranchValue]:
@@ -368,12 +387,22 @@ def branch_values(episodes, graph: TaskGraph, rewards, dist, cfg: TreeConfig) ->
         succ = [e for e in first if episodes[e].summary["success"]]
         steps_success = sum(1 for r in refs if episodes[r.episode].summary["success"])
         means = {k: sum(rewards[r][k] for r in refs) / len(refs) for k in REWARD_KEYS}
-        out[key] = BranchValue(node=key[0], command=key[1], q=sum(values) / len(values), rewards=means,
-                               n_total=len(first), n_success=len(succ), n_failed=len(first) - len(succ),
-                               on_success_path=bool(succ), reaches_success=any(dist[d] < math.inf for d in dsts[key]),
-                               occurrences=refs, steps_success=steps_success,
-                               steps_failed=len(refs) - steps_success,
-                               goal_distance=min(dist[d] for d in dsts[key]), returns=tuple(values))
+        out[key] = BranchValue(
+            node=key[0],
+            command=key[1],
+            q=sum(values) / len(values),
+            rewards=means,
+            n_total=len(first),
+            n_success=len(succ),
+            n_failed=len(first) - len(succ),
+            on_success_path=bool(succ),
+            reaches_success=any(dist[d] < math.inf for d in dsts[key]),
+            occurrences=refs,
+            steps_success=steps_success,
+            steps_failed=len(refs) - steps_success,
+            goal_distance=min(dist[d] for d in dsts[key]),
+            returns=tuple(values),
+        )
     return out
 
 

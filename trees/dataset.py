@@ -16,6 +16,7 @@ of the task's instruction, or sets a combobox the instruction names, records the
 and the manifest's ``copy_pools`` lists, per kind, the training strings a swap may put in its place (the caller's
 pools, e.g. every training task of the environment, else the collected tasks').
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,20 @@ from tgpo_jax.data.augment import whole_token
 from tgpo_jax.data.schema import Branch, NodeRecord
 
 log = logging.getLogger(__name__)
-STEP_KEYS = ("step", "url", "norm_url", "observation", "output", "format_ok", "command", "command_name", "target",
-             "error", "effect", "check")
+STEP_KEYS = (
+    "step",
+    "url",
+    "norm_url",
+    "observation",
+    "output",
+    "format_ok",
+    "command",
+    "command_name",
+    "target",
+    "error",
+    "effect",
+    "check",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +134,9 @@ def _check_episode(path: str, summary: dict, steps: list[dict]) -> None:
     if summary.get("status") not in ("success", "failure"):
         raise RecordingError(f"{path}: unknown status {summary.get('status')!r}")
     if len(steps) != summary.get("steps"):
-        raise RecordingError(f"{path}: {len(steps)} step lines but the summary says {summary.get('steps')} "
-                             "(truncated steps.jsonl?)")
+        raise RecordingError(
+            f"{path}: {len(steps)} step lines but the summary says {summary.get('steps')} (truncated steps.jsonl?)"
+        )
     for i, s in enumerate(steps):
         missing = [k for k in STEP_KEYS if k not in s]
         if missing or s["step"] != i:
@@ -164,7 +178,7 @@ def remap_output(step: dict, page: str) -> str | None:
         return out
     new_cmd = cmd.replace(f"[{old.group(1)}]", f"[{new_id}]", 1)
     i = out.rfind(cmd)
-    return out[:i] + new_cmd + out[i + len(cmd):] if i >= 0 else None
+    return out[:i] + new_cmd + out[i + len(cmd) :] if i >= 0 else None
 
 
 def history_of(ep: EpisodeRecord, t: int) -> list[HistoryItem]:
@@ -195,10 +209,19 @@ def step_prompt(task: Task | None, ep: EpisodeRecord, t: int, cfg: BuildConfig) 
     if recorded:
         return [dict(m) for m in recorded]
     instruction = task.instruction if task is not None else ep.summary.get("instruction", "")
-    return messages_for(instruction, history_of(ep, t), step["observation"], budget_tokens=cfg.prompt_budget_tokens,
-                        tokenizer=_tokenizer(cfg.tokenizer), thought_chars=cfg.thought_chars,
-                        system_prompt=cfg.system_prompt, page_ids=cfg.page_ids, history_last=cfg.history_last,
-                        keep_recent=cfg.keep_recent, page_cut=cfg.page_cut)
+    return messages_for(
+        instruction,
+        history_of(ep, t),
+        step["observation"],
+        budget_tokens=cfg.prompt_budget_tokens,
+        tokenizer=_tokenizer(cfg.tokenizer),
+        thought_chars=cfg.thought_chars,
+        system_prompt=cfg.system_prompt,
+        page_ids=cfg.page_ids,
+        history_last=cfg.history_last,
+        keep_recent=cfg.keep_recent,
+        page_cut=cfg.page_cut,
+    )
 
 
 def copy_spans(branches: Sequence[Branch], task: Task | None, kinds: dict[str, str], page: str = "") -> list[dict]:
@@ -229,8 +252,13 @@ def copy_spans(branches: Sequence[Branch], task: Task | None, kinds: dict[str, s
     return [{"text": t, "kind": k} for t, k in out.items()]
 
 
-def node_records(graph: TaskGraph, episodes: list[EpisodeRecord], task: Task | None,
-                 cfg: BuildConfig, kinds: dict[str, str] | None = None) -> list[NodeRecord]:
+def node_records(
+    graph: TaskGraph,
+    episodes: list[EpisodeRecord],
+    task: Task | None,
+    cfg: BuildConfig,
+    kinds: dict[str, str] | None = None,
+) -> list[NodeRecord]:
     by_node = defaultdict(list)
     for key, b in graph.branches.items():
         if cfg.include_invalid or not b.command.startswith("INVALID "):
@@ -251,19 +279,38 @@ def node_records(graph: TaskGraph, episodes: list[EpisodeRecord], task: Task | N
             action, logprob = _branch_action(b, rep, rep_step["observation"], prompt, episodes, task, cfg)
             if action is None:
                 continue
-            out.append(Branch(action=action, command=b.command, q=float(b.q),
-                              rewards={k: float(v) for k, v in b.rewards.items()}, n_total=b.n_total,
-                              n_success=b.n_success, n_failed=b.n_failed, on_success_path=b.on_success_path,
-                              reaches_success=b.reaches_success, behaviour_logprob=logprob,
-                              steps_success=b.steps_success, steps_failed=b.steps_failed,
-                              goal_distance=None if b.goal_distance == math.inf else int(b.goal_distance),
-                              returns=tuple(float(v) for v in b.returns) or None))
+            out.append(
+                Branch(
+                    action=action,
+                    command=b.command,
+                    q=float(b.q),
+                    rewards={k: float(v) for k, v in b.rewards.items()},
+                    n_total=b.n_total,
+                    n_success=b.n_success,
+                    n_failed=b.n_failed,
+                    on_success_path=b.on_success_path,
+                    reaches_success=b.reaches_success,
+                    behaviour_logprob=logprob,
+                    steps_success=b.steps_success,
+                    steps_failed=b.steps_failed,
+                    goal_distance=None if b.goal_distance == math.inf else int(b.goal_distance),
+                    returns=tuple(float(v) for v in b.returns) or None,
+                )
+            )
         if not out:
             continue
         first = episodes[rep.episode].summary
-        meta = {"url": node.url, "norm_url": node.norm_url, "depth": depth.get(nid), "n_states": len(node.states),
-                "is_root": nid == graph.root, "split": first.get("split"), "env": first.get("env"),
-                "family": first.get("family"), "phash": node.phash}
+        meta = {
+            "url": node.url,
+            "norm_url": node.norm_url,
+            "depth": depth.get(nid),
+            "n_states": len(node.states),
+            "is_root": nid == graph.root,
+            "split": first.get("split"),
+            "env": first.get("env"),
+            "family": first.get("family"),
+            "phash": node.phash,
+        }
         copies = copy_spans(out, task, kinds or {}, rep_step["observation"])
         if copies:
             meta["copy"] = copies
@@ -282,7 +329,8 @@ def _branch_action(b, rep: StateRef, page: str, prompt, episodes, task, cfg) -> 
             continue
         logprob = step.get("logprob")
         same_prompt = action == step["output"] and (
-            r == rep or step_prompt(task, episodes[r.episode], r.step, cfg) == prompt)
+            r == rep or step_prompt(task, episodes[r.episode], r.step, cfg) == prompt
+        )
         ok = same_prompt and isinstance(logprob, (int, float)) and math.isfinite(logprob) and logprob <= 0
         return action, (float(logprob) if ok else None)
     return None, None
@@ -316,8 +364,14 @@ def label_counts(records: list[NodeRecord]) -> dict:
         kto += kto_items(r)
         tree += kto_tree_items(r)
     (kd, ku), (td, tu) = class_counts(kto), class_counts(tree)
-    return {"pairs": pairs, "sft_items": sft, "kto_desirable": kd, "kto_undesirable": ku,
-            "kto_tree_desirable": td, "kto_tree_undesirable": tu}
+    return {
+        "pairs": pairs,
+        "sft_items": sft,
+        "kto_desirable": kd,
+        "kto_undesirable": ku,
+        "kto_tree_desirable": td,
+        "kto_tree_undesirable": tu,
+    }
 
 
 def _collection_of(path: str, dirs: list[str]) -> str:
@@ -330,8 +384,15 @@ def _collection_of(path: str, dirs: list[str]) -> str:
 
 
 # ---------------------------------------------------------------- the whole build
-def build_dataset(episodes_dir: str | Sequence[str], out_dir: str, cfg: BuildConfig = BuildConfig(), *,
-                  progress: bool = True, typed_strings=None, copy_pools: dict[str, list[str]] | None = None) -> dict:
+def build_dataset(
+    episodes_dir: str | Sequence[str],
+    out_dir: str,
+    cfg: BuildConfig = BuildConfig(),
+    *,
+    progress: bool = True,
+    typed_strings=None,
+    copy_pools: dict[str, list[str]] | None = None,
+) -> dict:
     """Build and write the dataset; returns the summary that also goes into the manifest's ``extra``.
     Several collection directories (e.g. Agent Q rounds, a replay buffer) merge into one tree per task.
     ``typed_strings`` (task -> {text: kind}, e.g. ``Environment.typed_strings``) names the kinds of copied
@@ -391,23 +452,31 @@ def build_dataset(episodes_dir: str | Sequence[str], out_dir: str, cfg: BuildCon
         elif cfg.values == "trajectory":
             from trees.trajectory_records import TrajectoryConfig, trajectory_records
 
-            found, counts = trajectory_records(task_id, episodes, task, cfg,
-                                               TrajectoryConfig(cfg.traj_max_pairs, cfg.traj_max_steps))
+            found, counts = trajectory_records(
+                task_id, episodes, task, cfg, TrajectoryConfig(cfg.traj_max_pairs, cfg.traj_max_steps)
+            )
             records.extend(found)
             for k, v in counts.items():
                 traj_counts[k] += v
         else:
             records.extend(node_records(graph, episodes, task, cfg, kinds))
     if not records and cfg.values == "trajectory":
-        raise RecordingError(f"{episodes_dir}: no trajectory pair: a pair is a successful and a failed episode of one "
-                             f"task, so collect several runs per task (collect.runs > 1); {stats['tasks']} tasks, "
-                             f"{stats['episodes']} episodes ({stats['successful_episodes']} successful), pairs left "
-                             f"out: {dict(traj_counts) or 'none'}")
+        raise RecordingError(
+            f"{episodes_dir}: no trajectory pair: a pair is a successful and a failed episode of one "
+            f"task, so collect several runs per task (collect.runs > 1); {stats['tasks']} tasks, "
+            f"{stats['episodes']} episodes ({stats['successful_episodes']} successful), pairs left "
+            f"out: {dict(traj_counts) or 'none'}"
+        )
     if not records:
-        raise RecordingError(f"{episodes_dir}: no node records (episodes of splits {cfg.splits}: none usable; "
-                             f"refused splits {sorted(map(str, refused_splits))}, broken episodes {len(broken)})")
+        raise RecordingError(
+            f"{episodes_dir}: no node records (episodes of splits {cfg.splits}: none usable; "
+            f"refused splits {sorted(map(str, refused_splits))}, broken episodes {len(broken)})"
+        )
     summary = {
-        **dict(stats), "records": len(records), "broken_episodes": broken, **label_counts(records),
+        **dict(stats),
+        "records": len(records),
+        "broken_episodes": broken,
+        **label_counts(records),
         "label_conflict_rate": conflicted / occurrences if occurrences else 0.0,
         # per task family (the episodes' "family"; "" where they name none): where KTO's episode-level labels and the
         # tree's disagree most
@@ -415,8 +484,9 @@ def build_dataset(episodes_dir: str | Sequence[str], out_dir: str, cfg: BuildCon
         "redundant_steps_per_episode": sum(redundant) / len(redundant) if redundant else 0.0,
         "success_rate": stats["successful_episodes"] / max(stats["episodes"], 1),
         "merge_ratio": stats["nodes"] / max(stats["states"], 1),
-        "episodes_dir": os.path.abspath(episodes_dir) if isinstance(episodes_dir, str) else
-        [os.path.abspath(d) for d in episodes_dir],
+        "episodes_dir": os.path.abspath(episodes_dir)
+        if isinstance(episodes_dir, str)
+        else [os.path.abspath(d) for d in episodes_dir],
     }
     if cfg.values == "trajectory":
         summary["trajectory_pairs"] = dict(traj_counts)
@@ -428,6 +498,7 @@ def build_dataset(episodes_dir: str | Sequence[str], out_dir: str, cfg: BuildCon
         summary["copy_nodes"] = sum(bool(r.meta.get("copy")) for r in records)
         pools = copy_pools if copy_pools is not None else found
         summary["copy_pools"] = {k: sorted(set(pools.get(k, ())) | found[k]) for k in sorted(found)}
-    write_dataset(records, out_dir, num_shards=cfg.num_shards, config=cfg.to_json(), extra=summary,
-                  overwrite=cfg.overwrite)
+    write_dataset(
+        records, out_dir, num_shards=cfg.num_shards, config=cfg.to_json(), extra=summary, overwrite=cfg.overwrite
+    )
     return summary

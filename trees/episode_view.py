@@ -7,6 +7,7 @@ measured, the node of the merged tree the step left from, and the step's process
 (``trees.render``), whose nodes it names. Like the tree picture it loads nothing from outside the page.
 Every step is ``<tr class="step" data-episode=E data-step=T>``.
 """
+
 from __future__ import annotations
 
 import html
@@ -69,8 +70,15 @@ def _reward(r: dict | None) -> str:
     return f'<b class="r">{r["r"]:+.2f}</b><div>{_esc(parts)}</div>'
 
 
-def render_episodes(graph: TaskGraph, episodes, *, title: str | None = None, instruction: str | None = None,
-                    tree_href: str | None = None, shot_width: int = 360) -> str:
+def render_episodes(
+    graph: TaskGraph,
+    episodes,
+    *,
+    title: str | None = None,
+    instruction: str | None = None,
+    tree_href: str | None = None,
+    shot_width: int = 360,
+) -> str:
     """The page for ``episodes`` (the list ``graph`` was built from, in the same order)."""
     cache: dict = {}
     title = title or f"Episodes of {graph.task_id}"
@@ -78,11 +86,16 @@ def render_episodes(graph: TaskGraph, episodes, *, title: str | None = None, ins
     blocks = []
     for e, ep in enumerate(episodes):
         s = ep.summary
-        outcome = ('<span class="ok">success</span>' if s.get("success") else
-                   f'<span class="bad">{_esc(s.get("status", "failure"))}</span>')
-        head = (f'<h2 class="ep" id="run-{_esc(s.get("run", e))}">Run {_esc(s.get("run", e))}: {outcome}, '
-                f'{_esc(s.get("steps", len(ep.steps)))} steps, score {float(s.get("score", 0.0)):.2f}, '
-                f'ended by {_esc(s.get("end_reason"))}, policy {_esc(s.get("policy"))}</h2>')
+        outcome = (
+            '<span class="ok">success</span>'
+            if s.get("success")
+            else f'<span class="bad">{_esc(s.get("status", "failure"))}</span>'
+        )
+        head = (
+            f'<h2 class="ep" id="run-{_esc(s.get("run", e))}">Run {_esc(s.get("run", e))}: {outcome}, '
+            f"{_esc(s.get('steps', len(ep.steps)))} steps, score {float(s.get('score', 0.0)):.2f}, "
+            f"ended by {_esc(s.get('end_reason'))}, policy {_esc(s.get('policy'))}</h2>"
+        )
         if s.get("error"):
             head += f'<div class="err">{_esc(s["error"].get("type"))}: {_esc(s["error"].get("message"))}</div>'
         rows = []
@@ -95,26 +108,34 @@ def render_episodes(graph: TaskGraph, episodes, *, title: str | None = None, ins
                 f'<tr class="step" data-episode="{e}" data-step="{t}" data-node="{_esc(node)}">'
                 f'<td class="num">{t}</td><td>{_esc(node)}<div>{_esc(step.get("url"))}</div></td>'
                 f"<td>{_shot(path, shot_width, cache)}</td>"
-                f'<td><details><summary>{_esc(step.get("title") or "observation")}</summary>'
-                f'<pre>{_esc(step.get("observation"))}</pre></details></td>'
-                f'<td><pre>{_esc(step.get("output"))}</pre></td><td>{_command(step)}</td>'
-                f"<td>{_effect(step)}</td><td>{_reward(rewards.get(ref))}</td></tr>")
+                f"<td><details><summary>{_esc(step.get('title') or 'observation')}</summary>"
+                f"<pre>{_esc(step.get('observation'))}</pre></details></td>"
+                f"<td><pre>{_esc(step.get('output'))}</pre></td><td>{_command(step)}</td>"
+                f"<td>{_effect(step)}</td><td>{_reward(rewards.get(ref))}</td></tr>"
+            )
         final = s.get("final") or {}
         if final:
             shot = final.get("screenshot")
-            rows.append(f'<tr class="final"><td>end</td><td>{_esc(final.get("url"))}</td>'
-                        f'<td>{_shot(None if not shot else f"{ep.path}/{shot}", shot_width, cache)}</td>'
-                        f'<td colspan=5>check: <code>{_esc(json.dumps(final.get("check")))}</code></td></tr>')
-        blocks.append(head + "<table><tr><th>step</th><th>node, URL</th><th>screenshot</th><th>observation</th>"
-                      "<th>model output</th><th>command / error</th><th>effect</th><th>process reward</th></tr>"
-                      + "".join(rows) + "</table>")
+            rows.append(
+                f'<tr class="final"><td>end</td><td>{_esc(final.get("url"))}</td>'
+                f"<td>{_shot(None if not shot else f'{ep.path}/{shot}', shot_width, cache)}</td>"
+                f"<td colspan=5>check: <code>{_esc(json.dumps(final.get('check')))}</code></td></tr>"
+            )
+        blocks.append(
+            head + "<table><tr><th>step</th><th>node, URL</th><th>screenshot</th><th>observation</th>"
+            "<th>model output</th><th>command / error</th><th>effect</th><th>process reward</th></tr>"
+            + "".join(rows)
+            + "</table>"
+        )
     link = f'<div><a class="tree" href="{_esc(tree_href)}">the merged tree of these runs</a></div>' if tree_href else ""
     instr = f'<div class="instr">{_esc(instruction)}</div>' if instruction else ""
-    return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
-            f"<title>{_esc(title)}</title>"
-            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:; '
-            "style-src 'unsafe-inline'\">"
-            f"<style>{CSS}</style></head><body><h1>{_esc(title)}</h1>{instr}{link}{''.join(blocks)}</body></html>\n")
+    return (
+        "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
+        f"<title>{_esc(title)}</title>"
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:; '
+        "style-src 'unsafe-inline'\">"
+        f"<style>{CSS}</style></head><body><h1>{_esc(title)}</h1>{instr}{link}{''.join(blocks)}</body></html>\n"
+    )
 
 
 def write_episodes_html(graph: TaskGraph, episodes, path: str, **kw) -> str:
@@ -129,14 +150,27 @@ def episodes_page(tree_path: str) -> str:
     return root + ".episodes" + (ext or ".html")
 
 
-def write_task_pages(graph: TaskGraph, episodes, task, tree_path: str, *, title: str,
-                     thumb_width: int = 160) -> tuple[str, str]:
+def write_task_pages(
+    graph: TaskGraph, episodes, task, tree_path: str, *, title: str, thumb_width: int = 160
+) -> tuple[str, str]:
     """The tree picture at ``tree_path`` and the episode viewer beside it, each linking to the other; -> both
     paths."""
     view = episodes_page(tree_path)
     instruction = task.instruction if task is not None else None
-    write_html(graph, tree_path, title=title, thumb_width=thumb_width, instruction=instruction,
-               links=(("the episodes step by step", os.path.basename(view)),))
-    write_episodes_html(graph, episodes, view, title=f"Episodes of {graph.task_id}", instruction=instruction,
-                        tree_href=os.path.basename(tree_path))
+    write_html(
+        graph,
+        tree_path,
+        title=title,
+        thumb_width=thumb_width,
+        instruction=instruction,
+        links=(("the episodes step by step", os.path.basename(view)),),
+    )
+    write_episodes_html(
+        graph,
+        episodes,
+        view,
+        title=f"Episodes of {graph.task_id}",
+        instruction=instruction,
+        tree_href=os.path.basename(tree_path),
+    )
     return tree_path, view

@@ -7,6 +7,7 @@
 
 ``trl.DPOTrainer`` reads prompt/chosen/rejected as they are; ``weight`` is for trainers that weight pairs.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,11 +23,18 @@ def export_pairs(data_dir: str, out_path: str, cfg: PairConfig = PairConfig(), n
     for node in DatasetReader(data_dir):
         for p in preference_pairs(node, cfg):
             w, loser = node.branches[p.chosen], node.branches[p.rejected]
-            rows.append({"prompt": [dict(m) for m in node.prompt],
-                         "chosen": [{"role": "assistant", "content": w.action}],
-                         "rejected": [{"role": "assistant", "content": loser.action}],
-                         "weight": p.weight, "task_id": node.task_id, "node_id": node.node_id,
-                         "q_chosen": w.q, "q_rejected": loser.q})
+            rows.append(
+                {
+                    "prompt": [dict(m) for m in node.prompt],
+                    "chosen": [{"role": "assistant", "content": w.action}],
+                    "rejected": [{"role": "assistant", "content": loser.action}],
+                    "weight": p.weight,
+                    "task_id": node.task_id,
+                    "node_id": node.node_id,
+                    "q_chosen": w.q,
+                    "q_rejected": loser.q,
+                }
+            )
     if normalise and rows:
         for row, w in zip(rows, normalise_weights([r["weight"] for r in rows])):
             row["weight"] = w

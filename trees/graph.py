@@ -4,6 +4,7 @@ A state is addressed by ``StateRef(episode, step)``: ``step`` t in ``0..T`` is s
 final state, from the episode summary). ``STOP`` leads to an END node of its own (one per node it was given at):
 the step is not a revisit, and the distance to a goal counts the STOP, as the environments' optimal lengths do.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,6 +38,7 @@ class Node:
 @dataclasses.dataclass
 class Edge:
     """One (src, command, dst) edge; edges with the same (src, command) form one branch."""
+
     src: str
     command: str  # canonical command (element ids replaced by role + name)
     dst: str
@@ -46,6 +48,7 @@ class Edge:
 @dataclasses.dataclass
 class BranchValue:
     """A branch (node, canonical command) with its value and statistics (docs/method.md §4)."""
+
     node: str
     command: str
     q: float

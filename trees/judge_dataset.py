@@ -5,6 +5,7 @@ against the recorded action (the reference), written as judge records (DPO-1 / D
 Sampling follows the recipe (T 0.7, top-k 10, top-p 0.9), one request per candidate with its own seed, so any
 server that takes ``seed`` gives K distinct draws. A step whose judge answers never parse is left out and counted.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,12 +33,14 @@ class JudgeDataConfig:
             raise ValueError(f"invalid judge data config: {self}")
 
 
-def sample_candidates(endpoint: ChatEndpoint, model: str, prompt: Sequence[dict], k: int, max_tokens: int,
-                      seed: int) -> list[str]:
+def sample_candidates(
+    endpoint: ChatEndpoint, model: str, prompt: Sequence[dict], k: int, max_tokens: int, seed: int
+) -> list[str]:
     out = []
     for j in range(k):
-        answer = endpoint.post({"model": model, "messages": list(prompt), "max_tokens": max_tokens,
-                                "seed": seed + j, **SAMPLING})
+        answer = endpoint.post(
+            {"model": model, "messages": list(prompt), "max_tokens": max_tokens, "seed": seed + j, **SAMPLING}
+        )
         try:
             out.append(str(answer["choices"][0]["message"]["content"] or ""))
         except (KeyError, IndexError, TypeError):
@@ -45,9 +48,16 @@ def sample_candidates(endpoint: ChatEndpoint, model: str, prompt: Sequence[dict]
     return out
 
 
-def judge_dataset_records(episodes_dir: str, cfg: BuildConfig, jcfg: JudgeDataConfig, sampler_url: str,
-                          sampler_model: str, judge: StepJudge, progress: bool = True,
-                          task_ids: Sequence[str] | None = None) -> tuple[list, dict]:
+def judge_dataset_records(
+    episodes_dir: str,
+    cfg: BuildConfig,
+    jcfg: JudgeDataConfig,
+    sampler_url: str,
+    sampler_model: str,
+    judge: StepJudge,
+    progress: bool = True,
+    task_ids: Sequence[str] | None = None,
+) -> tuple[list, dict]:
     """-> (records, counts) for every step of the successful episodes of ``cfg.splits`` (of ``task_ids`` only, when
     given). ``judge``: a ``StepJudge`` or anything with its ``score`` (``trees.judge_pairs.ReferenceJudge``)."""
     by_task, broken = load_episodes(episodes_dir)
@@ -55,8 +65,14 @@ def judge_dataset_records(episodes_dir: str, cfg: BuildConfig, jcfg: JudgeDataCo
     endpoint = ChatEndpoint(sampler_url)
     records, counts = [], {"steps": 0, "unscored": 0, "broken_episodes": len(broken)}
     wanted = set(by_task) if task_ids is None else set(task_ids)
-    steps = [(task_id, ep, t) for task_id in sorted(by_task) if task_id in wanted for ep in by_task[task_id]
-             if ep.summary.get("success") and ep.summary.get("split") in cfg.splits for t in range(len(ep.steps))]
+    steps = [
+        (task_id, ep, t)
+        for task_id in sorted(by_task)
+        if task_id in wanted
+        for ep in by_task[task_id]
+        if ep.summary.get("success") and ep.summary.get("split") in cfg.splits
+        for t in range(len(ep.steps))
+    ]
     counts["tasks"] = len({task_id for task_id, _, _ in steps})
     for task_id, ep, t in tqdm(steps, desc="judge steps", unit="step", disable=not progress):
         prompt = step_prompt(tasks.get(task_id), ep, t, cfg)
@@ -70,25 +86,50 @@ def judge_dataset_records(episodes_dir: str, cfg: BuildConfig, jcfg: JudgeDataCo
         if scores is None:
             counts["unscored"] += 1
             continue
-        records += judge_records(ScoredStep(key, reference, tuple(candidates), tuple(scores)), prompt, task_id,
-                                 jcfg.mode, jcfg.threshold)
+        records += judge_records(
+            ScoredStep(key, reference, tuple(candidates), tuple(scores)), prompt, task_id, jcfg.mode, jcfg.threshold
+        )
     counts["records"] = len(records)
     return records, counts
 
 
-def build_judge_dataset(episodes_dir: str, out_dir: str, cfg: BuildConfig, jcfg: JudgeDataConfig, sampler_url: str,
-                        sampler_model: str, judge: StepJudge, progress: bool = True,
-                        task_ids: Sequence[str] | None = None) -> dict:
+def build_judge_dataset(
+    episodes_dir: str,
+    out_dir: str,
+    cfg: BuildConfig,
+    jcfg: JudgeDataConfig,
+    sampler_url: str,
+    sampler_model: str,
+    judge: StepJudge,
+    progress: bool = True,
+    task_ids: Sequence[str] | None = None,
+) -> dict:
     """``judge_dataset_records`` written as a dataset; -> its summary (also in the manifest's ``extra``)."""
     from tgpo_jax.data.io import write_dataset
 
-    records, counts = judge_dataset_records(episodes_dir, cfg, jcfg, sampler_url, sampler_model, judge, progress,
-                                            task_ids)
+    records, counts = judge_dataset_records(
+        episodes_dir, cfg, jcfg, sampler_url, sampler_model, judge, progress, task_ids
+    )
     if not records:
         raise ValueError(f"{episodes_dir}: no judge records ({counts})")
-    summary = {**counts, "judge_calls": judge.calls, "judge_malformed": judge.malformed,
-               "judge_cache_hits": judge.hits, "episodes_dir": episodes_dir}
-    write_dataset(records, out_dir, num_shards=cfg.num_shards, overwrite=cfg.overwrite,
-                  config={**cfg.to_json(), "judge": dataclasses.asdict(jcfg), "sampler_model": sampler_model,
-                          "judge_model": judge.model}, extra=summary)
+    summary = {
+        **counts,
+        "judge_calls": judge.calls,
+        "judge_malformed": judge.malformed,
+        "judge_cache_hits": judge.hits,
+        "episodes_dir": episodes_dir,
+    }
+    write_dataset(
+        records,
+        out_dir,
+        num_shards=cfg.num_shards,
+        overwrite=cfg.overwrite,
+        config={
+            **cfg.to_json(),
+            "judge": dataclasses.asdict(jcfg),
+            "sampler_model": sampler_model,
+            "judge_model": judge.model,
+        },
+        extra=summary,
+    )
     return summary

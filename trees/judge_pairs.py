@@ -10,6 +10,7 @@ Candidates are compared by their command (``canonical``): sampled outputs that d
 action. Such duplicates are merged first, their scores averaged (the judge may score the same action twice
 differently), and a candidate that is the reference's action is never rejected against it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -62,25 +63,38 @@ def merged(step: ScoredStep, canonical: Callable[[str], str]) -> list[tuple[str,
     return [(text, sum(s) / len(s)) for text, s in groups.values()]
 
 
-def dpo1_pairs(step: ScoredStep, canonical: Callable[[str], str] = command_key,
-               threshold: float = DPO1_THRESHOLD) -> list[JudgePair]:
+def dpo1_pairs(
+    step: ScoredStep, canonical: Callable[[str], str] = command_key, threshold: float = DPO1_THRESHOLD
+) -> list[JudgePair]:
     ref = canonical(step.reference)
-    return [JudgePair(step.key, step.reference, text, None, score, "dpo1")
-            for text, score in merged(step, canonical) if score < threshold and canonical(text) != ref]
+    return [
+        JudgePair(step.key, step.reference, text, None, score, "dpo1")
+        for text, score in merged(step, canonical)
+        if score < threshold and canonical(text) != ref
+    ]
 
 
-def dpo2_pairs(step: ScoredStep, canonical: Callable[[str], str] = command_key,
-               min_gap: float = 1.0) -> list[JudgePair]:
+def dpo2_pairs(
+    step: ScoredStep, canonical: Callable[[str], str] = command_key, min_gap: float = 1.0
+) -> list[JudgePair]:
     if min_gap <= 0:
         raise ValueError(f"min_gap={min_gap}: must be > 0 (equal scores give no preference)")
     cands = merged(step, canonical)
-    return [JudgePair(step.key, a, b, sa, sb, "dpo2")
-            for i, (a, sa) in enumerate(cands) for j, (b, sb) in enumerate(cands)
-            if i != j and sa - sb >= min_gap]
+    return [
+        JudgePair(step.key, a, b, sa, sb, "dpo2")
+        for i, (a, sa) in enumerate(cands)
+        for j, (b, sb) in enumerate(cands)
+        if i != j and sa - sb >= min_gap
+    ]
 
 
-def judge_pairs(steps: Sequence[ScoredStep], mode: str, canonical: Callable[[str], str] = command_key,
-                threshold: float = DPO1_THRESHOLD, min_gap: float = 1.0) -> list[JudgePair]:
+def judge_pairs(
+    steps: Sequence[ScoredStep],
+    mode: str,
+    canonical: Callable[[str], str] = command_key,
+    threshold: float = DPO1_THRESHOLD,
+    min_gap: float = 1.0,
+) -> list[JudgePair]:
     """``mode`` in dpo1 / dpo2 / dpo3 -> the pairs of every step, in step order."""
     if mode not in ("dpo1", "dpo2", "dpo3"):
         raise ValueError(f"mode={mode!r}; expected dpo1, dpo2 or dpo3")
@@ -93,8 +107,14 @@ def judge_pairs(steps: Sequence[ScoredStep], mode: str, canonical: Callable[[str
     return out
 
 
-def judge_records(step: ScoredStep, prompt, task_id: str, mode: str, threshold: float = DPO1_THRESHOLD,
-                  canonical: Callable[[str], str] = command_key) -> list:
+def judge_records(
+    step: ScoredStep,
+    prompt,
+    task_id: str,
+    mode: str,
+    threshold: float = DPO1_THRESHOLD,
+    canonical: Callable[[str], str] = command_key,
+) -> list:
     """One scored step as node records (``value_source`` = ``judge``) whose derived pairs are the recipe's
     (``tgpo_jax.data.examples.preference_pairs``, margin 0 for DPO-1, ``min_gap`` − ε for DPO-2):
     - DPO-1: the reference (q = 1) and the candidates scored below ``threshold`` (q = 0): every pair is the
@@ -108,21 +128,45 @@ def judge_records(step: ScoredStep, prompt, task_id: str, mode: str, threshold: 
         raise ValueError(f"mode={mode!r}; expected dpo1, dpo2 or dpo3")
 
     def branch(text: str, q: float) -> Branch:
-        return Branch(action=text, command=canonical(text), q=q, rewards={}, n_total=1, n_success=0, n_failed=0,
-                      on_success_path=False, reaches_success=False)
+        return Branch(
+            action=text,
+            command=canonical(text),
+            q=q,
+            rewards={},
+            n_total=1,
+            n_success=0,
+            n_failed=0,
+            on_success_path=False,
+            reaches_success=False,
+        )
 
     out = []
     if mode in ("dpo1", "dpo3"):
         rejected = [p.rejected for p in dpo1_pairs(step, canonical, threshold)]
         if rejected:
-            out.append(NodeRecord(task_id=task_id, node_id=f"{step.key}/dpo1", prompt=prompt, value_source="judge",
-                                  branches=[branch(step.reference, 1.0)] + [branch(t, 0.0) for t in rejected],
-                                  meta={"judge": "dpo1", "threshold": threshold}))
+            out.append(
+                NodeRecord(
+                    task_id=task_id,
+                    node_id=f"{step.key}/dpo1",
+                    prompt=prompt,
+                    value_source="judge",
+                    branches=[branch(step.reference, 1.0)] + [branch(t, 0.0) for t in rejected],
+                    meta={"judge": "dpo1", "threshold": threshold},
+                )
+            )
     if mode in ("dpo2", "dpo3"):
         cands = merged(step, canonical)
         if len({s for _, s in cands}) > 1:
-            out.append(NodeRecord(task_id=task_id, node_id=f"{step.key}/dpo2", prompt=prompt, value_source="judge",
-                                  branches=[branch(t, s / 100.0) for t, s in cands], meta={"judge": "dpo2"}))
+            out.append(
+                NodeRecord(
+                    task_id=task_id,
+                    node_id=f"{step.key}/dpo2",
+                    prompt=prompt,
+                    value_source="judge",
+                    branches=[branch(t, s / 100.0) for t, s in cands],
+                    meta={"judge": "dpo2"},
+                )
+            )
     return out
 
 

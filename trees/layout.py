@@ -1,6 +1,7 @@
 """Where the tree picture draws things (``trees.render``): a layered layout — a node's layer (x position) is its BFS
 depth from the root, nodes within a layer ordered by first appearance — and the edges' curves between the boxes
 (forward edges left to right, back edges as arcs over the top, self-loops as small loops)."""
+
 from __future__ import annotations
 
 import collections

@@ -8,6 +8,7 @@ nodes within a layer are ordered by first appearance. Forward edges are curves f
 node of the same or a smaller layer, i.e. correction loops) are arcs over the top; self-loops are small loops.
 Every drawn node is ``<g class="node" data-node=ID>``, every drawn edge ``<g class="edge" data-src data-dst>``.
 """
+
 from __future__ import annotations
 
 import base64
@@ -25,7 +26,7 @@ from tgpo_jax.files import write_text_atomic
 log = logging.getLogger(__name__)
 
 # Diverging colour scale for branch values: low Q red, middle grey, high Q green.
-Q_LOW, Q_MID, Q_HIGH = (0xd7, 0x30, 0x27), (0x9a, 0x9a, 0x9a), (0x1a, 0x98, 0x50)
+Q_LOW, Q_MID, Q_HIGH = (0xD7, 0x30, 0x27), (0x9A, 0x9A, 0x9A), (0x1A, 0x98, 0x50)
 NO_Q = "#5f6b7a"
 SUCCESS, FAILURE, ROOT = "#1a9850", "#d73027", "#2b6cd4"
 
@@ -119,12 +120,18 @@ def _node_svg(b: Box, graph: TaskGraph, thumb_width: int, episodes_of: dict[str,
         cls.append("failure-end")
     border = SUCCESS if n.success_ends else FAILURE if n.failure_ends else ROOT if root else "#8a94a3"
     width = 3.5 if (root or n.success_ends or n.failure_ends) else 1.4
-    tip = [f"node {n.id}" + (" (root)" if root else "") + (" (END)" if n.is_end else ""),
-           f"URL: {n.url}", f"normalized: {n.norm_url}",
-           f"merged states: {len(n.states)} from {episodes_of.get(n.id, 0)} episode(s)"]
+    tip = [
+        f"node {n.id}" + (" (root)" if root else "") + (" (END)" if n.is_end else ""),
+        f"URL: {n.url}",
+        f"normalized: {n.norm_url}",
+        f"merged states: {len(n.states)} from {episodes_of.get(n.id, 0)} episode(s)",
+    ]
     if n.states:
-        tip.append("states: " + ", ".join(f"e{s.episode}:t{s.step}" for s in n.states[:12])
-                   + (" …" if len(n.states) > 12 else ""))
+        tip.append(
+            "states: "
+            + ", ".join(f"e{s.episode}:t{s.step}" for s in n.states[:12])
+            + (" …" if len(n.states) > 12 else "")
+        )
     if n.check:
         tip.append("check: " + ", ".join(f"{k}={v}" for k, v in sorted(n.check.items())))
     if n.phash:
@@ -138,41 +145,58 @@ def _node_svg(b: Box, graph: TaskGraph, thumb_width: int, episodes_of: dict[str,
         marks.append(f'<tspan class="ok" fill="{SUCCESS}">✓{n.success_ends}</tspan>')
     if n.failure_ends:
         marks.append(f'<tspan class="bad" fill="{FAILURE}">✗{n.failure_ends}</tspan>')
-    parts = [f'<g class="{" ".join(cls)}" data-node="{_esc(n.id)}" transform="translate({b.x:.1f},{b.y:.1f})">',
-             f"<title>{_esc(chr(10).join(tip))}</title>"]
+    parts = [
+        f'<g class="{" ".join(cls)}" data-node="{_esc(n.id)}" transform="translate({b.x:.1f},{b.y:.1f})">',
+        f"<title>{_esc(chr(10).join(tip))}</title>",
+    ]
     if n.is_end:
-        parts.append(f'<rect width="{b.w}" height="{b.h}" rx="{b.h / 2}" fill="#f4f5f7" stroke="{border}" '
-                     f'stroke-width="{width}"/>')
+        parts.append(
+            f'<rect width="{b.w}" height="{b.h}" rx="{b.h / 2}" fill="#f4f5f7" stroke="{border}" '
+            f'stroke-width="{width}"/>'
+        )
         label = "END " + " ".join(marks) if marks else "END"
         parts.append(f'<text class="end-label" x="{b.w / 2}" y="{b.h / 2 + 5}" text-anchor="middle">{label}</text>')
     else:
-        parts.append(f'<rect class="frame" width="{b.w}" height="{b.h}" rx="6" fill="#fff" stroke="{border}" '
-                     f'stroke-width="{width}"/>')
+        parts.append(
+            f'<rect class="frame" width="{b.w}" height="{b.h}" rx="6" fill="#fff" stroke="{border}" '
+            f'stroke-width="{width}"/>'
+        )
         img_h = b.h - 12 - LABEL_H
         if b.thumb:
             uri, _, _ = b.thumb
-            parts.append(f'<image class="thumb" x="6" y="6" width="{thumb_width}" height="{img_h}" '
-                         f'preserveAspectRatio="xMidYMin slice" href="{uri}"/>')
+            parts.append(
+                f'<image class="thumb" x="6" y="6" width="{thumb_width}" height="{img_h}" '
+                f'preserveAspectRatio="xMidYMin slice" href="{uri}"/>'
+            )
         else:
-            parts.append(f'<rect class="placeholder" x="6" y="6" width="{thumb_width}" height="{img_h}" '
-                         f'fill="#eceff3" stroke="#c5ccd6" stroke-dasharray="4 3"/>')
-            parts.append(f'<text class="ph-label" x="{6 + thumb_width / 2}" y="{6 + img_h / 2 + 4}" '
-                         f'text-anchor="middle">no screenshot</text>')
+            parts.append(
+                f'<rect class="placeholder" x="6" y="6" width="{thumb_width}" height="{img_h}" '
+                f'fill="#eceff3" stroke="#c5ccd6" stroke-dasharray="4 3"/>'
+            )
+            parts.append(
+                f'<text class="ph-label" x="{6 + thumb_width / 2}" y="{6 + img_h / 2 + 4}" '
+                f'text-anchor="middle">no screenshot</text>'
+            )
         max_chars = max(8, int(thumb_width / 6.4))
-        parts.append(f'<text class="path" x="6" y="{b.h - LABEL_H + 8}">'
-                     f'{_esc(_shorten(short_url(n.url), max_chars))}</text>')
+        parts.append(
+            f'<text class="path" x="6" y="{b.h - LABEL_H + 8}">{_esc(_shorten(short_url(n.url), max_chars))}</text>'
+        )
         info = f"{_esc(n.id)} · {len(n.states)} state{'s' if len(n.states) != 1 else ''}"
-        parts.append(f'<text class="info" x="6" y="{b.h - 8}">{info}'
-                     + (" " + " ".join(marks) if marks else "") + "</text>")
+        parts.append(
+            f'<text class="info" x="6" y="{b.h - 8}">{info}' + (" " + " ".join(marks) if marks else "") + "</text>"
+        )
         if root:
-            parts.append(f'<rect x="{b.w - 44}" y="-9" width="40" height="17" rx="4" fill="{ROOT}"/>'
-                         f'<text class="badge" x="{b.w - 24}" y="3" text-anchor="middle">ROOT</text>')
+            parts.append(
+                f'<rect x="{b.w - 44}" y="-9" width="40" height="17" rx="4" fill="{ROOT}"/>'
+                f'<text class="badge" x="{b.w - 24}" y="3" text-anchor="middle">ROOT</text>'
+            )
     parts.append("</g>")
     return "".join(parts)
 
 
-def _edge_svg(e: Edge, kind: str, pts, k: int, bv: BranchValue | None, lo: float, hi: float,
-              cmd_chars: int) -> tuple[str, tuple]:
+def _edge_svg(
+    e: Edge, kind: str, pts, k: int, bv: BranchValue | None, lo: float, hi: float, cmd_chars: int
+) -> tuple[str, tuple]:
     q = bv.q if bv is not None else None
     colour = q_colour(q, lo, hi)
     n = max(1, len(e.steps))
@@ -192,8 +216,13 @@ def _edge_svg(e: Edge, kind: str, pts, k: int, bv: BranchValue | None, lo: float
     qtxt = f"Q={_fmt(q)}" if q is not None else "Q=n/a"
     label = f"{_shorten(e.command, cmd_chars)} {qtxt}"
     half = 3.2 * len(label) + 3  # monospace 10.5px: about 6.3px a character
-    tip = [f"{e.command}", f"{e.src} → {e.dst} ({kind} edge)", f"taken {len(e.steps)}×: "
-           + ", ".join(f"e{s.episode}:t{s.step}" for s in e.steps[:12]) + (" …" if len(e.steps) > 12 else "")]
+    tip = [
+        f"{e.command}",
+        f"{e.src} → {e.dst} ({kind} edge)",
+        f"taken {len(e.steps)}×: "
+        + ", ".join(f"e{s.episode}:t{s.step}" for s in e.steps[:12])
+        + (" …" if len(e.steps) > 12 else ""),
+    ]
     if bv is not None:
         tip.append(f"branch Q = {bv.q:.4f}")
         tip.append(f"trajectories: n_total={bv.n_total} n_success={bv.n_success} n_failed={bv.n_failed}")
@@ -205,16 +234,18 @@ def _edge_svg(e: Edge, kind: str, pts, k: int, bv: BranchValue | None, lo: float
     left = lx - half if anchor == "middle" else lx - 2 * half + 3
     dash = ' stroke-dasharray="7 4"' if kind == "back" else ""
     qattr = f' data-q="{_fmt(q, 4)}"' if q is not None else ""
-    svg = (f'<g class="edge {kind}" data-src="{_esc(e.src)}" data-dst="{_esc(e.dst)}" '
-           f'data-command="{_esc(e.command)}"{qattr} data-count="{len(e.steps)}">'
-           f"<title>{_esc(chr(10).join(tip))}</title>"
-           f'<path class="wire" d="{path}" fill="none" stroke="{colour}" stroke-width="{sw:.2f}"{dash} '
-           f'stroke-linecap="round" opacity="0.85"/>'
-           f'<path class="head" d="{head}" fill="{colour}"/>'
-           f'<rect class="lbg" x="{left:.1f}" y="{ly - 10:.1f}" width="{2 * half:.1f}" height="13" rx="3"/>'
-           f'<text class="elabel" x="{lx:.1f}" y="{ly:.1f}" text-anchor="{anchor}">'
-           f'<tspan class="cmd">{_esc(_shorten(e.command, cmd_chars))}</tspan> '
-           f'<tspan class="q" fill="{colour}">{_esc(qtxt)}</tspan></text></g>')
+    svg = (
+        f'<g class="edge {kind}" data-src="{_esc(e.src)}" data-dst="{_esc(e.dst)}" '
+        f'data-command="{_esc(e.command)}"{qattr} data-count="{len(e.steps)}">'
+        f"<title>{_esc(chr(10).join(tip))}</title>"
+        f'<path class="wire" d="{path}" fill="none" stroke="{colour}" stroke-width="{sw:.2f}"{dash} '
+        f'stroke-linecap="round" opacity="0.85"/>'
+        f'<path class="head" d="{head}" fill="{colour}"/>'
+        f'<rect class="lbg" x="{left:.1f}" y="{ly - 10:.1f}" width="{2 * half:.1f}" height="13" rx="3"/>'
+        f'<text class="elabel" x="{lx:.1f}" y="{ly:.1f}" text-anchor="{anchor}">'
+        f'<tspan class="cmd">{_esc(_shorten(e.command, cmd_chars))}</tspan> '
+        f'<tspan class="q" fill="{colour}">{_esc(qtxt)}</tspan></text></g>'
+    )
     return svg, ((left, ly - 12), (left + 2 * half, ly + 4))
 
 
@@ -278,8 +309,14 @@ def _episodes_per_node(graph: TaskGraph) -> dict[str, int]:
     return {nid: len({s.episode for s in n.states}) for nid, n in graph.nodes.items()}
 
 
-def render_html(graph: TaskGraph, *, title: str | None = None, thumb_width: int = 160,
-                instruction: str | None = None, links: tuple[tuple[str, str], ...] = ()) -> str:
+def render_html(
+    graph: TaskGraph,
+    *,
+    title: str | None = None,
+    thumb_width: int = 160,
+    instruction: str | None = None,
+    links: tuple[tuple[str, str], ...] = (),
+) -> str:
     """The merged graph of one task as one self-contained HTML page (see the module docstring); ``links``:
     (label, href) pairs shown under the title (the task's episode viewer, ``trees.episode_view``)."""
     if thumb_width < 16:
@@ -319,11 +356,17 @@ def render_html(graph: TaskGraph, *, title: str | None = None, thumb_width: int 
     n_self = sum(1 for c in curves if c[1] == "self")
     multi = sum(1 for nid in graph.nodes if len({e.command for e in graph.edges if e.src == nid}) >= 2)
     title = title or f"Task {graph.task_id}"
-    stats = [("task", graph.task_id), ("episodes", len(episodes)),
-             ("successful", f"{n_success}" + (f" / {n_success + n_failure}" if n_success + n_failure else "")),
-             ("nodes", f"{len(graph.nodes)} ({n_end} END)"), ("edges", len(graph.edges)),
-             ("branches", len(graph.branches)), ("branching nodes", multi),
-             ("back edges", n_back), ("self-loops", n_self)]
+    stats = [
+        ("task", graph.task_id),
+        ("episodes", len(episodes)),
+        ("successful", f"{n_success}" + (f" / {n_success + n_failure}" if n_success + n_failure else "")),
+        ("nodes", f"{len(graph.nodes)} ({n_end} END)"),
+        ("edges", len(graph.edges)),
+        ("branches", len(graph.branches)),
+        ("branching nodes", multi),
+        ("back edges", n_back),
+        ("self-loops", n_self),
+    ]
     if qs:
         stats.append(("Q range", f"{_fmt(lo)} … {_fmt(hi)}"))
     shown = {k for k, _ in stats}
@@ -331,52 +374,70 @@ def render_html(graph: TaskGraph, *, title: str | None = None, thumb_width: int 
         if str(k) not in shown and isinstance(v, (int, float, str, bool)) and len(str(v)) < 40:
             stats.append((str(k), v))
 
-    grad = f"linear-gradient(90deg,{q_colour(lo, lo, hi) if hi > lo else _mix(Q_LOW, Q_LOW, 0)}," \
-           f"{_mix(Q_MID, Q_MID, 0)},{q_colour(hi, lo, hi) if hi > lo else _mix(Q_HIGH, Q_HIGH, 0)})"
+    grad = (
+        f"linear-gradient(90deg,{q_colour(lo, lo, hi) if hi > lo else _mix(Q_LOW, Q_LOW, 0)},"
+        f"{_mix(Q_MID, Q_MID, 0)},{q_colour(hi, lo, hi) if hi > lo else _mix(Q_HIGH, Q_HIGH, 0)})"
+    )
     legend = (
         f'<div class="legend">'
         f'<span><span class="sw bar" style="background:{grad}"></span>edge colour: branch Q '
-        f'{_fmt(lo) if qs else "low"} → {_fmt(hi) if qs else "high"}</span>'
+        f"{_fmt(lo) if qs else 'low'} → {_fmt(hi) if qs else 'high'}</span>"
         f'<span><svg class="sw" width="34" height="12"><line x1="2" y1="6" x2="32" y2="6" stroke="{NO_Q}" '
         f'stroke-width="1.6"/></svg>1× · <svg class="sw" width="34" height="12"><line x1="2" y1="6" x2="32" y2="6" '
         f'stroke="{NO_Q}" stroke-width="5"/></svg>8× taken (width)</span>'
         f'<span><svg class="sw" width="34" height="12"><line x1="2" y1="6" x2="32" y2="6" stroke="{NO_Q}" '
         f'stroke-width="2" stroke-dasharray="7 4"/></svg>back edge (revisit / correction loop)</span>'
         f'<span><span class="sw" style="width:16px;height:12px;border:3px solid {ROOT};border-radius:3px"></span>'
-        f'root s0</span>'
+        f"root s0</span>"
         f'<span><span class="sw" style="width:16px;height:12px;border:3px solid {SUCCESS};border-radius:3px"></span>'
         f'<b style="color:{SUCCESS}">✓n</b> successful episodes ended here</span>'
         f'<span><span class="sw" style="width:16px;height:12px;border:3px solid {FAILURE};border-radius:3px"></span>'
         f'<b style="color:{FAILURE}">✗n</b> failed episodes ended here</span>'
         f'<span><span class="sw" style="width:28px;height:12px;border:1.5px solid #8a94a3;border-radius:7px"></span>'
-        f'END (reached by STOP)</span>'
-        f'<span>hover: full command, Q, n_total / n_success / n_failed, reward means</span></div>')
+        f"END (reached by STOP)</span>"
+        f"<span>hover: full command, Q, n_total / n_success / n_failed, reward means</span></div>"
+    )
 
     rows = []
     for (nid, cmd), bv in sorted(graph.branches.items(), key=lambda kv: (kv[0][0], -kv[1].q)):
         rewards = ", ".join(f"{k}={v:.2f}" for k, v in sorted(bv.rewards.items()))
-        rows.append(f"<tr><td>{_esc(nid)}</td><td>{_esc(cmd)}</td><td class=num>{_fmt(bv.q)}</td>"
-                    f"<td class=num>{bv.n_total}</td><td class=num>{bv.n_success}</td><td class=num>{bv.n_failed}</td>"
-                    f"<td>{'✓' if bv.on_success_path else ''}</td><td>{'✓' if bv.reaches_success else ''}</td>"
-                    f"<td>{_esc(rewards)}</td></tr>")
-    table = ("<details><summary>branch values (" + str(len(rows)) + ")</summary><table class=branches>"
-             "<tr><th>node</th><th>command</th><th>Q</th><th>n_total</th><th>n_success</th><th>n_failed</th>"
-             "<th>on success path</th><th>reaches success</th><th>reward means</th></tr>"
-             + "".join(rows) + "</table></details>") if rows else ""
+        rows.append(
+            f"<tr><td>{_esc(nid)}</td><td>{_esc(cmd)}</td><td class=num>{_fmt(bv.q)}</td>"
+            f"<td class=num>{bv.n_total}</td><td class=num>{bv.n_success}</td><td class=num>{bv.n_failed}</td>"
+            f"<td>{'✓' if bv.on_success_path else ''}</td><td>{'✓' if bv.reaches_success else ''}</td>"
+            f"<td>{_esc(rewards)}</td></tr>"
+        )
+    table = (
+        (
+            "<details><summary>branch values (" + str(len(rows)) + ")</summary><table class=branches>"
+            "<tr><th>node</th><th>command</th><th>Q</th><th>n_total</th><th>n_success</th><th>n_failed</th>"
+            "<th>on success path</th><th>reaches success</th><th>reward means</th></tr>"
+            + "".join(rows)
+            + "</table></details>"
+        )
+        if rows
+        else ""
+    )
 
-    svg = (f'<svg class="tree" xmlns="http://www.w3.org/2000/svg" width="{vw:.0f}" height="{vh:.0f}" '
-           f'viewBox="{x_min:.1f} {y_min:.1f} {vw:.1f} {vh:.1f}" role="img" aria-label="{_esc(title)}">'
-           + "".join(edge_svgs) + "".join(node_svgs) + "</svg>")
+    svg = (
+        f'<svg class="tree" xmlns="http://www.w3.org/2000/svg" width="{vw:.0f}" height="{vh:.0f}" '
+        f'viewBox="{x_min:.1f} {y_min:.1f} {vw:.1f} {vh:.1f}" role="img" aria-label="{_esc(title)}">'
+        + "".join(edge_svgs)
+        + "".join(node_svgs)
+        + "</svg>"
+    )
     head_stats = "".join(f"<span>{_esc(k)}: <b>{_esc(v)}</b></span>" for k, v in stats)
     instr = f'<div class="instr">{_esc(instruction)}</div>' if instruction else ""
     instr += "".join(f'<div><a class="link" href="{_esc(href)}">{_esc(label)}</a></div>' for label, href in links)
-    return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
-            f"<title>{_esc(title)}</title>"
-            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:; '
-            "style-src 'unsafe-inline'; script-src 'unsafe-inline'\">"
-            f"<style>{CSS}</style></head><body>"
-            f'<header><h1>{_esc(title)}</h1>{instr}<div class="stats">{head_stats}</div></header>'
-            f'{legend}<div class="scroll">{svg}</div>{table}<script>{JS}</script></body></html>\n')
+    return (
+        "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
+        f"<title>{_esc(title)}</title>"
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:; '
+        "style-src 'unsafe-inline'; script-src 'unsafe-inline'\">"
+        f"<style>{CSS}</style></head><body>"
+        f'<header><h1>{_esc(title)}</h1>{instr}<div class="stats">{head_stats}</div></header>'
+        f'{legend}<div class="scroll">{svg}</div>{table}<script>{JS}</script></body></html>\n'
+    )
 
 
 def write_html(graph: TaskGraph, path: str, **kw) -> str:

@@ -6,6 +6,7 @@ that reached it, as ``trees.dataset.step_prompt`` does for tree records).
 
 No behaviour log-prob is stored: a forced step's output was not sampled under that episode's prompt.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,14 @@ def _reaching(episodes: Sequence[EpisodeRecord], prefix: Sequence[str]) -> tuple
     return None
 
 
-def search_records(tree: dict, episodes: Sequence[EpisodeRecord], task: Task | None, cfg: BuildConfig,
-                   alpha: float | None = None, min_visits: int = 1) -> list[NodeRecord]:
+def search_records(
+    tree: dict,
+    episodes: Sequence[EpisodeRecord],
+    task: Task | None,
+    cfg: BuildConfig,
+    alpha: float | None = None,
+    min_visits: int = 1,
+) -> list[NodeRecord]:
     """The records of one task's search tree. ``alpha`` defaults to the search's own."""
     alpha = tree["config"]["alpha"] if alpha is None else alpha
     records = []
@@ -51,19 +58,45 @@ def search_records(tree: dict, episodes: Sequence[EpisodeRecord], task: Task | N
         branches = []
         for e in edges:
             n_success = round(e["q_search"] * e["visits"])
-            branches.append(Branch(action=e["action"], command=e["command"],
-                                   q=alpha * e["q_search"] + (1 - alpha) * e["critic"], rewards={},
-                                   n_total=e["visits"], n_success=n_success, n_failed=e["visits"] - n_success,
-                                   on_success_path=n_success > 0, reaches_success=n_success > 0))
-        records.append(NodeRecord(task_id=tree["task_id"], node_id=f"s{node['id']}",
-                                  prompt=step_prompt(task, ep, t, cfg), branches=branches, value_source="mcts",
-                                  meta={"depth": len(node["prefix"]), "url": ep.steps[t].get("norm_url"),
-                                        "alpha": alpha, "visits": sum(e["visits"] for e in node["edges"])}))
+            branches.append(
+                Branch(
+                    action=e["action"],
+                    command=e["command"],
+                    q=alpha * e["q_search"] + (1 - alpha) * e["critic"],
+                    rewards={},
+                    n_total=e["visits"],
+                    n_success=n_success,
+                    n_failed=e["visits"] - n_success,
+                    on_success_path=n_success > 0,
+                    reaches_success=n_success > 0,
+                )
+            )
+        records.append(
+            NodeRecord(
+                task_id=tree["task_id"],
+                node_id=f"s{node['id']}",
+                prompt=step_prompt(task, ep, t, cfg),
+                branches=branches,
+                value_source="mcts",
+                meta={
+                    "depth": len(node["prefix"]),
+                    "url": ep.steps[t].get("norm_url"),
+                    "alpha": alpha,
+                    "visits": sum(e["visits"] for e in node["edges"]),
+                },
+            )
+        )
     return records
 
 
-def task_search_records(dirs: Sequence[str], task_id: str, episodes: Sequence[EpisodeRecord], task: Task | None,
-                        cfg: BuildConfig, alpha: float | None = None) -> list[NodeRecord]:
+def task_search_records(
+    dirs: Sequence[str],
+    task_id: str,
+    episodes: Sequence[EpisodeRecord],
+    task: Task | None,
+    cfg: BuildConfig,
+    alpha: float | None = None,
+) -> list[NodeRecord]:
     """The records of ``task_id``'s search tree, from the first of ``dirs`` (collection directories) holding one;
     none when the task was not searched."""
     from rollout.search.driver import tree_path

@@ -17,6 +17,7 @@ otherwise a wrong one (wrong link, Home = revisit, no-op click, premature STOP, 
 occasionally an unparseable output. Episodes end with ``STOP []`` or at ``max_steps``; the summary's status
 is the final state's check, as in ``rollout.harness.runner.run_episode``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +35,28 @@ from rollout.urls import normalize_url
 ORIGIN = "http://127.0.0.1:1"
 POLICY_NAME = "synthetic"
 
-_WORDS = ("red", "blue", "wool", "cotton", "lamp", "desk", "shoe", "mug", "tea", "soap", "pen", "bag", "case",
-          "chair", "rug", "clock", "kettle", "towel", "scarf", "bottle")
+_WORDS = (
+    "red",
+    "blue",
+    "wool",
+    "cotton",
+    "lamp",
+    "desk",
+    "shoe",
+    "mug",
+    "tea",
+    "soap",
+    "pen",
+    "bag",
+    "case",
+    "chair",
+    "rug",
+    "clock",
+    "kettle",
+    "towel",
+    "scarf",
+    "bottle",
+)
 _CATS = ("Kitchen", "Garden", "Books", "Toys", "Office", "Sports", "Beauty", "Audio", "Pets", "Travel")
 _MALFORMED = (
     "Thought: {t}\nI think I should click the {n} link.",
@@ -123,43 +144,91 @@ class _Site:
                 if kind < 0.45:
                     dk = f"d{j}_{w}"
                     els.append(_El("", "link", f"{rng.choice(_CATS)} deals {w}", dk))
-                    add(dk, f"{base}/d{j}{w}?q={self.query}", f"Deals {j}.{w}",
-                        [_El("", "link", "Home", "0")], [("text", "Nothing matches your search.")],
-                        _phash(t, dk), empty)
+                    add(
+                        dk,
+                        f"{base}/d{j}{w}?q={self.query}",
+                        f"Deals {j}.{w}",
+                        [_El("", "link", "Home", "0")],
+                        [("text", "Nothing matches your search.")],
+                        _phash(t, dk),
+                        empty,
+                    )
                 elif kind < 0.7 and j > 0:
                     back = rng.randrange(0, j)
                     els.append(_El("", "link", f"Back to step {back}", str(back)))
                 else:
                     dk = f"x{j}_{w}"
                     els.append(_El("", "link", f"Sponsored {rng.choice(_WORDS)}", dk))
-                    add(dk, f"{base}/x{j}{w}?ref=ad&item={rng.randint(100, 999)}", "Sponsored",
+                    add(
+                        dk,
+                        f"{base}/x{j}{w}?ref=ad&item={rng.randint(100, 999)}",
+                        "Sponsored",
                         [_El("", "link", "Home", "0"), _El("", "button", "Back to shop", str(j))],
-                        [("heading", "Sponsored"), ("text", "An offer you did not ask for.")], _phash(t, dk), empty)
+                        [("heading", "Sponsored"), ("text", "An offer you did not ask for.")],
+                        _phash(t, dk),
+                        empty,
+                    )
             if j == max(0, m - 2):  # the wrong item, one level above the right one
                 els.append(_El("", "link", f"Item {wrong_item}", "wi"))
             if rng.random() < 0.5:
                 els.append(_El("", "button", "Help", None))
             rng.shuffle(els)
             q = f"?q={self.query}&page={j}" if j else ""
-            add(str(j), f"{base}/{j}{q}", "Home" if j == 0 else f"Results {j}", els,
-                [("heading", f"Step {j}"), ("text", f"Find item {item}.")], _phash(t, j), empty)
+            add(
+                str(j),
+                f"{base}/{j}{q}",
+                "Home" if j == 0 else f"Results {j}",
+                els,
+                [("heading", f"Step {j}"), ("text", f"Find item {item}.")],
+                _phash(t, j),
+                empty,
+            )
             if popup_at == j:
-                add(f"{j}pop", f"{base}/{j}{q}", f"Results {j}",
-                    [_El("", "link", "Home", "0"), _El("", "button", "No thanks", str(j)),
-                     _El("", "button", "Close", str(j))],
-                    [("dialog", "Subscribe to our newsletter?")], _phash(t, j, "pop"), empty)
-        add("wi", f"{base}/item?item={wrong_item}", f"Item {wrong_item}",
+                add(
+                    f"{j}pop",
+                    f"{base}/{j}{q}",
+                    f"Results {j}",
+                    [
+                        _El("", "link", "Home", "0"),
+                        _El("", "button", "No thanks", str(j)),
+                        _El("", "button", "Close", str(j)),
+                    ],
+                    [("dialog", "Subscribe to our newsletter?")],
+                    _phash(t, j, "pop"),
+                    empty,
+                )
+        add(
+            "wi",
+            f"{base}/item?item={wrong_item}",
+            f"Item {wrong_item}",
             [_El("", "link", "Home", "0"), _El("", "button", "Add to cart", "wcart")],
-            [("heading", f"Item {wrong_item}"), ("text", "In stock.")], _phash(t, "wi"), empty)
+            [("heading", f"Item {wrong_item}"), ("text", "In stock.")],
+            _phash(t, "wi"),
+            empty,
+        )
         goal_phash = _phash(t, "cart")
-        add("cart", f"{base}/cart", "Cart",
-            [_El("", "link", "Home", "0"), _El("", "link", "Continue shopping", "0"),
-             _El("", "button", "Update cart", None)],
-            [("heading", "Your cart"), ("text", f"Item {item} x 1")], goal_phash, cart)
-        add("wcart", f"{base}/cart", "Cart",
+        add(
+            "cart",
+            f"{base}/cart",
+            "Cart",
+            [
+                _El("", "link", "Home", "0"),
+                _El("", "link", "Continue shopping", "0"),
+                _El("", "button", "Update cart", None),
+            ],
+            [("heading", "Your cart"), ("text", f"Item {item} x 1")],
+            goal_phash,
+            cart,
+        )
+        add(
+            "wcart",
+            f"{base}/cart",
+            "Cart",
             [_El("", "button", "Empty cart", "0"), _El("", "button", "Update cart", None)],
-            [("heading", "Your cart"), ("text", f"Item {wrong_item} x 1")], _flip_bit(goal_phash, rng.randrange(64)),
-            _check(f"cart=item{wrong_item}", False, 0.0))
+            [("heading", "Your cart"), ("text", f"Item {wrong_item} x 1")],
+            _flip_bit(goal_phash, rng.randrange(64)),
+            _check(f"cart=item{wrong_item}", False, 0.0),
+        )
         for s in states.values():
             lines = []
             for k, e in enumerate(s.elements, start=1):
@@ -208,12 +277,17 @@ class _Site:
 
 
 def _timings(rng: random.Random) -> dict:
-    return {"observe_s": 0.2 + rng.random() * 0.5, "check_s": rng.random() * 1e-3, "policy_s": 0.5 + rng.random() * 3,
-            "execute_s": 0.1 + rng.random() * 0.6}
+    return {
+        "observe_s": 0.2 + rng.random() * 0.5,
+        "check_s": rng.random() * 1e-3,
+        "policy_s": 0.5 + rng.random() * 3,
+        "execute_s": 0.1 + rng.random() * 0.6,
+    }
 
 
-def _episode(site: _Site, task: Task, run: int, seed: int, rng: random.Random, branching: float,
-             max_steps: int) -> tuple[list[dict], dict]:
+def _episode(
+    site: _Site, task: Task, run: int, seed: int, rng: random.Random, branching: float, max_steps: int
+) -> tuple[list[dict], dict]:
     st = site.states
     key = site.start
     url = site.url(key, rng)
@@ -228,8 +302,17 @@ def _episode(site: _Site, task: Task, run: int, seed: int, rng: random.Random, b
         head = f"URL: {u}\nTitle: {s.title}\n"
         if e is not None:
             head += f"Last action error ({e['kind']}): {e['message']}\n"
-        return {"url": u, "norm_url": s.norm_url, "title": s.title, "observation": head + s.body,
-                "truncated": False, "screenshot": None, "phash": s.phash, "obs_error": e, "check": dict(s.check)}
+        return {
+            "url": u,
+            "norm_url": s.norm_url,
+            "title": s.title,
+            "observation": head + s.body,
+            "truncated": False,
+            "screenshot": None,
+            "phash": s.phash,
+            "obs_error": e,
+            "check": dict(s.check),
+        }
 
     cur = state_json(key, url, err)
     for t in range(max_steps):
@@ -268,8 +351,15 @@ def _episode(site: _Site, task: Task, run: int, seed: int, rng: random.Random, b
         timings = _timings(rng)
         total_s += sum(timings.values())
         n_tok = len(text) // 4 + 1
-        record = {"step": t, **cur, "output": text, "logprob": -round(n_tok * (0.05 + rng.random() * 0.6), 4),
-                  "num_tokens": n_tok, "policy_info": {}, "timings": timings}
+        record = {
+            "step": t,
+            **cur,
+            "output": text,
+            "logprob": -round(n_tok * (0.05 + rng.random() * 0.6), 4),
+            "num_tokens": n_tok,
+            "policy_info": {},
+            "timings": timings,
+        }
         next_key, next_url, next_err = key, url, None
         if r < p_malformed:
             try:
@@ -277,35 +367,54 @@ def _episode(site: _Site, task: Task, run: int, seed: int, rng: random.Random, b
                 raise AssertionError(f"synthetic malformed output parsed: {text!r}")
             except ActionError as e:
                 error = {"kind": e.kind, "message": e.message}
-            record.update(thought="", command=None, command_name=None, target=None, format_ok=False, error=error,
-                          effect=None)
+            record.update(
+                thought="", command=None, command_name=None, target=None, format_ok=False, error=error, effect=None
+            )
             next_err = error
         else:
-            thought = text.split("\n", 1)[0][len("Thought: "):]
+            thought = text.split("\n", 1)[0][len("Thought: ") :]
             record.update(thought=thought, format_ok=True)
             if stop:
                 record.update(command="STOP []", command_name="STOP", target=None, error=None, effect=None)
             elif missing is not None:
                 error = {"kind": "no_such_element", "message": f"no element with id [{missing}] on this page"}
-                record.update(command=f"CLICK [{missing}]", command_name="CLICK", target=None, error=error,
-                              effect=None)
+                record.update(command=f"CLICK [{missing}]", command_name="CLICK", target=None, error=error, effect=None)
                 next_err = error
             else:
-                record.update(command=f"CLICK [{el.id}]", command_name="CLICK",
-                              target={"role": el.role, "name": el.name}, error=None)
+                record.update(
+                    command=f"CLICK [{el.id}]",
+                    command_name="CLICK",
+                    target={"role": el.role, "name": el.name},
+                    error=None,
+                )
                 if el.to is None:
-                    effect = {"url_changed": False, "dom_changed": False, "navigated": False,
-                              "expected_change": False, "detail": "no visible change"}
+                    effect = {
+                        "url_changed": False,
+                        "dom_changed": False,
+                        "navigated": False,
+                        "expected_change": False,
+                        "detail": "no visible change",
+                    }
                 elif st[el.to].path == s.path and el.to != key:
-                    effect = {"url_changed": False, "dom_changed": True, "navigated": False,
-                              "expected_change": True, "detail": "dom changed"}
+                    effect = {
+                        "url_changed": False,
+                        "dom_changed": True,
+                        "navigated": False,
+                        "expected_change": True,
+                        "detail": "dom changed",
+                    }
                     next_key = el.to
                 else:
                     next_key = el.to
                     next_url = site.url(next_key, rng)
                     changed = next_url != url
-                    effect = {"url_changed": changed, "dom_changed": True, "navigated": True,
-                              "expected_change": True, "detail": "url changed" if changed else "dom changed"}
+                    effect = {
+                        "url_changed": changed,
+                        "dom_changed": True,
+                        "navigated": True,
+                        "expected_change": True,
+                        "detail": "url changed" if changed else "dom changed",
+                    }
                 record["effect"] = effect
         steps.append(record)
         if stop:
@@ -315,12 +424,26 @@ def _episode(site: _Site, task: Task, run: int, seed: int, rng: random.Random, b
         cur = state_json(key, url, err)
     check = cur["check"]
     started = 1.7e9 + (_hash_int(task.task_id) % 10_000_000) + run * 100.0
-    summary = {"task_id": task.task_id, "run": run, "episode_key": f"{task.task_id}/{run}", "env": task.env,
-               "family": task.family, "split": task.split, "policy": POLICY_NAME, "seed": seed,
-               "optimal_steps": task.optimal_steps,
-               "status": "success" if check["success"] else "failure", "success": bool(check["success"]),
-               "score": float(check["score"]), "steps": len(steps), "end_reason": end_reason, "final": cur,
-               "error": None, "duration_s": total_s, "started_at": started}
+    summary = {
+        "task_id": task.task_id,
+        "run": run,
+        "episode_key": f"{task.task_id}/{run}",
+        "env": task.env,
+        "family": task.family,
+        "split": task.split,
+        "policy": POLICY_NAME,
+        "seed": seed,
+        "optimal_steps": task.optimal_steps,
+        "status": "success" if check["success"] else "failure",
+        "success": bool(check["success"]),
+        "score": float(check["score"]),
+        "steps": len(steps),
+        "end_reason": end_reason,
+        "final": cur,
+        "error": None,
+        "duration_s": total_s,
+        "started_at": started,
+    }
     return steps, summary
 
 
@@ -347,16 +470,32 @@ def synthetic_tasks(num_tasks: int, seed: int = 0) -> tuple[list[Task], list[_Si
     for i in range(num_tasks):
         site = _Site(i, random.Random(f"site:{seed}:{i}"))
         tid = f"synthetic-train-{i:05d}"
-        tasks.append(Task(task_id=tid, env="synthetic", family="synthetic",
-                          instruction=f"Search for {site.query} and add item {site.item} to the cart.",
-                          start_path=site.states[site.start].path, optimal_steps=site.optimal_steps,
-                          split="train", goal={"item": site.item, "cart": f"cart=item{site.item}"}))
+        tasks.append(
+            Task(
+                task_id=tid,
+                env="synthetic",
+                family="synthetic",
+                instruction=f"Search for {site.query} and add item {site.item} to the cart.",
+                start_path=site.states[site.start].path,
+                optimal_steps=site.optimal_steps,
+                split="train",
+                goal={"item": site.item, "cart": f"cart=item{site.item}"},
+            )
+        )
         sites.append(site)
     return tasks, sites
 
 
-def write_synthetic_collection(out_dir: str, *, num_tasks: int, runs: int, seed: int = 0, branching: float = 0.3,
-                               max_steps: int = 12, use_writer: bool = False) -> dict:
+def write_synthetic_collection(
+    out_dir: str,
+    *,
+    num_tasks: int,
+    runs: int,
+    seed: int = 0,
+    branching: float = 0.3,
+    max_steps: int = 12,
+    use_writer: bool = False,
+) -> dict:
     """Write ``num_tasks × runs`` synthetic episodes as a collection directory; returns {episodes, steps, tasks}.
 
     ``use_writer`` writes through ``EpisodeWriter`` (slow: a flush per step and an fsync per episode); the
@@ -364,8 +503,18 @@ def write_synthetic_collection(out_dir: str, *, num_tasks: int, runs: int, seed:
     """
     if num_tasks < 1 or runs < 1 or max_steps < 1 or not 0.0 <= branching <= 1.0:
         raise ValueError(f"bad synthetic collection settings: {num_tasks=} {runs=} {max_steps=} {branching=}")
-    check_collection(out_dir, {"env": "synthetic", "runs": runs, "seed": seed, "policy": POLICY_NAME,
-                               "num_tasks": num_tasks, "max_steps": max_steps, "branching": branching})
+    check_collection(
+        out_dir,
+        {
+            "env": "synthetic",
+            "runs": runs,
+            "seed": seed,
+            "policy": POLICY_NAME,
+            "num_tasks": num_tasks,
+            "max_steps": max_steps,
+            "branching": branching,
+        },
+    )
     tasks, sites = synthetic_tasks(num_tasks, seed)
     write_tasks(out_dir, tasks)
     os.makedirs(os.path.join(out_dir, "episodes"), exist_ok=True)

@@ -13,6 +13,7 @@ out and counted (cutting it would change the margin); so is a pair with a step w
 score) or one whose failed side has no step of its own (e.g. a prefix of the successful episode cut by the step cap:
 the failure is not an action).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -68,8 +69,13 @@ def distinct_steps(chosen, rejected):
     return out
 
 
-def trajectory_records(task_id: str, episodes: Sequence[EpisodeRecord], task: Task | None, cfg: BuildConfig,
-                       tcfg: TrajectoryConfig = TrajectoryConfig()) -> tuple[list[NodeRecord], Counter]:
+def trajectory_records(
+    task_id: str,
+    episodes: Sequence[EpisodeRecord],
+    task: Task | None,
+    cfg: BuildConfig,
+    tcfg: TrajectoryConfig = TrajectoryConfig(),
+) -> tuple[list[NodeRecord], Counter]:
     """The records of one task's trajectory pairs, and the counts of pairs kept and left out (by reason)."""
     records, counts = [], Counter()
     prompted: dict[str, list] = {}  # episode path -> [(prompt, step)]: a success may serve several pairs
@@ -97,15 +103,35 @@ def trajectory_records(task_id: str, episodes: Sequence[EpisodeRecord], task: Ta
             for t, prompt, s in side:
                 lp = s.get("logprob")
                 lp = float(lp) if isinstance(lp, (int, float)) and math.isfinite(lp) and lp <= 0 else None
-                branch = Branch(action=s["output"], command=canonical(s), q=float(ok), rewards={}, n_total=1,
-                                n_success=int(ok), n_failed=int(not ok), on_success_path=ok, reaches_success=ok,
-                                behaviour_logprob=lp)
-                records.append(NodeRecord(
-                    task_id=task_id, node_id=f"p{k}.{name[0]}{t}", prompt=prompt, branches=[branch],
-                    value_source="trajectory",
-                    meta={"pair": pid, "side": name, "t": t, "run": ep.summary["run"], "url": s.get("norm_url"),
-                          "split": ep.summary.get("split"), "family": ep.summary.get("family"),
-                          "steps": len(ep.steps)}))
+                branch = Branch(
+                    action=s["output"],
+                    command=canonical(s),
+                    q=float(ok),
+                    rewards={},
+                    n_total=1,
+                    n_success=int(ok),
+                    n_failed=int(not ok),
+                    on_success_path=ok,
+                    reaches_success=ok,
+                    behaviour_logprob=lp,
+                )
+                records.append(
+                    NodeRecord(
+                        task_id=task_id,
+                        node_id=f"p{k}.{name[0]}{t}",
+                        prompt=prompt,
+                        branches=[branch],
+                        value_source="trajectory",
+                        meta={
+                            "pair": pid,
+                            "side": name,
+                            "t": t,
+                            "run": ep.summary["run"],
+                            "url": s.get("norm_url"),
+                            "split": ep.summary.get("split"),
+                            "family": ep.summary.get("family"),
+                            "steps": len(ep.steps),
+                        },
+                    )
+                )
     return records, counts
-
-

@@ -8,6 +8,7 @@ oracle's thoughts worded for that circuit (``thoughts.py``) as ``thoughts=scratc
 wording to the oracle's (``rollout/policies/thoughts.py``); the presets that select them are configs/models.py
 ``scratch-copy`` and configs/pipeline.py's ``default``, ``large``, ``tiny`` and ``miniwob`` (``thoughts``).
 """
+
 from __future__ import annotations
 
 from recipes.scratch_copy.circuit import CircuitConfig, frozen_mask, init_planted, recency_token_ids
@@ -18,9 +19,11 @@ NAME = "copy_circuit"  # the model.init and model.freeze value that selects this
 def circuit_config(m) -> CircuitConfig:
     """The planted circuit's settings from ``cfg.model`` (model.circuit_recency, model.circuit_bigram,
     model.circuit_trigram)."""
-    return CircuitConfig(recency=float(m.get("circuit_recency", 0.0)),
-                         bigram=float(m.get("circuit_bigram", CircuitConfig.bigram)),
-                         trigram=float(m.get("circuit_trigram", CircuitConfig.trigram)))
+    return CircuitConfig(
+        recency=float(m.get("circuit_recency", 0.0)),
+        bigram=float(m.get("circuit_bigram", CircuitConfig.bigram)),
+        trigram=float(m.get("circuit_trigram", CircuitConfig.trigram)),
+    )
 
 
 def planted(mc, m, tokenizer):

@@ -42,6 +42,7 @@ After planting, ``...A B ... A`` predicts ``B`` (tests/test_copy_circuit.py meas
 result is an ordinary checkpoint: it trains, exports to Hugging Face format and loads in transformers like any other.
 Pure numpy over the flat parameter dict (``loading.flat_params`` paths); no I/O.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -76,15 +77,19 @@ def check_fits(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> None:
         problems.append(f"num_layers={cfg.num_layers} < 2 (previous-token head in layer 0, induction head in 1)")
     width = _width(c)
     if width * c.de > cfg.hidden_size:
-        problems.append(f"hidden_size={cfg.hidden_size} < {width}*de={width * c.de} (embedding, constant, prev, "
-                        "copy, prev2" + (", prev3)" if c.trigram else ")"))
+        problems.append(
+            f"hidden_size={cfg.hidden_size} < {width}*de={width * c.de} (embedding, constant, prev, "
+            "copy, prev2" + (", prev3)" if c.trigram else ")")
+        )
     if c.bigram and cfg.num_kv_heads < 2:
         problems.append(f"num_kv_heads={cfg.num_kv_heads}: the second-previous-token head needs a kv head of its own")
     if c.trigram and not c.bigram:
         problems.append("trigram > 0 needs bigram > 0 (the third-previous-token head shares its kv head)")
     if c.trigram and cfg.num_heads // max(cfg.num_kv_heads, 1) < 2:
-        problems.append(f"num_heads={cfg.num_heads} / num_kv_heads={cfg.num_kv_heads}: the third-previous-token "
-                        "head needs a second query head on kv head 1")
+        problems.append(
+            f"num_heads={cfg.num_heads} / num_kv_heads={cfg.num_kv_heads}: the third-previous-token "
+            "head needs a second query head on kv head 1"
+        )
     if c.de > dh or c.de % 2:
         problems.append(f"de={c.de} must be even and <= head_dim={dh}")
     if c.prev_pairs + c.de // 2 > half:
@@ -92,14 +97,17 @@ def check_fits(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> None:
     if cfg.qk_norm:
         problems.append("qk_norm models normalise q and k, which breaks the planted magnitudes")
     if cfg.tie_word_embeddings:
-        problems.append("tied embeddings: the output projection must read the copy subspace, the input embedding "
-                        "must not")
+        problems.append(
+            "tied embeddings: the output projection must read the copy subspace, the input embedding must not"
+        )
     m_low = half - c.de // 2  # the fastest pair the induction head uses
     angle = cfg.rope_theta ** (-2 * m_low / dh) * cfg.max_position_embeddings
     if angle > MAX_LOW_ANGLE:
-        problems.append(f"rope_theta={cfg.rope_theta:g} is too small: the induction head's rotary pairs turn "
-                        f"{angle:.2f} rad over {cfg.max_position_embeddings} positions (max {MAX_LOW_ANGLE}); "
-                        "raise rope_theta (e.g. 1e7) or lower max_position_embeddings")
+        problems.append(
+            f"rope_theta={cfg.rope_theta:g} is too small: the induction head's rotary pairs turn "
+            f"{angle:.2f} rad over {cfg.max_position_embeddings} positions (max {MAX_LOW_ANGLE}); "
+            "raise rope_theta (e.g. 1e7) or lower max_position_embeddings"
+        )
     if c.recency and not 0 <= c.recency_pair < half - c.de // 2:
         problems.append(f"recency_pair={c.recency_pair} must be an unused rotary pair below {half - c.de // 2}")
     if c.recency and c.de >= dh:
@@ -108,14 +116,16 @@ def check_fits(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> None:
         raise ValueError("cannot plant the copy circuit: " + "; ".join(problems))
 
 
-def plant(flat: dict[str, np.ndarray], cfg: ModelConfig, seed: int = 0,
-          c: CircuitConfig = CircuitConfig(), recency_tokens=()) -> dict[str, np.ndarray]:
+def plant(
+    flat: dict[str, np.ndarray], cfg: ModelConfig, seed: int = 0, c: CircuitConfig = CircuitConfig(), recency_tokens=()
+) -> dict[str, np.ndarray]:
     """A copy of ``flat`` (path -> array, our layout) with the circuit written in; see the module docstring.
     ``recency_tokens``: token ids after which the recency term is on (needed when ``c.recency`` > 0)."""
     check_fits(cfg, c)
     if c.recency and not len(recency_tokens):
-        raise ValueError("CircuitConfig.recency > 0 needs recency_tokens (the ids after which a copy takes the "
-                         "nearest match)")
+        raise ValueError(
+            "CircuitConfig.recency > 0 needs recency_tokens (the ids after which a copy takes the nearest match)"
+        )
     rng = np.random.default_rng(seed)
     p = {k: np.array(v, dtype=np.float32) for k, v in flat.items()}
     d, dh, v_size, de = cfg.hidden_size, cfg.head_dim, cfg.vocab_size, c.de
@@ -142,8 +152,11 @@ def plant(flat: dict[str, np.ndarray], cfg: ModelConfig, seed: int = 0,
     n0 = np.sqrt(d / 2.0)
     # (q head, kv head, key offset, query lag, out): score(i, j) = sum_m A^2 cos((i - j - offset - lag) theta_m) /
     # sqrt(Dh); the third-previous-token head reuses kv head 1's key (offset 2) and turns its query back one position
-    heads = [(0, 0, 1, 0, prev)] + ([(_second_head(cfg), 1, 2, 0, prev2)] if c.bigram else []) + (
-        [(_second_head(cfg) + 1, 1, 2, 1, prev3)] if c.trigram else [])
+    heads = (
+        [(0, 0, 1, 0, prev)]
+        + ([(_second_head(cfg), 1, 2, 0, prev2)] if c.bigram else [])
+        + ([(_second_head(cfg) + 1, 1, 2, 1, prev3)] if c.trigram else [])
+    )
     for qh, kh, offset, lag, out in heads:
         q[0, :, qh, :] = 0.0
         if not lag:
@@ -186,7 +199,7 @@ def plant(flat: dict[str, np.ndarray], cfg: ModelConfig, seed: int = 0,
         q[1, flag_prev, 0, c.recency_pair] = c.recency / n1
         k[1, const, 0, c.recency_pair] = c.recency / n1
 
-    n_out = np.sqrt(d / (units + c.copy_gain ** 2))  # final [e_i | 1 | 0 | e_(i-1) | g e_copy | e_(i-2) | ..]
+    n_out = np.sqrt(d / (units + c.copy_gain**2))  # final [e_i | 1 | 0 | e_(i-1) | g e_copy | e_(i-2) | ..]
     head = np.zeros((d, v_size), np.float32)  # [D, V]
     head[copy] = emb.T * c.out_scale / n_out
     p["lm_head"] = head
@@ -218,8 +231,13 @@ def init_planted(cfg: ModelConfig, seed: int = 0, c: CircuitConfig = CircuitConf
     from tgpo_jax.models.loading import flat_params, model_from_flat
     from tgpo_jax.models.transformer import init_model
 
-    flat = plant({k: np.asarray(v) for k, v in flat_params(init_model(cfg, seed=seed)).items()}, cfg, seed=seed,
-                 c=c, recency_tokens=recency_tokens)
+    flat = plant(
+        {k: np.asarray(v) for k, v in flat_params(init_model(cfg, seed=seed)).items()},
+        cfg,
+        seed=seed,
+        c=c,
+        recency_tokens=recency_tokens,
+    )
     return model_from_flat(cfg, {k: jnp.asarray(v, cfg.param_dtype) for k, v in flat.items()})
 
 
@@ -238,20 +256,25 @@ def frozen_mask(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> dict[st
     de = c.de
     circuit = slice(0, _width(c) * de)  # emb | const | free | prev | copy | prev2 (| prev3): what it reads or writes
     copy = slice(3 * de, 4 * de)
-    m = {"embed": np.zeros((cfg.vocab_size, cfg.hidden_size), bool),
-         "final_norm": np.zeros((cfg.hidden_size,), bool),
-         "lm_head": np.zeros((cfg.hidden_size, cfg.vocab_size), bool)}
-    shapes = {"attn_norm": (cfg.hidden_size,), "mlp_norm": (cfg.hidden_size,),
-              "q_proj": (cfg.hidden_size, cfg.num_heads, cfg.head_dim),
-              "k_proj": (cfg.hidden_size, cfg.num_kv_heads, cfg.head_dim),
-              "v_proj": (cfg.hidden_size, cfg.num_kv_heads, cfg.head_dim),
-              "o_proj": (cfg.num_heads, cfg.head_dim, cfg.hidden_size),
-              "gate_proj": (cfg.hidden_size, cfg.intermediate_size),
-              "up_proj": (cfg.hidden_size, cfg.intermediate_size),
-              "down_proj": (cfg.intermediate_size, cfg.hidden_size)}
+    m = {
+        "embed": np.zeros((cfg.vocab_size, cfg.hidden_size), bool),
+        "final_norm": np.zeros((cfg.hidden_size,), bool),
+        "lm_head": np.zeros((cfg.hidden_size, cfg.vocab_size), bool),
+    }
+    shapes = {
+        "attn_norm": (cfg.hidden_size,),
+        "mlp_norm": (cfg.hidden_size,),
+        "q_proj": (cfg.hidden_size, cfg.num_heads, cfg.head_dim),
+        "k_proj": (cfg.hidden_size, cfg.num_kv_heads, cfg.head_dim),
+        "v_proj": (cfg.hidden_size, cfg.num_kv_heads, cfg.head_dim),
+        "o_proj": (cfg.num_heads, cfg.head_dim, cfg.hidden_size),
+        "gate_proj": (cfg.hidden_size, cfg.intermediate_size),
+        "up_proj": (cfg.hidden_size, cfg.intermediate_size),
+        "down_proj": (cfg.intermediate_size, cfg.hidden_size),
+    }
     for name, shape in shapes.items():
         m[f"layers/{name}"] = np.zeros((cfg.num_layers, *shape), bool)
-    m["embed"][:, :de + (3 if c.recency else 1)] = True  # with recency: the flag dims too
+    m["embed"][:, : de + (3 if c.recency else 1)] = True  # with recency: the flag dims too
     m["final_norm"][copy] = True
     m["lm_head"][copy] = True
     for layer in (0, 1):

@@ -12,6 +12,7 @@ decoding holds this wording's settings to their form (``Set combobox "size"[6] t
 ``thought`` is the registered writer (``rollout/policies/thoughts.py``); what the task asks for (its sort, its item
 rank) and whether a link is that sort or the result at that rank are the neutral helpers every writer uses.
 """
+
 from __future__ import annotations
 
 import re
@@ -74,8 +75,13 @@ def explain(cmd: Command, obs: Observation | None, instruction: str = "") -> str
     goal = sort_asked(cmd, el, instruction)
     nth = item_asked(cmd, obs, el, instruction)
     rank = nth.split()[1] if nth else ""
-    click = (f"Click to sort by {goal} [{el.id}]." if goal else
-             f"To add {nth}, click the {rank} result [{el.id}]." if nth else f"Click {what}.")
+    click = (
+        f"Click to sort by {goal} [{el.id}]."
+        if goal
+        else f"To add {nth}, click the {rank} result [{el.id}]."
+        if nth
+        else f"Click {what}."
+    )
     query = re.search(r"\[([^\]]+)\]", instruction)
     if sorting and (goal or nth) and query and query.group(1) in obs.title:
         # a task that sorts: the thought first copies the results page's title, whose end says whether the list is
@@ -83,11 +89,16 @@ def explain(cmd: Command, obs: Observation | None, instruction: str = "") -> str
         # by a mark far back in the prompt (a seed that had not fitted it clicked the sort link again to the step cap;
         # docs/method.md §1)
         click = f"{obs.title}. {click}"
-    return {"CLICK": click,
-            "TYPE": f"Type {lead + ' ' if lead else ''}[{cmd.arg}] into {what}.",
-            "SELECT": f"Set {what} to {choose}.", "CLEAR": f"Clear {what}.",
-            "SCROLL": f"Scroll {str(cmd.arg).lower()} to see more.", "GOTO": f"Open {cmd.arg}.",
-            "GO_BACK": "Go back to the previous page.", "STOP": "The task is complete."}[cmd.name]
+    return {
+        "CLICK": click,
+        "TYPE": f"Type {lead + ' ' if lead else ''}[{cmd.arg}] into {what}.",
+        "SELECT": f"Set {what} to {choose}.",
+        "CLEAR": f"Clear {what}.",
+        "SCROLL": f"Scroll {str(cmd.arg).lower()} to see more.",
+        "GOTO": f"Open {cmd.arg}.",
+        "GO_BACK": "Go back to the previous page.",
+        "STOP": "The task is complete.",
+    }[cmd.name]
 
 
 def task_context(instruction: str, text: str) -> str:
@@ -145,11 +156,9 @@ def done_context(instruction: str, obs: Observation | None, cmd: Command) -> str
         else:
             return ""
         if ch == ".":
-            return f'"{word} {name}]{rest[:i + 1]}' if cmd.name == "CLICK" else ""
+            return f'"{word} {name}]{rest[: i + 1]}' if cmd.name == "CLICK" else ""
         nxt = re.match(r";\s*\w+ item \[([^\]]*)\]", rest[i:])
         if nxt and cmd.name == "TYPE" and cmd.arg == nxt.group(1):
             return f'"{word} {name}]{rest[:i]}{nxt.group(0)}'
         return ""
     return ""
-
-

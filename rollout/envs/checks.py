@@ -27,6 +27,7 @@ each leaf that names an element whose state the task changes (form value, checke
 the matching elements on the page as observed, so a recording tells whether the agent acted on them; ``answer_f1``
 compares a STOP answer with the reference text (the element's, or ``expected``) by token F1.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,14 +37,16 @@ from typing import Any, Sequence
 from urllib.parse import urljoin, urlsplit
 
 # WAI-ARIA 1.2 roles (Playwright's getByRole accepts these; an unknown one would silently match nothing).
-ARIA_ROLES = frozenset("""
+ARIA_ROLES = frozenset(
+    """
 alert alertdialog application article banner blockquote button caption cell checkbox code columnheader combobox
 complementary contentinfo definition deletion dialog directory document emphasis feed figure form generic grid
 gridcell group heading img insertion link list listbox listitem log main marquee math meter menu menubar menuitem
 menuitemcheckbox menuitemradio navigation none note option paragraph presentation progressbar radio radiogroup region
 row rowgroup rowheader scrollbar search searchbox separator slider spinbutton status strong subscript superscript
 switch tab table tablist tabpanel term textbox time timer toolbar tooltip tree treegrid treeitem
-""".split())
+""".split()
+)
 
 
 class CheckError(ValueError):
@@ -101,16 +104,22 @@ class Node:
 
 
 Check = Node | ElementLeaf | UrlLeaf | JsonLeaf | AnswerLeaf
-_LEAF_KEYS = {"element": {"element", "text", "attribute", "value", "form_value", "checked"},
-              "url": {"url"}, "json": {"json", "path", "equals", "matches"}, "answer": {"answer", "expected"},
-              "answer_from": {"answer_from"}}
+_LEAF_KEYS = {
+    "element": {"element", "text", "attribute", "value", "form_value", "checked"},
+    "url": {"url"},
+    "json": {"json", "path", "equals", "matches"},
+    "answer": {"answer", "expected"},
+    "answer_from": {"answer_from"},
+}
 
 
 def parse_check(spec: Any, base_url: str = "", where: str = "check") -> Check:
     """A check from its JSON form; ``CheckError`` naming ``where`` (the path inside the check) on any bad part."""
     if not isinstance(spec, dict) or not spec:
-        raise CheckError(f"{where}: expected an object with one of all / any / not / element / url / json, got "
-                         f"{json.dumps(spec)[:80]}")
+        raise CheckError(
+            f"{where}: expected an object with one of all / any / not / element / url / json, got "
+            f"{json.dumps(spec)[:80]}"
+        )
     for kind in ("all", "any"):
         if kind in spec:
             _only(spec, {kind}, where)
@@ -124,10 +133,13 @@ def parse_check(spec: Any, base_url: str = "", where: str = "check") -> Check:
     for kind, keys in _LEAF_KEYS.items():
         if kind in spec:
             _only(spec, keys, where)
-            return {"element": _element, "url": _url, "json": _json, "answer": _answer,
-                    "answer_from": _answer_from}[kind](spec, base_url, where)
-    raise CheckError(f"{where}: unknown check kind(s) {sorted(spec)}; expected one of all, any, not, element, url, "
-                     "json, answer, answer_from")
+            return {"element": _element, "url": _url, "json": _json, "answer": _answer, "answer_from": _answer_from}[
+                kind
+            ](spec, base_url, where)
+    raise CheckError(
+        f"{where}: unknown check kind(s) {sorted(spec)}; expected one of all, any, not, element, url, "
+        "json, answer, answer_from"
+    )
 
 
 def _only(spec: dict, allowed: set[str], where: str) -> None:
@@ -148,7 +160,7 @@ def _regex(p: Any, where: str) -> str:
 
 def _selector(spec: Any, where: str) -> Selector:
     if not isinstance(spec, dict):
-        raise CheckError(f"{where}: expected {{\"css\": …}} or {{\"role\": …, \"name\": …}}")
+        raise CheckError(f'{where}: expected {{"css": …}} or {{"role": …, "name": …}}')
     if "css" in spec:
         _only(spec, {"css"}, where)
         if not isinstance(spec["css"], str) or not spec["css"].strip():
@@ -159,8 +171,10 @@ def _selector(spec: Any, where: str) -> Selector:
     _only(spec, {"role", "name", "name_regex"}, where)
     role = spec["role"]
     if role not in ARIA_ROLES:
-        raise CheckError(f"{where}.role: {role!r} is not a WAI-ARIA role (e.g. button, link, textbox, heading, "
-                         "combobox, checkbox, cell)")
+        raise CheckError(
+            f"{where}.role: {role!r} is not a WAI-ARIA role (e.g. button, link, textbox, heading, "
+            "combobox, checkbox, cell)"
+        )
     if "name" in spec and "name_regex" in spec:
         raise CheckError(f"{where}: give name or name_regex, not both")
     if "name" in spec and not isinstance(spec["name"], str):
@@ -218,7 +232,7 @@ def _json(spec: dict, base_url: str, where: str) -> JsonLeaf:
         raise CheckError(f"{where}.json: {url!r} is not an http(s) URL")
     path = spec.get("path", "")
     if not isinstance(path, str):
-        raise CheckError(f"{where}.path: expected a dotted path such as \"items.0.name\"")
+        raise CheckError(f'{where}.path: expected a dotted path such as "items.0.name"')
     if ("equals" in spec) == ("matches" in spec):
         raise CheckError(f"{where}: a json leaf needs exactly one of equals / matches")
     matches = _regex(spec["matches"], f"{where}.matches") if "matches" in spec else None
@@ -234,8 +248,11 @@ def leaves(check: Check) -> list[Check]:
 
 
 def css_selectors(check: Check) -> list[str]:
-    return [leaf.selector.css for leaf in leaves(check)
-            if isinstance(leaf, (ElementLeaf, AnswerLeaf)) and leaf.selector is not None and leaf.selector.css]
+    return [
+        leaf.selector.css
+        for leaf in leaves(check)
+        if isinstance(leaf, (ElementLeaf, AnswerLeaf)) and leaf.selector is not None and leaf.selector.css
+    ]
 
 
 def asks_answer(check: Check) -> bool:

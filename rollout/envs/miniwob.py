@@ -31,6 +31,7 @@ or a list of names opens every other task to model / http / scripted policies. `
 cannot (fully) work through this harness's commands and text observation, and why (docs/miniwob.md). Every episode
 runs in the package's default data mode, "train" (``data_mode``), as ``gymnasium.make`` runs it.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -47,9 +48,18 @@ from rollout.harness.observe import set_ignored_attributes
 
 # tasks with a scripted oracle → commands of the optimal plan (0: seed-dependent)
 SUPPORTED = {
-    "click-button": 1, "click-link": 1, "enter-text": 2, "focus-text": 1, "click-checkboxes": 0,
-    "click-dialog": 1, "click-test": 1, "click-test-2": 1, "click-button-sequence": 2, "click-option": 2,
-    "enter-password": 3, "login-user": 3,
+    "click-button": 1,
+    "click-link": 1,
+    "enter-text": 2,
+    "focus-text": 1,
+    "click-checkboxes": 0,
+    "click-dialog": 1,
+    "click-test": 1,
+    "click-test-2": 1,
+    "click-button-sequence": 2,
+    "click-option": 2,
+    "enter-password": 3,
+    "login-user": 3,
 }
 # Tasks this harness cannot run as intended, and why (docs/miniwob.md: from bench/miniwob_survey.py and each page's
 # source). kind "cannot": the task needs an action the command grammar lacks (rollout/commands.py: no drag, hover, key
@@ -61,45 +71,96 @@ _COORDS = "a click at a point of an SVG drawing, which is one element to the har
 _DRAG = "a mouse drag (press, move, release), which no command does"
 _SLIDER = "setting a jQuery UI slider: a drag or arrow keys (a CLICK on the track only sets its middle value)"
 _SELECT = "selecting text with the mouse, which no command does"
-_ICONS = ("icon-only controls (trash, star, send, reply/retweet/like/more) are listed as unnamed clickables; "
-          "only their fixed order tells them apart")
+_ICONS = (
+    "icon-only controls (trash, star, send, reply/retweet/like/more) are listed as unnamed clickables; "
+    "only their fixed order tells them apart"
+)
 LIMITS: dict[str, tuple[str, str]] = {
     **{n: ("cannot", _COORDS) for n in ("bisect-angle", "circle-center", "find-midpoint", "right-angle")},
-    "hot-cold": ("cannot", "finding a hidden point: the hint follows mouse moves, and the click is graded by its "
-                           "position in one area element"),
-    **{n: ("cannot", _DRAG) for n in ("drag-box", "drag-circle", "drag-cube", "drag-items", "drag-items-grid",
-                                      "drag-shapes", "drag-shapes-2", "drag-single-shape", "drag-sort-numbers")},
+    "hot-cold": (
+        "cannot",
+        "finding a hidden point: the hint follows mouse moves, and the click is graded by its "
+        "position in one area element",
+    ),
+    **{
+        n: ("cannot", _DRAG)
+        for n in (
+            "drag-box",
+            "drag-circle",
+            "drag-cube",
+            "drag-items",
+            "drag-items-grid",
+            "drag-shapes",
+            "drag-shapes-2",
+            "drag-single-shape",
+            "drag-sort-numbers",
+        )
+    },
     **{n: ("cannot", "drawing with the mouse (press, move, release)") for n in ("draw-circle", "draw-line")},
     "daily-calendar": ("cannot", "creating an event by dragging across half-hour slots"),
     "resize-textarea": ("cannot", "dragging the textarea's resize handle"),
     **{n: ("cannot", _SLIDER) for n in ("use-slider", "use-slider-2", "form-sequence")},
     **{n: ("cannot", _SELECT) for n in ("highlight-text", "highlight-text-2")},
     "text-editor": ("cannot", "selecting words in a rich-text editor with the mouse before styling them"),
-    "terminal": ("cannot", "key presses: the terminal reads keydown events and runs a command on Enter; TYPE sets "
-                           "the field's value without key events"),
-    "click-menu": ("partly", "targets in a submenu need a hover on their parent (a CLICK on it selects the parent, "
-                             "reward -1); top-level targets work"),
+    "terminal": (
+        "cannot",
+        "key presses: the terminal reads keydown events and runs a command on Enter; TYPE sets "
+        "the field's value without key events",
+    ),
+    "click-menu": (
+        "partly",
+        "targets in a submenu need a hover on their parent (a CLICK on it selects the parent, "
+        "reward -1); top-level targets work",
+    ),
     "click-menu-2": ("partly", "half the problems name the item by an icon, which the text page shows as nothing"),
-    "click-scroll-list": ("partly", "about half the problems ask for two items of a multi-select list (ctrl-click); "
-                                    "SELECT selects one, so one-item problems work"),
+    "click-scroll-list": (
+        "partly",
+        "about half the problems ask for two items of a multi-select list (ctrl-click); "
+        "SELECT selects one, so one-item problems work",
+    ),
     "click-widget": ("partly", "a text input and a textarea are both a textbox in the observation"),
-    "stock-market": ("partly", "timing: the price changes every 100 ms and after 10 s the page shows no price; "
-                               "a Buy succeeds only if the price at that moment is below the threshold"),
-    "click-color": ("text-blind", "the colours are only in the pixels: the boxes are unnamed, and the query shows a "
-                                  "colour swatch instead of a name in about 60 % of problems"),
+    "stock-market": (
+        "partly",
+        "timing: the price changes every 100 ms and after 10 s the page shows no price; "
+        "a Buy succeeds only if the price at that moment is below the threshold",
+    ),
+    "click-color": (
+        "text-blind",
+        "the colours are only in the pixels: the boxes are unnamed, and the query shows a "
+        "colour swatch instead of a name in about 60 % of problems",
+    ),
     "click-shades": ("text-blind", "the shades are only in the pixels: the boxes are unnamed"),
     "use-colorwheel-2": ("text-blind", "the target colour is only a swatch; TYPE of a hex into the picker works"),
-    **{n: ("text-blind", "the figure is drawn (SVG or canvas): shapes, colours and sizes are not in the text "
-                         "page (letters and digits are)") for n in ("click-shape", "count-shape", "count-sides",
-                                                                      "identify-shape")},
+    **{
+        n: (
+            "text-blind",
+            "the figure is drawn (SVG or canvas): shapes, colours and sizes are not in the text "
+            "page (letters and digits are)",
+        )
+        for n in ("click-shape", "count-shape", "count-sides", "identify-shape")
+    },
     "grid-coordinate": ("text-blind", "25 unnamed grid points: the coordinate is only their position"),
     "number-checkboxes": ("text-blind", "the digit to draw is an image; the checkboxes are an unnamed grid"),
     "tic-tac-toe": ("text-blind", "the board's X and O marks are CSS classes: the cells are unnamed"),
     "visual-addition": ("text-blind", "the blocks to count are empty boxes: nothing of them is in the text page"),
-    **{n: ("text-blind", _ICONS) for n in (
-        "email-inbox", "email-inbox-delete", "email-inbox-forward", "email-inbox-forward-nl",
-        "email-inbox-forward-nl-turk", "email-inbox-important", "email-inbox-nl-turk", "email-inbox-noscroll",
-        "email-inbox-reply", "email-inbox-star-reply", "social-media", "social-media-all", "social-media-some")},
+    **{
+        n: ("text-blind", _ICONS)
+        for n in (
+            "email-inbox",
+            "email-inbox-delete",
+            "email-inbox-forward",
+            "email-inbox-forward-nl",
+            "email-inbox-forward-nl-turk",
+            "email-inbox-important",
+            "email-inbox-nl-turk",
+            "email-inbox-noscroll",
+            "email-inbox-reply",
+            "email-inbox-star-reply",
+            "social-media",
+            "social-media-all",
+            "social-media-some",
+        )
+    },
 }
 EPISODE_MAX_MS = 600_000
 TEST_SEED_BASE = 10_000
@@ -119,7 +180,7 @@ def html_dir() -> str:
 def start_path(name: str) -> str:
     """The task page under the served ``html/``: flight tasks run their airline site inside a wrapper page."""
     if name.startswith("flight."):
-        return f"/flight/{name[len('flight.'):]}/wrapper.html"
+        return f"/flight/{name[len('flight.') :]}/wrapper.html"
     return f"/miniwob/{name}.html"
 
 
@@ -146,8 +207,10 @@ def resolve_task_names(task_names=None) -> list[str]:
     if unknown:
         hints = {n: difflib.get_close_matches(n, registered_tasks(), n=3, cutoff=0.6) for n in unknown}
         said = "; ".join(f"{n!r}" + (f" (did you mean {', '.join(h)}?)" if h else "") for n, h in hints.items())
-        raise ValueError(f"unknown task families (MiniWoB++ tasks): {said}. The miniwob package registers "
-                         f"{len(known)} tasks (rollout.envs.miniwob.registered_tasks(); 'all' selects every one)")
+        raise ValueError(
+            f"unknown task families (MiniWoB++ tasks): {said}. The miniwob package registers "
+            f"{len(known)} tasks (rollout.envs.miniwob.registered_tasks(); 'all' selects every one)"
+        )
     return names
 
 
@@ -158,9 +221,11 @@ class NoOracleError(ValueError):
 def no_oracle_message(names) -> str:
     names = sorted(set(names))
     shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
-    return (f"MiniWoB++ task(s) {shown} have no scripted oracle (only {', '.join(SUPPORTED)} have one): "
-            "run them with a model, http or scripted policy (launch.collect --policy=model|http, "
-            "launch.evaluate --model=<model>), not the oracle")
+    return (
+        f"MiniWoB++ task(s) {shown} have no scripted oracle (only {', '.join(SUPPORTED)} have one): "
+        "run them with a model, http or scripted policy (launch.collect --policy=model|http, "
+        "launch.evaluate --model=<model>), not the oracle"
+    )
 
 
 def require_oracle(tasks) -> None:
@@ -178,8 +243,15 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 class MiniWoBEnv(Environment):
     name = "miniwob"
 
-    def __init__(self, task_names=None, train_seeds: int = 50, test_seeds: int = 20, success_threshold: float = 1.0,
-                 host: str = "127.0.0.1", data_mode: str = "train"):
+    def __init__(
+        self,
+        task_names=None,
+        train_seeds: int = 50,
+        test_seeds: int = 20,
+        success_threshold: float = 1.0,
+        host: str = "127.0.0.1",
+        data_mode: str = "train",
+    ):
         """``task_names``: None (the tasks with a scripted oracle), ``"all"`` (every registered task) or names.
         ``data_mode``: the package's ``set_data_mode`` (its default, "train"; "test" switches the *-transfer,
         *-nl(-turk) and flight tasks to their held-out problem sets)."""
@@ -230,11 +302,20 @@ class MiniWoBEnv(Environment):
             seeds = range(TEST_SEED_BASE, TEST_SEED_BASE + self.test_seeds)
         else:
             raise ValueError(f"split must be 'train' or 'test', not {split!r}")
-        return [Task(task_id=f"miniwob/{name}/{seed}", env="miniwob", family=name,
-                     instruction=f"MiniWoB++ task {name}: follow the instruction shown at the top of the page",
-                     start_path=start_path(name), optimal_steps=SUPPORTED.get(name, 0), split=split,
-                     goal={"task": name, "seed": seed})
-                for name in self.task_names for seed in seeds]
+        return [
+            Task(
+                task_id=f"miniwob/{name}/{seed}",
+                env="miniwob",
+                family=name,
+                instruction=f"MiniWoB++ task {name}: follow the instruction shown at the top of the page",
+                start_path=start_path(name),
+                optimal_steps=SUPPORTED.get(name, 0),
+                split=split,
+                goal={"task": name, "seed": seed},
+            )
+            for name in self.task_names
+            for seed in seeds
+        ]
 
     # ------------------------------------------------------------ episodes
     async def reset(self, context, page, task: Task, episode_key: str) -> None:
@@ -247,7 +328,9 @@ class MiniWoBEnv(Environment):
                  core.setDataMode(mode);
                  core.EPISODE_MAX_TIME = maxMs;
                  core.startEpisodeReal();
-               }""", [seed, EPISODE_MAX_MS, self.data_mode])
+               }""",
+            [seed, EPISODE_MAX_MS, self.data_mode],
+        )
         await page.wait_for_function("() => WOB_TASK_READY === true", timeout=10_000)
         await page.evaluate("() => core.clearTimer()")  # no countdown: the page is quiet between actions
         # core.js marks every clicked element with data-tampered: not an interface change.
@@ -264,8 +347,9 @@ class MiniWoBEnv(Environment):
         raw = float(raw)
         success = bool(done) and raw >= self.success_threshold - 1e-9
         score = min(1.0, max(0.0, (raw + 1.0) / 2.0)) if done else 0.0
-        return CheckResult(success=success, score=score, progress=f"done={int(bool(done))},raw={raw:g}",
-                           done=bool(done))
+        return CheckResult(
+            success=success, score=score, progress=f"done={int(bool(done))},raw={raw:g}", done=bool(done)
+        )
 
     # ------------------------------------------------------------ oracle
     def require_oracle(self, tasks) -> None:
@@ -387,9 +471,9 @@ def query_text(obs: Observation) -> str:
         s = line.strip()
         if s.startswith('text "'):
             try:
-                return json.loads(s[len("text "):])
+                return json.loads(s[len("text ") :])
             except ValueError:
-                return s[len('text "'):-1]
+                return s[len('text "') : -1]
     return ""
 
 

@@ -18,6 +18,7 @@ Every error in the file (a missing or unknown field, a bad check, a plan step wi
 raised with the file, the line and the field before anything runs; ``start()`` then checks that every start URL
 answers and that the browser accepts every CSS selector, still before any episode.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +36,16 @@ from rollout.harness.guards import origin_of
 FIELDS = {"id", "start_url", "instruction", "check", "plan", "split", "family", "allow_origins", "optimal_steps"}
 REQUIRED = ("id", "start_url", "instruction", "check")
 TARGETED = ("CLICK", "TYPE", "SELECT", "CLEAR")
-_STEP_ARGS = {"CLICK": set(), "CLEAR": set(), "TYPE": {"text"}, "SELECT": {"option"}, "GOTO": {"url"},
-              "SCROLL": {"direction"}, "GO_BACK": set(), "STOP": {"answer"}}
+_STEP_ARGS = {
+    "CLICK": set(),
+    "CLEAR": set(),
+    "TYPE": {"text"},
+    "SELECT": {"option"},
+    "GOTO": {"url"},
+    "SCROLL": {"direction"},
+    "GO_BACK": set(),
+    "STOP": {"answer"},
+}
 LOST_LIMIT = 3  # plan steps whose target is missing in a row before the oracle gives up (GO_BACK each time)
 
 
@@ -62,8 +71,9 @@ def parse_plan(spec: Any, where: str) -> tuple[PlanStep, ...]:
     for i, step in enumerate(spec):
         at = f"{where}[{i}]"
         if not isinstance(step, dict) or step.get("do") not in _STEP_ARGS:
-            raise TaskFileError(f"{at}: expected {{\"do\": one of {', '.join(_STEP_ARGS)}, …}}, got "
-                                f"{json.dumps(step)[:80]}")
+            raise TaskFileError(
+                f'{at}: expected {{"do": one of {", ".join(_STEP_ARGS)}, …}}, got {json.dumps(step)[:80]}'
+            )
         do = step["do"]
         allowed = {"do"} | _STEP_ARGS[do] | ({"role", "name"} if do in TARGETED else set())
         extra = sorted(set(step) - allowed)
@@ -131,8 +141,16 @@ def parse_task(d: Any, where: str, origin: str | None = None) -> Task:
     goal = {"start_url": start, "allow_origins": origins, "check": d["check"]}
     if "plan" in d:
         goal["plan"] = d["plan"]
-    return Task(task_id=d["id"], env="tasks", family=family, instruction=d["instruction"], start_path=start,
-                optimal_steps=optimal, split=split, goal=goal)
+    return Task(
+        task_id=d["id"],
+        env="tasks",
+        family=family,
+        instruction=d["instruction"],
+        start_path=start,
+        optimal_steps=optimal,
+        split=split,
+        goal=goal,
+    )
 
 
 def load_tasks(path: str, origin: str | None = None) -> list[Task]:
@@ -216,6 +234,7 @@ def check_css(selectors) -> None:
 
 class TaskFileEnv(Environment):
     """The tasks of a JSONL file on a site someone else serves (its start URLs must answer when ``start()`` runs)."""
+
     name = "tasks"
 
     def __init__(self, path: str, origin: str | None = None):
@@ -270,7 +289,7 @@ class TaskFileEnv(Environment):
         elif isinstance(check, checks.Node) and check.kind == "all":
             n = [len(checks.leaves(p)) for p in check.parts]
             bounds = [sum(n[:i]) for i in range(len(n) + 1)]
-            held = sum(checks.combine(p, values[bounds[i]:bounds[i + 1]]) for i, p in enumerate(check.parts))
+            held = sum(checks.combine(p, values[bounds[i] : bounds[i + 1]]) for i, p in enumerate(check.parts))
             score = held / len(check.parts)
         else:
             score = 0.0
@@ -294,9 +313,11 @@ class TaskFileEnv(Environment):
     def require_oracle(self, tasks) -> None:
         ids = [t.task_id for t in tasks if t.task_id not in self._plans]
         if ids:
-            raise TaskFileError(f"task(s) {', '.join(ids[:8])}{' …' if len(ids) > 8 else ''} have no plan: the oracle "
-                                "policy follows a task's plan; add one to the task file (docs/tasks.md) or use a "
-                                "model policy (--policy=model / http)")
+            raise TaskFileError(
+                f"task(s) {', '.join(ids[:8])}{' …' if len(ids) > 8 else ''} have no plan: the oracle "
+                "policy follows a task's plan; add one to the task file (docs/tasks.md) or use a "
+                "model policy (--policy=model / http)"
+            )
 
     def _plan(self, task: Task) -> tuple[PlanStep, ...]:
         self.require_oracle([task])
@@ -343,8 +364,9 @@ class TaskFileEnv(Environment):
         step = plan[at]
         target = self._target(obs, step)
         if step.do == "CLICK":
-            wrong = [e for e in obs.elements if e.role == step.role and e.interactive and e is not target
-                     and not e.disabled]
+            wrong = [
+                e for e in obs.elements if e.role == step.role and e.interactive and e is not target and not e.disabled
+            ]
             return Command("CLICK", wrong[rng.randrange(len(wrong))].id) if wrong else None
         if target is None:
             return None

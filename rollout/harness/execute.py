@@ -14,6 +14,7 @@ Waits end on events with hard caps, never on fixed sleeps:
 Hermeticity (requests outside the allowed origins) is ``rollout.harness.guards``; ``execute`` watches the main
 frame's navigation requests while a command runs and raises NavigationBlocked for one that leaves them.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -95,8 +96,11 @@ class _NavWatch:
                 self.started = True
                 self._reqs.add(req)
                 url = req.url
-                if (self.allowed is not None and url[:8].lower().startswith(("http://", "https://"))
-                        and origin_of(url) not in self.allowed):
+                if (
+                    self.allowed is not None
+                    and url[:8].lower().startswith(("http://", "https://"))
+                    and origin_of(url) not in self.allowed
+                ):
                     self.blocked_url = url
                     if req.redirected_from is None:
                         # install_guards answers it with 204: the page stays; nothing will commit.
@@ -126,8 +130,11 @@ class _NavWatch:
         return self
 
     def __exit__(self, *exc):
-        for ev, fn in (("request", self._on_request), ("requestfailed", self._on_failed),
-                       ("framenavigated", self._on_nav)):
+        for ev, fn in (
+            ("request", self._on_request),
+            ("requestfailed", self._on_failed),
+            ("framenavigated", self._on_nav),
+        ):
             try:
                 self.page.remove_listener(ev, fn)
             except Exception:
@@ -155,8 +162,11 @@ class _NavWatch:
         url = self.page.url
         if url.startswith("chrome-error:"):
             return True
-        return (self.allowed is not None and url[:8].lower().startswith(("http://", "https://"))
-                and origin_of(url) not in self.allowed)
+        return (
+            self.allowed is not None
+            and url[:8].lower().startswith(("http://", "https://"))
+            and origin_of(url) not in self.allowed
+        )
 
     async def restore(self, timeouts: Timeouts, wait_commit: bool = False) -> None:
         """If the tab now shows Chrome's error page or a page outside the allowed origins (a redirect hop the
@@ -210,8 +220,9 @@ async def _still(frame, timeouts: Timeouts) -> None:
     if timeouts.still_ms <= 0:
         return
     try:
-        await asyncio.wait_for(frame.evaluate(_STILL, [timeouts.still_ms, timeouts.still_cap_ms]),
-                               timeouts.still_cap_ms / 1000 + 1.0)
+        await asyncio.wait_for(
+            frame.evaluate(_STILL, [timeouts.still_ms, timeouts.still_cap_ms]), timeouts.still_cap_ms / 1000 + 1.0
+        )
     except Exception:
         pass  # navigating, frame detached, or cap: the command's own checks take over
 
@@ -223,12 +234,12 @@ def _changed(before: dict | None, after: dict | None) -> bool:
 
 
 def _field_value_js() -> str:
-    return ("el => (el.isContentEditable && !('value' in el)) ? el.innerText "
-            ": ('value' in el ? String(el.value) : null)")
+    return "el => (el.isContentEditable && !('value' in el)) ? el.innerText : ('value' in el ? String(el.value) : null)"
 
 
 # One round trip before an element command: what the element is, and the frame's change counters.
-_ELEMENT_INFO = helper_call("""
+_ELEMENT_INFO = helper_call(
+    """
   const tag = el.tagName, type = (el.getAttribute('type') || '').toLowerCase();
   const NOT_TEXT = ['checkbox','radio','button','submit','reset','image','file','range','color','hidden'];
   return {
@@ -239,11 +250,14 @@ _ELEMENT_INFO = helper_call("""
     options: tag === 'SELECT' ? [...el.options].map((o, i) => ({i: i, value: o.value,
       label: (o.label || o.textContent).replace(/\\s+/g, ' ').trim()})) : [],
     state: window.__tgpo.state(),
-  };""", params="el")
+  };""",
+    params="el",
+)
 
 
-_ELEMENT_INFO_BY_SELECTOR = ("(sel) => { const el = document.querySelector(sel); if (!el) return null; "
-                             "return (" + _ELEMENT_INFO + ")(el); }")
+_ELEMENT_INFO_BY_SELECTOR = (
+    "(sel) => { const el = document.querySelector(sel); if (!el) return null; return (" + _ELEMENT_INFO + ")(el); }"
+)
 
 
 def _describe(info: dict) -> str:
@@ -251,8 +265,9 @@ def _describe(info: dict) -> str:
 
 
 # ---------------------------------------------------------------- execute
-async def execute(page, command: Command, *, allowed_origins: tuple[str, ...],
-                  timeouts: Timeouts = Timeouts()) -> Effect:
+async def execute(
+    page, command: Command, *, allowed_origins: tuple[str, ...], timeouts: Timeouts = Timeouts()
+) -> Effect:
     """Run one command; raises an ActionError subclass on failure, returns its Effect otherwise."""
     name = command.name
     if name == "STOP":
@@ -288,8 +303,10 @@ async def _execute(page, command: Command, allowed_origins, timeouts: Timeouts) 
         if scheme not in ("http", "https"):
             raise NavigationBlocked(f"GOTO only opens http(s) URLs, not {scheme or 'relative'!r} ones: {url}")
         if not is_allowed(url, allowed_origins):
-            raise NavigationBlocked(f"GOTO {url}: origin {origin_of(url)} is not allowed "
-                                    f"(allowed: {', '.join(sorted(norm_origins(allowed_origins)))})")
+            raise NavigationBlocked(
+                f"GOTO {url}: origin {origin_of(url)} is not allowed "
+                f"(allowed: {', '.join(sorted(norm_origins(allowed_origins)))})"
+            )
         with _NavWatch(page, allowed_origins) as watch:
             try:
                 await page.goto(url, wait_until="domcontentloaded", timeout=timeouts.navigation_ms)
@@ -298,8 +315,10 @@ async def _execute(page, command: Command, allowed_origins, timeouts: Timeouts) 
                     raise ActionTimeout(f"GOTO {url}: page did not load within {timeouts.navigation_ms} ms") from None
                 if BLOCKED_FAILURE in str(e) or watch.blocked_url:
                     await watch.restore(timeouts, wait_commit=True)
-                    raise NavigationBlocked(f"GOTO {url}: redirected to {watch.blocked_url or 'another origin'}, "
-                                            "outside the allowed origins") from None
+                    raise NavigationBlocked(
+                        f"GOTO {url}: redirected to {watch.blocked_url or 'another origin'}, "
+                        "outside the allowed origins"
+                    ) from None
                 await watch.restore(timeouts, wait_commit=True)
                 raise InvalidTarget(f"GOTO {url} failed: {_short(e)}") from None
             if watch.blocked_url and not watch.committed.is_set():
@@ -340,8 +359,13 @@ async def _execute(page, command: Command, allowed_origins, timeouts: Timeouts) 
         await _settle(main, timeouts)
         after = await _state(main)
         moved = bool(res.get("changed"))
-        return Effect(page.url != url0, _changed(before, after), False, moved,
-                      f"scroll {command.arg} {res.get('target')} {res.get('from')}->{res.get('to')}")
+        return Effect(
+            page.url != url0,
+            _changed(before, after),
+            False,
+            moved,
+            f"scroll {command.arg} {res.get('target')} {res.get('from')}->{res.get('to')}",
+        )
 
     # ---- element commands
     await _still(main, timeouts)  # before _resolve: the element's "before" counters are then the still page's
@@ -364,8 +388,10 @@ async def _execute(page, command: Command, allowed_origins, timeouts: Timeouts) 
             expected = text
         elif name == "SELECT":
             if info["tag"] != "SELECT":
-                raise InvalidTarget(f"SELECT [{command.id}]: the element is {_describe(info)}, not a <select>; "
-                                    f"CLICK custom dropdowns and their options instead")
+                raise InvalidTarget(
+                    f"SELECT [{command.id}]: the element is {_describe(info)}, not a <select>; "
+                    f"CLICK custom dropdowns and their options instead"
+                )
             want = (command.arg or "").strip()
             opts = info["options"]
             pick = next((o for o in opts if o["label"] == want), None)

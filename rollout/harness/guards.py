@@ -10,6 +10,7 @@ allowed URL that redirects out is not answered by the guard; ``execute`` detects
 launch Chromium with ``--host-resolver-rules="MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"`` where that matters. Popups are
 prevented by the page helper (``target=_blank`` links open in the same page; ``window.open`` navigates it).
 """
+
 from __future__ import annotations
 
 import re

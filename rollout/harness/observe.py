@@ -31,6 +31,7 @@ the viewport is drawn (the screenshot is the viewport). The pHash is computed fr
 before, so marks never change which states merge (two screenshots per observation when marks are on). The page's own
 MutationObservers, if any, do see the overlay come and go.
 """
+
 from __future__ import annotations
 
 import base64
@@ -63,14 +64,12 @@ def helper_call(body: str, params: str = "arg") -> str:
 async def set_ignored_attributes(page, names) -> None:
     """Attribute names whose mutations do not count as DOM changes in this document (e.g. MiniWoB's
     ``data-tampered``, written on every click)."""
-    await page.main_frame.evaluate(helper_call("for (const n of arg) window.__tgpo.ignoreAttrs.add(n);"),
-                                   list(names))
+    await page.main_frame.evaluate(helper_call("for (const n of arg) window.__tgpo.ignoreAttrs.add(n);"), list(names))
 
 
 def quote(s: str) -> str:
     """A name or value as the observation text quotes it."""
     return json.dumps(s, ensure_ascii=False)
-
 
 
 def format_node(node: dict) -> str:
@@ -92,11 +91,18 @@ def format_node(node: dict) -> str:
 
 
 def _element(node: dict) -> Element:
-    return Element(id=node["id"], role=node["role"], name=node.get("name", ""), value=node.get("value"),
-                   options=tuple(node.get("options") or ()), checked=node.get("checked"),
-                   disabled=bool(node.get("disabled")), current=bool(node.get("current")),
-                   href=node.get("href") or None,
-                   interactive=bool(node.get("interactive")))
+    return Element(
+        id=node["id"],
+        role=node["role"],
+        name=node.get("name", ""),
+        value=node.get("value"),
+        options=tuple(node.get("options") or ()),
+        checked=node.get("checked"),
+        disabled=bool(node.get("disabled")),
+        current=bool(node.get("current")),
+        href=node.get("href") or None,
+        interactive=bool(node.get("interactive")),
+    )
 
 
 def truncate_text(text: str, max_chars: int) -> tuple[str, bool]:
@@ -277,9 +283,11 @@ async def _frame_offset(frame) -> tuple[float, float] | None:
         handle = await frame.frame_element()
         try:
             box = await handle.bounding_box()  # relative to the main frame's viewport, at any nesting depth
-            inner = await handle.evaluate("e => { const s = getComputedStyle(e); return ["
-                                          "e.clientLeft + (parseFloat(s.paddingLeft) || 0), "
-                                          "e.clientTop + (parseFloat(s.paddingTop) || 0)]; }")
+            inner = await handle.evaluate(
+                "e => { const s = getComputedStyle(e); return ["
+                "e.clientLeft + (parseFloat(s.paddingLeft) || 0), "
+                "e.clientTop + (parseFloat(s.paddingTop) || 0)]; }"
+            )
         finally:
             await handle.dispose()
     except Exception:  # detached frame
@@ -308,8 +316,9 @@ async def _mark_boxes(page, snaps) -> list[dict]:
 async def remove_marks(page) -> None:
     """Take the overlay out of the main document (a no-op when it is not there)."""
     try:
-        await page.main_frame.evaluate(f"() => {{ for (const e of document.querySelectorAll('[{MARKS_ATTR}]')) "
-                                       "e.remove(); }")
+        await page.main_frame.evaluate(
+            f"() => {{ for (const e of document.querySelectorAll('[{MARKS_ATTR}]')) e.remove(); }}"
+        )
     except Exception:  # navigated away: the overlay went with the old document
         pass
 
@@ -327,9 +336,18 @@ async def marked_screenshot(page, snaps, fast: bool = True) -> bytes | None:
         await remove_marks(page)
 
 
-async def observe(page, *, budget_tokens: int = 1024, chars_per_token: int = 4, screenshot_path: str | None = None,
-                  error: ErrorInfo | None = None, with_screenshot: bool = True, origin: str = "",
-                  marks: bool = False, fast_capture: bool = True) -> Observation:
+async def observe(
+    page,
+    *,
+    budget_tokens: int = 1024,
+    chars_per_token: int = 4,
+    screenshot_path: str | None = None,
+    error: ErrorInfo | None = None,
+    with_screenshot: bool = True,
+    origin: str = "",
+    marks: bool = False,
+    fast_capture: bool = True,
+) -> Observation:
     """Inject ids in every frame and read the page as an Observation (see the module docstring). ``marks``: the
     saved screenshot (``screenshot_path``) is a set-of-marks one (``Observation.marked``); when drawing them fails
     the unmarked one is saved and ``marked`` is False. ``fast_capture``: see ``capture_png``."""
@@ -397,8 +415,18 @@ async def observe(page, *, budget_tokens: int = 1024, chars_per_token: int = 4, 
                 with open(screenshot_path, "wb") as f:
                     f.write(png)
                 shot_path = str(screenshot_path)
-    return Observation(url=page.url, title=title or "", text=text, elements=tuple(elements), screenshot=shot_path,
-                       phash=phash, error=error, truncated=truncated, origin=origin, marked=marked)
+    return Observation(
+        url=page.url,
+        title=title or "",
+        text=text,
+        elements=tuple(elements),
+        screenshot=shot_path,
+        phash=phash,
+        error=error,
+        truncated=truncated,
+        origin=origin,
+        marked=marked,
+    )
 
 
 def render_observation(obs: Observation) -> str:

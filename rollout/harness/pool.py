@@ -6,6 +6,7 @@ one finishes its running episodes and is then closed. A browser that died (crash
 is noticed by ``is_connected()`` and replaced on the next request; its running episodes fail with
 Playwright errors, which the runner records as errored.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -5,6 +5,7 @@ action's typed error, shown in the next observation (docs/method.md §1). Anythi
 browser or page crashed, a watchdog fired, the policy raised — ends the episode as ``errored`` with
 the steps so far kept and the error named in the summary; the collection goes on.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -49,12 +50,18 @@ class HarnessConfig:
     extra_origins: tuple[str, ...] = ()  # GOTO allowlist beyond the environment's own origins
 
     def __post_init__(self):
-        if (self.max_steps < 1 or self.step_slack < 0 or self.step_timeout_s <= 0 or self.episode_timeout_s <= 0
-                or self.budget_tokens < 16):
+        if (
+            self.max_steps < 1
+            or self.step_slack < 0
+            or self.step_timeout_s <= 0
+            or self.episode_timeout_s <= 0
+            or self.budget_tokens < 16
+        ):
             raise ValueError(f"invalid harness config: {self}")
         if self.marks and not self.screenshots:
-            raise ValueError("HarnessConfig(marks=True) draws element ids on the saved screenshots: it needs "
-                             "screenshots=True")
+            raise ValueError(
+                "HarnessConfig(marks=True) draws element ids on the saved screenshots: it needs screenshots=True"
+            )
 
     def step_cap(self, task) -> int:
         """The step budget of one episode of ``task``."""
@@ -63,8 +70,9 @@ class HarnessConfig:
         return self.max_steps
 
     def timeouts(self) -> Timeouts:
-        return Timeouts(action_ms=self.action_ms, navigation_ms=self.navigation_ms, settle_ms=self.settle_ms,
-                        still_ms=self.still_ms)
+        return Timeouts(
+            action_ms=self.action_ms, navigation_ms=self.navigation_ms, settle_ms=self.settle_ms, still_ms=self.still_ms
+        )
 
 
 def _check_json(c: CheckResult) -> dict:
@@ -75,17 +83,32 @@ def _check_json(c: CheckResult) -> dict:
 
 
 def _state_json(obs: Observation, check: CheckResult, essential) -> dict:
-    out = {"url": obs.shown_url, "norm_url": normalize_url(obs.shown_url, essential), "title": obs.title,
-           "observation": render_observation(obs), "truncated": obs.truncated, "screenshot": obs.screenshot,
-           "phash": obs.phash, "obs_error": None if obs.error is None else dataclasses.asdict(obs.error),
-           "check": _check_json(check)}
+    out = {
+        "url": obs.shown_url,
+        "norm_url": normalize_url(obs.shown_url, essential),
+        "title": obs.title,
+        "observation": render_observation(obs),
+        "truncated": obs.truncated,
+        "screenshot": obs.screenshot,
+        "phash": obs.phash,
+        "obs_error": None if obs.error is None else dataclasses.asdict(obs.error),
+        "check": _check_json(check),
+    }
     if obs.marked:  # only then, so records without marks stay as they were
         out["screenshot_marked"] = True
     return out
 
 
-async def run_episode(pool: BrowserPool, env: Environment, task: Task, run: int, policy: Policy, out_dir: str,
-                      cfg: HarnessConfig, seed: int = 0) -> dict:
+async def run_episode(
+    pool: BrowserPool,
+    env: Environment,
+    task: Task,
+    run: int,
+    policy: Policy,
+    out_dir: str,
+    cfg: HarnessConfig,
+    seed: int = 0,
+) -> dict:
     """Run and record one episode; returns its summary (also written to ``summary.json``)."""
     key = f"{task.task_id}/{run}"
     writer = EpisodeWriter(out_dir, task.task_id, run, screenshots=cfg.screenshots)
@@ -93,9 +116,17 @@ async def run_episode(pool: BrowserPool, env: Environment, task: Task, run: int,
     site = env.origin  # shown and recorded site-relative (Observation.origin)
     essential = env.essential_query_params()
     timeouts = cfg.timeouts()
-    summary = {"task_id": task.task_id, "run": run, "episode_key": key, "env": task.env, "family": task.family,
-               "split": task.split, "policy": getattr(policy, "name", type(policy).__name__), "seed": seed,
-               "optimal_steps": task.optimal_steps}
+    summary = {
+        "task_id": task.task_id,
+        "run": run,
+        "episode_key": key,
+        "env": task.env,
+        "family": task.family,
+        "split": task.split,
+        "policy": getattr(policy, "name", type(policy).__name__),
+        "seed": seed,
+        "optimal_steps": task.optimal_steps,
+    }
     started = time.time()
     context = None
     steps = 0
@@ -108,8 +139,11 @@ async def run_episode(pool: BrowserPool, env: Environment, task: Task, run: int,
     def alive() -> None:
         """The harness's page operations tolerate a vanished frame; a vanished browser must end the episode."""
         if crashed or page.is_closed() or not context.browser.is_connected():
-            what = crashed[0] if crashed else ("browser disconnected" if not context.browser.is_connected()
-                                               else "page closed")
+            what = (
+                crashed[0]
+                if crashed
+                else ("browser disconnected" if not context.browser.is_connected() else "page closed")
+            )
             raise BrowserCrashed(f"{what} during {task.task_id} run {run}")
 
     screen: str | None = None  # the current state's screenshot, absolute: what a policy may read
@@ -118,8 +152,15 @@ async def run_episode(pool: BrowserPool, env: Environment, task: Task, run: int,
         nonlocal screen
         path, rel = shot(name)
         t0 = time.perf_counter()
-        obs = await observe(page, budget_tokens=cfg.budget_tokens, screenshot_path=path, error=error, origin=site,
-                            marks=cfg.marks, fast_capture=cfg.fast_capture)
+        obs = await observe(
+            page,
+            budget_tokens=cfg.budget_tokens,
+            screenshot_path=path,
+            error=error,
+            origin=site,
+            marks=cfg.marks,
+            fast_capture=cfg.fast_capture,
+        )
         alive()
         screen = path
         if rel is not None:
@@ -162,20 +203,34 @@ async def run_episode(pool: BrowserPool, env: Environment, task: Task, run: int,
                         alive()  # an "error" from a dead browser is a crash, not the action's fault
                     t_exec = time.perf_counter() - t0
                     target = obs.by_id(cmd.id) if (cmd is not None and cmd.id) else None
-                    record = {"step": t, **_state_json(obs, check, essential),
-                              "output": out.text, "thought": thought,
-                              "command": None if cmd is None else cmd.render(),
-                              "command_name": None if cmd is None else cmd.name,
-                              "target": None if target is None else {"role": target.role, "name": target.name},
-                              "format_ok": cmd is not None,
-                              "error": None if err is None else dataclasses.asdict(err),
-                              "effect": None if effect is None else dataclasses.asdict(effect),
-                              "logprob": out.logprob, "num_tokens": out.num_tokens,
-                              "policy_info": dict(out.info)}
-                    history.append(HistoryItem(cmd.render() if cmd is not None else _last_line(out.text), thought,
-                                               None if err is None else err.kind))
-                    record["timings"] = {"observe_s": t_obs, "check_s": t_check, "policy_s": t_policy,
-                                         "execute_s": t_exec}
+                    record = {
+                        "step": t,
+                        **_state_json(obs, check, essential),
+                        "output": out.text,
+                        "thought": thought,
+                        "command": None if cmd is None else cmd.render(),
+                        "command_name": None if cmd is None else cmd.name,
+                        "target": None if target is None else {"role": target.role, "name": target.name},
+                        "format_ok": cmd is not None,
+                        "error": None if err is None else dataclasses.asdict(err),
+                        "effect": None if effect is None else dataclasses.asdict(effect),
+                        "logprob": out.logprob,
+                        "num_tokens": out.num_tokens,
+                        "policy_info": dict(out.info),
+                    }
+                    history.append(
+                        HistoryItem(
+                            cmd.render() if cmd is not None else _last_line(out.text),
+                            thought,
+                            None if err is None else err.kind,
+                        )
+                    )
+                    record["timings"] = {
+                        "observe_s": t_obs,
+                        "check_s": t_check,
+                        "policy_s": t_policy,
+                        "execute_s": t_exec,
+                    }
                     writer.step(record)
                     steps += 1
                     if cmd is not None and cmd.name == "STOP":
@@ -187,9 +242,15 @@ async def run_episode(pool: BrowserPool, env: Environment, task: Task, run: int,
                     if check.done:
                         end_reason = "done"
                         break
-        summary.update(status="success" if check.success else "failure", success=bool(check.success),
-                       score=float(check.score), steps=steps, end_reason=end_reason,
-                       final=_state_json(obs, check, essential), error=None)
+        summary.update(
+            status="success" if check.success else "failure",
+            success=bool(check.success),
+            score=float(check.score),
+            steps=steps,
+            end_reason=end_reason,
+            final=_state_json(obs, check, essential),
+            error=None,
+        )
     except (Exception, asyncio.CancelledError) as e:  # noqa: BLE001 — any failure here is this episode's only
         if isinstance(e, asyncio.CancelledError):
             # Cancelled from outside (run interrupted): leave the episode unsealed, so resume re-runs it.
@@ -199,9 +260,15 @@ async def run_episode(pool: BrowserPool, env: Environment, task: Task, run: int,
         kind = "watchdog" if isinstance(e, TimeoutError) else type(e).__name__
         if context is not None and not isinstance(e, BrowserCrashed) and not context.browser.is_connected():
             kind = "BrowserCrashed"  # the browser died and the first sign of it was some other error
-        summary.update(status="errored", success=False, score=0.0, steps=steps, end_reason="error", final=None,
-                       error={"type": kind, "message": str(e)[:2000] or kind,
-                              "traceback": traceback.format_exc(limit=6)[-4000:]})
+        summary.update(
+            status="errored",
+            success=False,
+            score=0.0,
+            steps=steps,
+            end_reason="error",
+            final=None,
+            error={"type": kind, "message": str(e)[:2000] or kind, "traceback": traceback.format_exc(limit=6)[-4000:]},
+        )
     await _release(pool, context)
     summary["duration_s"] = time.time() - started
     summary["started_at"] = started

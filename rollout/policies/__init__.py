@@ -1,2 +1,3 @@
 """Policies (``rollout.core.Policy``): the project's own model (batched), an OpenAI-compatible endpoint."""
+
 from rollout.policies.http import PolicyError  # noqa: F401

@@ -38,6 +38,7 @@ Which string, which element and which verb remain the model's choice (the likeli
 the same as WebShop's baselines choosing among the page's available actions). Used only at decoding (evaluation,
 collection with a model): training data and log-probs are the model's own (docs/method.md §1).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,8 +51,16 @@ from rollout.core import COMMANDS, ActionError, PolicyRequest
 from rollout.policies.thoughts import DEFAULT, thoughts as registered_thoughts
 
 # element id groups and free-text groups per verb ("id", then the argument's kind)
-_GROUPS = {"CLICK": ("id",), "CLEAR": ("id",), "TYPE": ("id", "typed"), "SELECT": ("select", "option"),
-           "SCROLL": ("scroll",), "GOTO": ("free",), "GO_BACK": (), "STOP": ("free",)}
+_GROUPS = {
+    "CLICK": ("id",),
+    "CLEAR": ("id",),
+    "TYPE": ("id", "typed"),
+    "SELECT": ("select", "option"),
+    "SCROLL": ("scroll",),
+    "GOTO": ("free",),
+    "GO_BACK": (),
+    "STOP": ("free",),
+}
 _OPTIONAL_LAST = {"STOP"}  # ``STOP`` alone is a complete command too
 _LABEL = "Command:"
 
@@ -59,6 +68,7 @@ _LABEL = "Command:"
 @dataclasses.dataclass(frozen=True)
 class StepStrings:
     """What a step offers: the page's element ids, each combobox's options, the strings the task quotes."""
+
     ids: frozenset[str]
     options: dict[str, tuple[str, ...]]  # element id -> options
     typed: frozenset[str]  # the task's quoted strings
@@ -73,8 +83,7 @@ class _Pool:
     def __init__(self, strings: Iterable[str], split=None):
         self.strings = frozenset(strings)
         self.prefixes = frozenset(s[:k] for s in self.strings for k in range(len(s) + 1))
-        self.ends = self.prefixes if split is None else frozenset(
-            s[:k] for s in self.strings for k in split(s))
+        self.ends = self.prefixes if split is None else frozenset(s[:k] for s in self.strings for k in split(s))
 
 
 def token_bounds(tokenizer, pieces) -> Callable[[str], frozenset[int]]:
@@ -84,6 +93,7 @@ def token_bounds(tokenizer, pieces) -> Callable[[str], frozenset[int]]:
     writes ``air``) is text it never saw tokenised so, and what follows goes astray (measured: ``Command: STOP``
     after such a thought); allowing only the string's own token boundaries keeps a constrained copy in the tokens
     of the training data."""
+
     def split(s: str) -> frozenset[int]:
         head = "x ["
         text, out = "", set()
@@ -93,13 +103,15 @@ def token_bounds(tokenizer, pieces) -> Callable[[str], frozenset[int]]:
             if 0 <= k <= len(s):
                 out.add(k)
         return frozenset(out | {0, len(s)}) if len(out) > 1 else frozenset(range(len(s) + 1))
+
     return split
 
 
 def quoted_strings(instruction: str) -> frozenset[str]:
     """The strings a task quotes: ``[...]`` groups and ``"..."`` spans."""
-    return frozenset(s for s in re.findall(r"\[([^\[\]\n]+)\]", instruction) + re.findall(r'"([^"\n]+)"', instruction)
-                     if s.strip())
+    return frozenset(
+        s for s in re.findall(r"\[([^\[\]\n]+)\]", instruction) + re.findall(r'"([^"\n]+)"', instruction) if s.strip()
+    )
 
 
 def _set_here(history, elements) -> frozenset[str]:
@@ -121,11 +133,13 @@ def _set_here(history, elements) -> frozenset[str]:
 
 def step_strings(request: PolicyRequest) -> StepStrings:
     els = request.observation.elements
-    return StepStrings(ids=frozenset(e.id for e in els),
-                       options={e.id: tuple(e.options) for e in els if e.options},
-                       names={e.id: e.name for e in els if e.options and e.name},
-                       set_here=_set_here(request.history, els),
-                       typed=quoted_strings(request.task.instruction))
+    return StepStrings(
+        ids=frozenset(e.id for e in els),
+        options={e.id: tuple(e.options) for e in els if e.options},
+        names={e.id: e.name for e in els if e.options and e.name},
+        set_here=_set_here(request.history, els),
+        typed=quoted_strings(request.task.instruction),
+    )
 
 
 class OutputGrammar:
@@ -154,8 +168,13 @@ class OutputGrammar:
 
     def _pool(self, kind: str, groups: list[str]) -> _Pool | None:
         """The strings group ``kind`` may hold (None: free text)."""
-        return {"id": self.ids, "select": self.selects, "typed": self.typed, "scroll": self.scroll,
-                "option": self.options.get(groups[0] if groups else "", self.all_options)}.get(kind)
+        return {
+            "id": self.ids,
+            "select": self.selects,
+            "typed": self.typed,
+            "scroll": self.scroll,
+            "option": self.options.get(groups[0] if groups else "", self.all_options),
+        }.get(kind)
 
     def _usable(self, verb: str) -> bool:
         """A verb this page can take (SELECT needs an element with options)."""
@@ -179,14 +198,17 @@ class OutputGrammar:
                 group += ch
                 if ch == "\n" or group not in self.any.prefixes:
                     return False
-        return ((group is None or group in self.any.ends) and self._boxes(text)
-                and (not self.setting_form or (self._setting(text) and self._set_lead(text))))
+        return (
+            (group is None or group in self.any.ends)
+            and self._boxes(text)
+            and (not self.setting_form or (self._setting(text) and self._set_lead(text)))
+        )
 
     @staticmethod
     def _body(thought: str) -> str:
         """The thought's own words, after its ``Thought:`` label (decoded text may start with a space)."""
         text = thought.lstrip(" ")
-        return text[len("Thought:"):].lstrip(" ") if text.startswith("Thought:") else text
+        return text[len("Thought:") :].lstrip(" ") if text.startswith("Thought:") else text
 
     _LEAD = re.compile(r' \w*(?: (?:"([^"\n]*)(")?)?)?')  # `` <role> "<name>"`` after ``Set``, or a prefix of it
 
@@ -230,14 +252,14 @@ class OutputGrammar:
             name = self.names.get(m.group(1))
             if not name:
                 continue
-            lead, rest = name + " [", text[m.end():]
+            lead, rest = name + " [", text[m.end() :]
             if len(rest) <= len(lead):
                 if not lead.startswith(rest):
                     return False
                 continue
             if not rest.startswith(lead):
                 return False
-            value = rest[len(lead):]
+            value = rest[len(lead) :]
             end = value.find("]")
             pool = self.options[m.group(1)]
             if (value if end < 0 else value[:end]) not in (pool.ends if end < 0 else pool.strings):
@@ -252,22 +274,26 @@ class OutputGrammar:
         return self._named(thought), self._settings(thought), self._sets(thought)
 
     # a combobox's id and the value its thought sets it to, the id after the name or before the role
-    _SETTINGS = (re.compile(r'"[^"\n]*"\[([^\[\]\n]+)\] to [^\[\n]*\[([^\[\]\n]+)\]'),
-                 re.compile(r'\[([^\[\]\n]+)\] \w+ "[^"\n]*" to [^\[\n]*\[([^\[\]\n]+)\]'))
+    _SETTINGS = (
+        re.compile(r'"[^"\n]*"\[([^\[\]\n]+)\] to [^\[\n]*\[([^\[\]\n]+)\]'),
+        re.compile(r'\[([^\[\]\n]+)\] \w+ "[^"\n]*" to [^\[\n]*\[([^\[\]\n]+)\]'),
+    )
 
     def _settings(self, thought: str) -> dict[str, str]:
         """The values the thought sets its comboboxes to (``"size"[6] to size [M]``, ``"size"[6] to [M]`` or
         ``[6] combobox "size" to [M]`` -> {"6": "M"})."""
-        return {m.group(1): m.group(2) for rx in self._SETTINGS for m in rx.finditer(thought)
-                if m.group(1) in self.names}
+        return {
+            m.group(1): m.group(2) for rx in self._SETTINGS for m in rx.finditer(thought) if m.group(1) in self.names
+        }
 
-    def _command(self, body: str, named: frozenset[str] = frozenset(),
-                 settings: dict[str, str] | None = None, sets: bool = False) -> tuple[bool, bool]:
+    def _command(
+        self, body: str, named: frozenset[str] = frozenset(), settings: dict[str, str] | None = None, sets: bool = False
+    ) -> tuple[bool, bool]:
         """(viable, complete) of the text after ``Command:``; ``named``: the element ids the thought names;
         ``settings``: the values it sets comboboxes to; ``sets``: the thought is a setting (the verb is SELECT)."""
         s = body[1:] if body.startswith(" ") else body
         m = re.match(r"[A-Za-z_]*", s)
-        verb, rest = m.group(0), s[m.end():]
+        verb, rest = m.group(0), s[m.end() :]
         verbs = ("SELECT",) if sets else COMMANDS
         if not rest:
             if not any(c.startswith(verb) and self._usable(c) for c in verbs):
@@ -282,7 +308,7 @@ class OutputGrammar:
 
         while i < len(rest):
             if rest[i] == "\n":  # the command line ends here, and the output with it (the parser's rule)
-                return done() and not rest[i + 1:].strip(), done() and not rest[i + 1:].strip()
+                return done() and not rest[i + 1 :].strip(), done() and not rest[i + 1 :].strip()
             if len(groups) == len(kinds):
                 return False, False  # nothing but the line's end may follow the last group
             if rest[i] == " ":
@@ -292,7 +318,7 @@ class OutputGrammar:
             if rest[i] != "[":
                 return False, False
             end = rest.find("]", i + 1)
-            content = rest[i + 1:] if end < 0 else rest[i + 1:end]
+            content = rest[i + 1 :] if end < 0 else rest[i + 1 : end]
             if "\n" in content or "[" in content:
                 return False, False
             pool = self._pool(kinds[len(groups)], groups)
@@ -314,7 +340,7 @@ class OutputGrammar:
         at = 0
         for line in text.split("\n"):
             if line.startswith(_LABEL):
-                return text[:at], text[at + len(_LABEL):]
+                return text[:at], text[at + len(_LABEL) :]
             at += len(line) + 1
         return text, None
 
@@ -335,7 +361,7 @@ def _piece_table(tokenizer) -> tuple[str, ...]:
     out = []
     for t in range(len(tokenizer)):
         s = tokenizer.decode([anchor, t], skip_special_tokens=False)
-        out.append(s[len(base):] if s.startswith(base) else s)
+        out.append(s[len(base) :] if s.startswith(base) else s)
     return tuple(out)
 
 
@@ -370,5 +396,7 @@ def constraints_for(requests, tokenizer, eos_ids: Iterable[int], thoughts: str =
     # pieces such as ``[7]``) do
     special = {t for t in getattr(tokenizer, "all_special_ids", ()) or () if not re.fullmatch(r"\[\d+\]", pieces[t])}
     split = token_bounds(tokenizer, pieces)
-    return [GrammarConstraint(OutputGrammar(step_strings(r), split, setting_form=form), pieces, eos_ids, special)
-            for r in requests]
+    return [
+        GrammarConstraint(OutputGrammar(step_strings(r), split, setting_form=form), pieces, eos_ids, special)
+        for r in requests
+    ]

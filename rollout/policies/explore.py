@@ -6,6 +6,7 @@ probability ``submit``; otherwise, with probability ``type``, a random word of t
 text field; else a random link, button, checkbox or radio (or a random option of a select). It stops once it has
 moved ``min_steps`` times with probability ``stop`` per step. No model: it only needs the observation.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -100,4 +101,4 @@ def _button_after(elements: list[Element], field_id: str | None) -> Element | No
     ids = [e.id for e in elements]
     if field_id not in ids:
         return None
-    return next((e for e in elements[ids.index(field_id) + 1:] if e.role == "button"), None)
+    return next((e for e in elements[ids.index(field_id) + 1 :] if e.role == "button"), None)

@@ -11,6 +11,7 @@ past its ``Command:`` line is cut after that line's newline token, and only the 
 With ``constrain`` every bracketed group is one the step offers (``constrain.py``; ``thoughts``, the wording the model's
 thoughts were trained on, says which rules hold them).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -60,11 +61,25 @@ class _Pending:
 
 
 class ModelPolicy:
-    def __init__(self, sampler, tokenizer, *, params, budget_tokens: int = 2048, max_batch: int = 8,
-                 name: str = "model", stop_after_command: bool = True, thought_chars: int = 160,
-                 system_prompt: str = SYSTEM_PROMPT, page_ids: str = "before", history_last: bool = False,
-                 keep_recent: int = KEEP_RECENT, page_cut: str = "end", constrain: bool = False,
-                 thoughts: str = "plain"):
+    def __init__(
+        self,
+        sampler,
+        tokenizer,
+        *,
+        params,
+        budget_tokens: int = 2048,
+        max_batch: int = 8,
+        name: str = "model",
+        stop_after_command: bool = True,
+        thought_chars: int = 160,
+        system_prompt: str = SYSTEM_PROMPT,
+        page_ids: str = "before",
+        history_last: bool = False,
+        keep_recent: int = KEEP_RECENT,
+        page_cut: str = "end",
+        constrain: bool = False,
+        thoughts: str = "plain",
+    ):
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.sampler = sampler
@@ -93,8 +108,16 @@ class ModelPolicy:
         self._closed = False
 
     @classmethod
-    def from_path(cls, path: str = "bundled", *, params, dtype: str | None = None, tokenizer_path: str | None = None,
-                  mesh=None, **kw) -> "ModelPolicy":
+    def from_path(
+        cls,
+        path: str = "bundled",
+        *,
+        params,
+        dtype: str | None = None,
+        tokenizer_path: str | None = None,
+        mesh=None,
+        **kw,
+    ) -> "ModelPolicy":
         """Load the model and its tokenizer from one path (HF directory, .gguf, or 'bundled')."""
         from tgpo_jax.models.loading import load_model, with_tokenizer_eos
         from tgpo_jax.models.sampler import Sampler
@@ -163,11 +186,20 @@ class ModelPolicy:
         from tgpo_jax.models.tokenizer import chat_ids
 
         t0 = time.perf_counter()
-        messages = [build_messages(r, tokenizer=self.tokenizer, budget_tokens=self.budget_tokens,
-                                   thought_chars=self.thought_chars, system_prompt=self.system_prompt,
-                                   page_ids=self.page_ids, history_last=self.history_last,
-                                   keep_recent=self.keep_recent, page_cut=self.page_cut)
-                    for r in requests]
+        messages = [
+            build_messages(
+                r,
+                tokenizer=self.tokenizer,
+                budget_tokens=self.budget_tokens,
+                thought_chars=self.thought_chars,
+                system_prompt=self.system_prompt,
+                page_ids=self.page_ids,
+                history_last=self.history_last,
+                keep_recent=self.keep_recent,
+                page_cut=self.page_cut,
+            )
+            for r in requests
+        ]
         prompts = [chat_ids(self.tokenizer, m) for m in messages]
         params = self.params
         seeds = [request_seed(params.seed, r) for r in requests]
@@ -176,9 +208,12 @@ class ModelPolicy:
             from rollout.policies.constrain import constraints_for
 
             eos = self.sampler.cfg.eos_token_ids or ()
-            completions = self.sampler.generate(prompts, params, row_seeds=seeds,
-                                                constraints=constraints_for(requests, self.tokenizer, eos,
-                                                                            self.thoughts))
+            completions = self.sampler.generate(
+                prompts,
+                params,
+                row_seeds=seeds,
+                constraints=constraints_for(requests, self.tokenizer, eos, self.thoughts),
+            )
         else:
             completions = self.sampler.generate(prompts, params, row_seeds=seeds)
         dt = time.perf_counter() - t0
@@ -187,10 +222,20 @@ class ModelPolicy:
             raw_reason = c.finish_reason
             if self.stop_after_command:
                 c = cut_after_command(c, self.tokenizer)
-            outs.append(PolicyOutput(
-                text=c.text, logprob=float(sum(c.logprobs)), num_tokens=len(c.tokens),
-                info={"finish_reason": c.finish_reason, "prompt_tokens": len(prompt),
-                      "cut_after_command": c.finish_reason == "stop" and raw_reason != "stop",
-                      "batch_size": len(requests), "seed": seed, "latency_s": dt,
-                      "messages": m}))
+            outs.append(
+                PolicyOutput(
+                    text=c.text,
+                    logprob=float(sum(c.logprobs)),
+                    num_tokens=len(c.tokens),
+                    info={
+                        "finish_reason": c.finish_reason,
+                        "prompt_tokens": len(prompt),
+                        "cut_after_command": c.finish_reason == "stop" and raw_reason != "stop",
+                        "batch_size": len(requests),
+                        "seed": seed,
+                        "latency_s": dt,
+                        "messages": m,
+                    },
+                )
+            )
         return outs

@@ -26,6 +26,7 @@ collection seed and the episode key — not on scheduling or the number of paral
   item and the sort as two branches (a trained model sorts there and loops, BUILD_NOTES.md).
 So runs of one task succeed and fail on shared states, which is what the tree needs.
 """
+
 from __future__ import annotations
 
 import copy
@@ -66,8 +67,15 @@ class OraclePolicy:
     or a recipe's); ``page_ids``: where the run's prompt puts element ids (``prompt.PAGE_IDS``), so that a thought
     names an element as the page the model reads does."""
 
-    def __init__(self, env: Environment, noise: OracleNoise = OracleNoise(), seed: int = 0, name: str = "oracle",
-                 thoughts: str = DEFAULT, page_ids: str = "before"):
+    def __init__(
+        self,
+        env: Environment,
+        noise: OracleNoise = OracleNoise(),
+        seed: int = 0,
+        name: str = "oracle",
+        thoughts: str = DEFAULT,
+        page_ids: str = "before",
+    ):
         self.env = env
         self.noise = noise
         self.seed = seed
@@ -80,8 +88,9 @@ class OraclePolicy:
 
     def with_seed(self, seed: int) -> "OraclePolicy":
         """The same oracle (noise, name, wording) drawing its mistakes from ``seed``."""
-        return OraclePolicy(self.env, self.noise, seed=seed, name=self.name, thoughts=self.thoughts,
-                            page_ids=self.page_ids)
+        return OraclePolicy(
+            self.env, self.noise, seed=seed, name=self.name, thoughts=self.thoughts, page_ids=self.page_ids
+        )
 
     def _thought(self, cmd: Command, obs: Observation | None, instruction: str = "") -> str:
         return self._write(cmd, obs, instruction, page_ids=self.page_ids)
@@ -101,8 +110,10 @@ class OraclePolicy:
         # repeat > 0, wrong_button > 0 or wrong_sort > 0, a sixth only with one of the last three, a seventh only
         # with one of the last two, an eighth only with wrong_sort > 0, so runs collected without them keep their
         # trajectories)
-        draws = [rng.random() for _ in range(8 if n.wrong_sort else 7 if n.wrong_button else 6 if n.repeat
-                                             else 5 if n.recover else 4)]
+        draws = [
+            rng.random()
+            for _ in range(8 if n.wrong_sort else 7 if n.wrong_button else 6 if n.repeat else 5 if n.recover else 4)
+        ]
         last, st["last"] = st.get("last"), None
         if st["pending"]:
             cmd = st["pending"].pop(0)
@@ -140,8 +151,9 @@ class OraclePolicy:
             if cmd is not None:
                 if undo:
                     st["pending"].append(Command("GO_BACK"))
-                return self._out(cmd, obs, None, mistake="wrong_button_undone" if undo else "wrong_button",
-                                 task=request.task)
+                return self._out(
+                    cmd, obs, None, mistake="wrong_button_undone" if undo else "wrong_button", task=request.task
+                )
         cmd = self.env.oracle(request.task, obs, st["memory"])
         return self._out(self._remember(st, obs, cmd), obs, None, task=request.task)
 
@@ -152,11 +164,14 @@ class OraclePolicy:
             st["last"] = (obs.url, cmd)
         return cmd
 
-    def _out(self, cmd: Command, obs: Observation, thought: str | None, mistake: str | None = None,
-             task=None) -> PolicyOutput:
+    def _out(
+        self, cmd: Command, obs: Observation, thought: str | None, mistake: str | None = None, task=None
+    ) -> PolicyOutput:
         instruction = task.instruction if task is not None else ""
-        return PolicyOutput(format_output(thought or self._thought(cmd, obs, instruction), cmd),
-                            info={"mistake": mistake} if mistake else {})
+        return PolicyOutput(
+            format_output(thought or self._thought(cmd, obs, instruction), cmd),
+            info={"mistake": mistake} if mistake else {},
+        )
 
     def _garble(self, cmd: Command, rng: random.Random) -> str:
         form = MALFORMED[rng.randrange(len(MALFORMED))]
@@ -167,8 +182,15 @@ class OraclePolicy:
     def _detour(obs: Observation, rng: random.Random) -> Command | None:
         """A same-site link to another page: following it and coming back is a redundant loop."""
         here = obs.url.split("#")[0]
-        links = [e for e in obs.elements if e.role == "link" and e.href and not e.href.startswith("#")
-                 and e.href.split("#")[0] != here and e.href.split("/")[2:3] == here.split("/")[2:3]]
+        links = [
+            e
+            for e in obs.elements
+            if e.role == "link"
+            and e.href
+            and not e.href.startswith("#")
+            and e.href.split("#")[0] != here
+            and e.href.split("/")[2:3] == here.split("/")[2:3]
+        ]
         if not links:
             return None
         return Command("CLICK", links[rng.randrange(len(links))].id)
@@ -178,4 +200,3 @@ class OraclePolicy:
 
     def forget(self, episode_key: str) -> None:
         self._episodes.pop(episode_key, None)
-

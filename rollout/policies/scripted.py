@@ -1,5 +1,6 @@
 """Policies that replay fixed outputs (scripted command sequences, replays of recorded episodes), and a stateless
 sampling stand-in built from recorded gold episodes (search tests and benchmarks)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -48,8 +49,11 @@ class GoldOrRandom:
         if gold is not None and rng.random() < self.p_gold:
             return PolicyOutput(gold)
         ids = [e.id for e in request.observation.elements if e.role in ("link", "button") and e.id]
-        return PolicyOutput(f"Thought: try something.\nCommand: CLICK [{rng.choice(ids)}]" if ids
-                            else "Thought: nothing to click.\nCommand: STOP []")
+        return PolicyOutput(
+            f"Thought: try something.\nCommand: CLICK [{rng.choice(ids)}]"
+            if ids
+            else "Thought: nothing to click.\nCommand: STOP []"
+        )
 
     async def close(self):
         pass

@@ -23,6 +23,7 @@ it whether the valid-argument decoding holds that wording's settings to their fo
 the task asks for, the item rank it asks for, whether a link is that sort or the result at that rank) serve every
 writer.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,6 +43,7 @@ HINT = "a recipe registers more: recipes.register_all(), or recipes.get(name).re
 class Thoughts:
     """A registered wording: its writer, and whether the valid-argument decoding holds a thought that sets a
     combobox to that wording's own form (``constrain.OutputGrammar``'s ``setting_form``)."""
+
     write: Callable[..., str]
     setting_form: bool = False
 
@@ -80,7 +82,7 @@ def is_at_rank(obs: Observation, el, rank: str) -> bool:
 def sort_asked(cmd: Command, el, instruction: str) -> str:
     """The task's sort words (``task_sort``) when ``cmd`` clicks the sort link ``el`` that is that sort, else ""."""
     goal = task_sort(instruction) if cmd.name == "CLICK" and el is not None and el.name.startswith("Sort:") else ""
-    return goal if goal and sort_words(goal) == sort_words(el.name[len("Sort:"):]) else ""
+    return goal if goal and sort_words(goal) == sort_words(el.name[len("Sort:") :]) else ""
 
 
 def item_asked(cmd: Command, obs: Observation | None, el, instruction: str) -> str:
@@ -115,7 +117,7 @@ def task_phrase(arg: str, instruction: str, near: str = "") -> str | None:
     i = instruction.find(target, *span)
     if i < 0:
         return None
-    head = instruction[span[0]:i]
+    head = instruction[span[0] : i]
     cut = max((head.rfind(d) + len(d) for d in _CLAUSE_ENDS if d in head), default=0)
     words = head[cut:].split()
     if not words or len(words) > 3 or words[-1].lower() in _VERB_ENDS:
@@ -152,10 +154,15 @@ def plain(cmd: Command, obs: Observation | None, instruction: str = "", page_ids
         why = _asked(task_phrase(cmd.arg, instruction, obs.title if (cmd.name == "SELECT" and obs) else ""), cmd.arg)
         if why:
             return why + (f"type it into {what}." if cmd.name == "TYPE" else f"set {what} to [{cmd.arg}].")
-    return {"TYPE": f"Type [{cmd.arg}] into {what}.", "SELECT": f"Set {what} to [{cmd.arg}].",
-            "CLEAR": f"Clear {what}.", "SCROLL": f"Scroll {str(cmd.arg).lower()} to see more.",
-            "GOTO": f"Open {cmd.arg}.", "GO_BACK": "Go back to the previous page.",
-            "STOP": "The task is complete."}[cmd.name]
+    return {
+        "TYPE": f"Type [{cmd.arg}] into {what}.",
+        "SELECT": f"Set {what} to [{cmd.arg}].",
+        "CLEAR": f"Clear {what}.",
+        "SCROLL": f"Scroll {str(cmd.arg).lower()} to see more.",
+        "GOTO": f"Open {cmd.arg}.",
+        "GO_BACK": "Go back to the previous page.",
+        "STOP": "The task is complete.",
+    }[cmd.name]
 
 
 # ---------------------------------------------------------------- the registry
@@ -168,8 +175,9 @@ def register_thoughts(name: str, fn: Callable[..., str], *, setting_form: bool =
     error."""
     entry = Thoughts(fn, setting_form)
     if THOUGHTS.get(name, entry) != entry:
-        raise ValueError(f"thoughts={name!r} is registered already (by {THOUGHTS[name].write.__module__}); "
-                         "pick another name")
+        raise ValueError(
+            f"thoughts={name!r} is registered already (by {THOUGHTS[name].write.__module__}); pick another name"
+        )
     THOUGHTS[name] = entry
 
 

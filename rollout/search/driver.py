@@ -11,6 +11,7 @@ Proposals: the policy's ``act`` is asked K times at the node with distinct episo
 so a sampling policy whose output depends only on the request (our model, an HTTP endpoint) gives K samples. A
 policy that keeps per-episode memory (the oracle) is not a proposal policy: it would propose without its memory.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -43,16 +44,18 @@ class SearchConfig:
 
 
 class Critic(Protocol):
-    def rank(self, task: str, page: str, candidates: Sequence[str],
-             logprobs: Sequence[float | None] = ()) -> tuple[list[int], int]: ...
+    def rank(
+        self, task: str, page: str, candidates: Sequence[str], logprobs: Sequence[float | None] = ()
+    ) -> tuple[list[int], int]: ...
 
 
 class LogprobCritic:
     """Ranks the proposals by the proposing policy's own log-prob (no second model; unknown log-probs last, then
     proposal order)."""
 
-    def rank(self, task: str, page: str, candidates: Sequence[str],
-             logprobs: Sequence[float | None] = ()) -> tuple[list[int], int]:
+    def rank(
+        self, task: str, page: str, candidates: Sequence[str], logprobs: Sequence[float | None] = ()
+    ) -> tuple[list[int], int]:
         lp = [x if x is not None else float("-inf") for x in logprobs] or [0.0] * len(candidates)
         return sorted(range(len(candidates)), key=lambda i: (-lp[i], i)), 0
 
@@ -101,14 +104,30 @@ class _SimulationPolicy:
 class TaskSearch:
     """The search tree of one task and the simulations that grow it."""
 
-    def __init__(self, env: Environment, task: Task, policy, critic: Critic, cfg: SearchConfig,
-                 harness: HarnessConfig, out_dir: str, seed: int = 0):
+    def __init__(
+        self,
+        env: Environment,
+        task: Task,
+        policy,
+        critic: Critic,
+        cfg: SearchConfig,
+        harness: HarnessConfig,
+        out_dir: str,
+        seed: int = 0,
+    ):
         self.env, self.task, self.policy, self.critic, self.cfg = env, task, policy, critic, cfg
         self.harness, self.out_dir, self.seed = harness, out_dir, seed
         self.essential = env.essential_query_params()
         self.root: SearchNode | None = None
-        self.stats = {"simulations": 0, "episodes": 0, "success": 0, "diverged": 0, "errored": 0,
-                      "terminal_reuse": 0, "critic_malformed": 0}
+        self.stats = {
+            "simulations": 0,
+            "episodes": 0,
+            "success": 0,
+            "diverged": 0,
+            "errored": 0,
+            "terminal_reuse": 0,
+            "critic_malformed": 0,
+        }
 
     async def expand(self, node: SearchNode, request: PolicyRequest) -> None:
         """K proposals at ``node`` (distinct commands), ranked by the critic into Q̂."""
@@ -120,12 +139,19 @@ class TaskSearch:
             if cmd not in seen:
                 seen.add(cmd)
                 outs.append(out)
-        ranking, bad = await asyncio.to_thread(self.critic.rank, self.task.instruction, request.observation.text,
-                                               [o.text for o in outs], [o.logprob for o in outs])
+        ranking, bad = await asyncio.to_thread(
+            self.critic.rank,
+            self.task.instruction,
+            request.observation.text,
+            [o.text for o in outs],
+            [o.logprob for o in outs],
+        )
         self.stats["critic_malformed"] += bad
         q_hat = rank_values(ranking)
-        node.edges = [Edge(action=o.text, command=command_of(o.text), critic=q_hat[i], logprob=o.logprob)
-                      for i, o in enumerate(outs)]
+        node.edges = [
+            Edge(action=o.text, command=command_of(o.text), critic=q_hat[i], logprob=o.logprob)
+            for i, o in enumerate(outs)
+        ]
 
     async def simulate(self, pool, sim: int) -> dict | None:
         """One simulation; -> its episode summary (None when it ended at a terminal node without a browser)."""
@@ -162,7 +188,7 @@ class TaskSearch:
             e = node.edges[i]
             if e.child is not None:
                 continue
-            prefix = tuple(n.edges[j].command for n, j in path[:depth + 1])
+            prefix = tuple(n.edges[j].command for n, j in path[: depth + 1])
             if depth + 1 < len(steps):
                 s = steps[depth + 1]
                 e.child = SearchNode(key=key_of(s["norm_url"], s["observation"]), prefix=prefix)
@@ -175,21 +201,50 @@ class TaskSearch:
         """The tree as JSON: nodes in depth-first order, each with an ``id``; an edge names its child's id."""
         nodes = list(walk(self.root)) if self.root is not None else []
         ids = {id(n): k for k, n in enumerate(nodes)}
-        return {"task_id": self.task.task_id, "config": dataclasses.asdict(self.cfg), "stats": self.stats,
-                "nodes": [{"id": ids[id(n)], "key": n.key, "prefix": list(n.prefix), "terminal": n.terminal,
-                           "reward": n.reward,
-                           "edges": [{"action": e.action, "command": e.command, "critic": e.critic,
-                                      "q_search": e.q_search, "visits": e.visits, "logprob": e.logprob,
-                                      "child": None if e.child is None else ids[id(e.child)]} for e in n.edges]}
-                          for n in nodes]}
+        return {
+            "task_id": self.task.task_id,
+            "config": dataclasses.asdict(self.cfg),
+            "stats": self.stats,
+            "nodes": [
+                {
+                    "id": ids[id(n)],
+                    "key": n.key,
+                    "prefix": list(n.prefix),
+                    "terminal": n.terminal,
+                    "reward": n.reward,
+                    "edges": [
+                        {
+                            "action": e.action,
+                            "command": e.command,
+                            "critic": e.critic,
+                            "q_search": e.q_search,
+                            "visits": e.visits,
+                            "logprob": e.logprob,
+                            "child": None if e.child is None else ids[id(e.child)],
+                        }
+                        for e in n.edges
+                    ],
+                }
+                for n in nodes
+            ],
+        }
 
 
 def tree_path(out_dir: str, task_id: str) -> str:
     return os.path.join(out_dir, "search", task_dir_name(task_id) + ".json")
 
 
-async def search_task(pool, env: Environment, task: Task, policy, critic: Critic, cfg: SearchConfig,
-                      harness: HarnessConfig, out_dir: str, seed: int = 0) -> TaskSearch:
+async def search_task(
+    pool,
+    env: Environment,
+    task: Task,
+    policy,
+    critic: Critic,
+    cfg: SearchConfig,
+    harness: HarnessConfig,
+    out_dir: str,
+    seed: int = 0,
+) -> TaskSearch:
     """``cfg.simulations`` simulations of ``task``, one episode each under ``out_dir``; the tree is written to
     ``tree_path(out_dir, task_id)`` when the last one is done (the mark of a finished task). A task's search is
     not resumed midway: episodes left by an interrupted search are set aside and the task searched again."""
@@ -208,9 +263,18 @@ async def search_task(pool, env: Environment, task: Task, policy, critic: Critic
     return s
 
 
-async def search_collect(env: Environment, tasks: Sequence[Task], policy, critic: Critic, cfg: SearchConfig,
-                         harness: HarnessConfig, out_dir: str, seed: int = 0, contexts: int = 1,
-                         progress: bool = True) -> dict:
+async def search_collect(
+    env: Environment,
+    tasks: Sequence[Task],
+    policy,
+    critic: Critic,
+    cfg: SearchConfig,
+    harness: HarnessConfig,
+    out_dir: str,
+    seed: int = 0,
+    contexts: int = 1,
+    progress: bool = True,
+) -> dict:
     """Search every task whose tree is not written yet, ``contexts`` tasks at a time (each in its own browser
     context per simulation); resumable by task. -> counts over the tasks searched now."""
     from tqdm import tqdm
@@ -219,29 +283,43 @@ async def search_collect(env: Environment, tasks: Sequence[Task], policy, critic
     from rollout.recording import write_tasks
 
     os.makedirs(os.path.join(out_dir, "search"), exist_ok=True)
-    settings = {"env": env.name, "policy": getattr(policy, "name", type(policy).__name__),
-                "critic": type(critic).__name__, "seed": seed, "max_steps": harness.max_steps,
-                **dataclasses.asdict(cfg)}
+    settings = {
+        "env": env.name,
+        "policy": getattr(policy, "name", type(policy).__name__),
+        "critic": type(critic).__name__,
+        "seed": seed,
+        "max_steps": harness.max_steps,
+        **dataclasses.asdict(cfg),
+    }
     saved_path = os.path.join(out_dir, "search", "settings.json")
     if os.path.exists(saved_path):  # a resumed search must be the same search
         with open(saved_path, encoding="utf-8") as f:
             saved = json.load(f)
         changed = {k: (saved.get(k), v) for k, v in settings.items() if saved.get(k) != v}
         if changed:
-            raise ValueError(f"{out_dir} holds a search with other settings {changed} (saved, now): use another "
-                             "--out or the same settings")
+            raise ValueError(
+                f"{out_dir} holds a search with other settings {changed} (saved, now): use another "
+                "--out or the same settings"
+            )
     else:
         with open(saved_path, "w", encoding="utf-8") as f:
             json.dump(settings, f, indent=1)
     write_tasks(out_dir, list(tasks))
     todo = [t for t in tasks if not os.path.exists(tree_path(out_dir, t.task_id))]
     counts = {"tasks": len(tasks), "skipped": len(tasks) - len(todo), "searched": 0}
-    bar = tqdm(total=len(tasks), initial=counts["skipped"], desc=f"search {env.name}", unit="task",
-               disable=not progress, dynamic_ncols=True)
+    bar = tqdm(
+        total=len(tasks),
+        initial=counts["skipped"],
+        desc=f"search {env.name}",
+        unit="task",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
     queue = list(reversed(todo))
     env.start()
     try:
         async with BrowserPool(recycle_after=harness.recycle_after, viewport=harness.viewport) as pool:
+
             async def worker():
                 while queue:
                     s = await search_task(pool, env, queue.pop(), policy, critic, cfg, harness, out_dir, seed)

@@ -9,6 +9,7 @@ Values, per edge (h, a) of a node h (Agent Q eqs. 7, 8, 10):
 - ``visits`` N(h, a); a node's N(h) is the sum over its edges,
 - Q(h, a) = α·Q̃ + (1 − α)·Q̂ (``blended``), which both the selection and the pairs use.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -6,6 +6,7 @@ shop keeps its cart server-side per session, so a URL alone cannot restore a sta
 replay that reaches another page (the site changed, a counter moved, a command now fails) raises
 ``ReplayDiverged`` naming the step and both states. A diverged node is never used as if restored.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,8 +26,9 @@ class ReplayDiverged(RuntimeError):
     """A replayed prefix reached another state than the recorded one."""
 
     def __init__(self, step: int, expected: str, got: str, url: str):
-        super().__init__(f"replay diverged after {step} command(s): expected state {expected[:12]}, reached "
-                         f"{got[:12]} at {url}")
+        super().__init__(
+            f"replay diverged after {step} command(s): expected state {expected[:12]}, reached {got[:12]} at {url}"
+        )
         self.step, self.expected, self.got, self.url = step, expected, got, url
 
 
@@ -48,8 +50,15 @@ class Restored:
     key: str
 
 
-async def restore(pool, env: Environment, task: Task, session_key: str, prefix: Sequence[str],
-                  expected: Sequence[str], cfg: HarnessConfig) -> Restored:
+async def restore(
+    pool,
+    env: Environment,
+    task: Task,
+    session_key: str,
+    prefix: Sequence[str],
+    expected: Sequence[str],
+    cfg: HarnessConfig,
+) -> Restored:
     """Replay ``prefix`` (canonical commands) from the task's start page in a fresh context of ``pool``;
     ``expected`` holds the recorded state key before each command and after the last (len(prefix) + 1 keys).
     -> the page at the node's state; raises ``ReplayDiverged`` at the first state that differs (the context is
@@ -69,8 +78,9 @@ async def restore(pool, env: Environment, task: Task, session_key: str, prefix: 
         await env.reset(context, page, task, session_key)
         error = None
         for i in range(len(prefix) + 1):
-            obs = await observe(page, budget_tokens=cfg.budget_tokens, error=error, origin=env.origin,
-                                with_screenshot=False)
+            obs = await observe(
+                page, budget_tokens=cfg.budget_tokens, error=error, origin=env.origin, with_screenshot=False
+            )
             key = state_key(obs, essential)
             if key != expected[i]:
                 raise ReplayDiverged(i, expected[i], key, obs.shown_url)

@@ -13,6 +13,7 @@ Replacement is whole-token (no letter or digit directly before or after the matc
 on the page and in the thought alike). Pure: no I/O, the caller passes the generator (grain's per-element
 ``random_map`` generator).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,8 +37,9 @@ def whole_token(texts) -> re.Pattern:
     return re.compile(r"(?<![^\W_])(?:" + alts + r")(?![^\W_])")
 
 
-def swap_copies(node: NodeRecord, pools: Mapping[str, Sequence[str]], rng: np.random.Generator,
-                prob: float) -> NodeRecord:
+def swap_copies(
+    node: NodeRecord, pools: Mapping[str, Sequence[str]], rng: np.random.Generator, prob: float
+) -> NodeRecord:
     """``node`` with each copied string replaced (probability ``prob``) by another string of its kind."""
     subs = {}
     text = "\n".join(m["content"] for m in node.prompt)
@@ -58,6 +60,8 @@ def swap_copies(node: NodeRecord, pools: Mapping[str, Sequence[str]], rng: np.ra
         return pat.sub(lambda m: subs[m.group(0)], s)
 
     prompt = [dict(m, content=sub(m["content"])) for m in node.prompt]
-    branches = [dataclasses.replace(b, action=sub(b.action), command=sub(b.command), behaviour_logprob=None)
-                for b in node.branches]
+    branches = [
+        dataclasses.replace(b, action=sub(b.action), command=sub(b.command), behaviour_logprob=None)
+        for b in node.branches
+    ]
     return dataclasses.replace(node, prompt=prompt, branches=branches)

@@ -12,6 +12,7 @@ KTO ``items`` [I] over slots; and an optional KL slot (a mismatched completion, 
 Prompt tokens never carry loss (slot = -1); the action is tokenised separately from the prompt (no
 merge across the boundary) and ends with EOS, trained once.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -59,15 +60,19 @@ class CollateConfig:
         if self.method == "traj_dpo" and self.layout != "plain":
             raise ValueError("method traj_dpo needs layout 'plain': every step of a trajectory pair has its own prompt")
         if self.family_balance and not (self.method == "sft" or self.sft_slots):
-            raise ValueError(f"family_balance weighs SFT's loss or the SFT term; method {self.method!r} without "
-                             "the SFT term (loss.sft_alpha) has no use for it")
+            raise ValueError(
+                f"family_balance weighs SFT's loss or the SFT term; method {self.method!r} without "
+                "the SFT term (loss.sft_alpha) has no use for it"
+            )
         if self.margin_decisions and self.method not in ("dpo", "tgpo"):
             raise ValueError(f"margin_decisions is a DPO / TGPO setting (method {self.method!r})")
         if self.pairs.kto_reachable and self.method != "kto":  # KTO-Tree's labels come from Q, not from the runs
             raise ValueError(f"kto_reachable is a plain-KTO setting (method {self.method!r})")
         if self.max_prompt_len + self.max_completion_len > self.max_len:
-            raise ValueError(f"max_prompt_len ({self.max_prompt_len}) + max_completion_len "
-                             f"({self.max_completion_len}) exceeds max_len ({self.max_len})")
+            raise ValueError(
+                f"max_prompt_len ({self.max_prompt_len}) + max_completion_len "
+                f"({self.max_completion_len}) exceeds max_len ({self.max_len})"
+            )
 
     @property
     def num_slots(self) -> int:
@@ -107,7 +112,7 @@ def tokenize_node(node: NodeRecord, tokenizer, cfg: CollateConfig):
 
     prompt = chat_ids(tokenizer, node.prompt, add_generation_prompt=True)
     truncated = len(prompt) > cfg.max_prompt_len
-    prompt = prompt[-cfg.max_prompt_len:]
+    prompt = prompt[-cfg.max_prompt_len :]
     full = [action_ids(b.action, tokenizer) for b in node.branches]
     truncated |= any(len(ids) > cfg.max_completion_len for ids in full)
     return prompt, [ids[: cfg.max_completion_len] for ids in full], truncated
@@ -150,8 +155,9 @@ def empty_example(cfg: CollateConfig) -> dict[str, np.ndarray]:
     }
 
 
-def _place(ex_: dict, row: int, start: int, ids: Sequence[int], segment: int, pos0: int, pred0: int, slot: int,
-           weight=1.0):
+def _place(
+    ex_: dict, row: int, start: int, ids: Sequence[int], segment: int, pos0: int, pred0: int, slot: int, weight=1.0
+):
     """Write ``ids`` into ``row`` from ``start``; the first token is predicted from index ``pred0``."""
     n = len(ids)
     sl = slice(start, start + n)
@@ -175,9 +181,16 @@ def token_weights(prompt: Sequence[int], seqs, cfg: CollateConfig) -> dict[int, 
     return {slot: decision_mask(prompt, ids, table).astype(np.float32) for slot, ids in seqs}
 
 
-def build_example(node: NodeRecord, tokenizer, cfg: CollateConfig, *, index: int = -1,
-                  kl_completion: Sequence[int] | None = None, weight_scale: float = 1.0,
-                  tokenized=None) -> dict[str, np.ndarray]:
+def build_example(
+    node: NodeRecord,
+    tokenizer,
+    cfg: CollateConfig,
+    *,
+    index: int = -1,
+    kl_completion: Sequence[int] | None = None,
+    weight_scale: float = 1.0,
+    tokenized=None,
+) -> dict[str, np.ndarray]:
     """Collate one node. ``kl_completion``: token ids of another node's completion (KTO's KL slot)."""
     out = empty_example(cfg)
     out["index"] = np.asarray(index, np.int64)
@@ -195,8 +208,12 @@ def build_example(node: NodeRecord, tokenizer, cfg: CollateConfig, *, index: int
         kept.append(b)
     slot_of = {b: k for k, b in enumerate(kept)}
     seqs = [(slot_of[b], comps[b]) for b in kept]
-    if cfg.uses_kl and kl_completion is not None and len(kl_completion) and \
-            (cfg.layout == "plain" or len(kl_completion[: cfg.max_completion_len]) <= room):
+    if (
+        cfg.uses_kl
+        and kl_completion is not None
+        and len(kl_completion)
+        and (cfg.layout == "plain" or len(kl_completion[: cfg.max_completion_len]) <= room)
+    ):
         kl = cfg.max_branches
         seqs.append((kl, list(kl_completion[: cfg.max_completion_len])))
         out["kl_slot"][0] = kl

@@ -12,6 +12,7 @@ far) that occurred earlier in it; ``y[k]`` is a *copy* when every earlier occurr
 followed by something else (which of the page's `Sort: Price low…` / `Sort: Price high…` links; which id a rank word
 names).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -27,12 +28,16 @@ def continuations(ids: Sequence[int], max_n: int = MAX_N) -> dict[tuple[int, ...
     ids = list(ids)
     for j in range(1, len(ids)):
         for n in range(1, min(max_n, j) + 1):
-            out.setdefault(tuple(ids[j - n:j]), set()).add(ids[j])
+            out.setdefault(tuple(ids[j - n : j]), set()).add(ids[j])
     return out
 
 
-def decision_mask(prompt: Sequence[int], completion: Sequence[int],
-                  table: dict[tuple[int, ...], set[int]] | None = None, max_n: int = MAX_N) -> np.ndarray:
+def decision_mask(
+    prompt: Sequence[int],
+    completion: Sequence[int],
+    table: dict[tuple[int, ...], set[int]] | None = None,
+    max_n: int = MAX_N,
+) -> np.ndarray:
     """-> bool [len(completion)]: True where the completion token is a decision (see the module docstring).
 
     ``table``: ``continuations(prompt, max_n)``, when several completions share one prompt (it is not modified)."""
@@ -43,11 +48,11 @@ def decision_mask(prompt: Sequence[int], completion: Sequence[int],
     for k, y in enumerate(completion):
         i = len(prompt) + k
         for n in range(min(max_n, i), 0, -1):  # longest earlier occurrence wins
-            key = tuple(seq[i - n:i])
+            key = tuple(seq[i - n : i])
             seen = table.get(key, set()) | added.get(key, set())
             if seen:
                 out[k] = seen != {y}
                 break
         for n in range(1, min(max_n, i) + 1):
-            added.setdefault(tuple(seq[i - n:i]), set()).add(y)
+            added.setdefault(tuple(seq[i - n : i]), set()).add(y)
     return out

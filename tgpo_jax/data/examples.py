@@ -5,6 +5,7 @@ Pure functions, no I/O and no JAX: the collator calls them per node, so every ob
 (margin, weight clip, repeats) reads the same stored dataset. Items refer to branches by index into
 ``node.branches``; the collator turns (prompt, branch.action) into tokens.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,11 +50,18 @@ class PairConfig:
 def pair_config(d) -> PairConfig:
     """A training config's ``data`` section (``configs/base.py``) as the pair rules, checked by ``PairConfig``: the
     pipeline's validate builds it too, so a bad rule is refused before any stage runs."""
-    return PairConfig(margin=d.margin, weight_eps=d.weight_eps, weight_clip=d.weight_clip or None,
-                      weight_sigma=d.get("weight_sigma", "branch"),
-                      kto_repeat_cap=d.kto_repeat_cap or None, sft_repeat=d.sft_repeat,
-                      sft_shortest=d.sft_shortest, distance_agree=d.get("distance_agree", False),
-                      distance_strict=d.get("distance_strict", False), kto_reachable=d.get("kto_reachable", False))
+    return PairConfig(
+        margin=d.margin,
+        weight_eps=d.weight_eps,
+        weight_clip=d.weight_clip or None,
+        weight_sigma=d.get("weight_sigma", "branch"),
+        kto_repeat_cap=d.kto_repeat_cap or None,
+        sft_repeat=d.sft_repeat,
+        sft_shortest=d.sft_shortest,
+        distance_agree=d.get("distance_agree", False),
+        distance_strict=d.get("distance_strict", False),
+        kto_reachable=d.get("kto_reachable", False),
+    )
 
 
 @dataclasses.dataclass(frozen=True)

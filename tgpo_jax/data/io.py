@@ -14,6 +14,7 @@ Atomicity: shards are written under ``.tmp-*`` names (never ``*.array_record``),
 the manifest goes last by tmp + rename. Overwriting first removes the old manifest, so a write killed at any
 point leaves no manifest, i.e. nothing that reads as a valid dataset.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -65,17 +66,32 @@ class Manifest:
     extra: Mapping[str, Any]  # free-form stats, e.g. label-conflict rate
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema_version": self.schema_version, "format": self.format, "created": self.created,
-                "num_records": self.num_records, "shards": [s.to_dict() for s in self.shards],
-                "counts": dict(self.counts), "config": self.config, "extra": self.extra}
+        return {
+            "schema_version": self.schema_version,
+            "format": self.format,
+            "created": self.created,
+            "num_records": self.num_records,
+            "shards": [s.to_dict() for s in self.shards],
+            "counts": dict(self.counts),
+            "config": self.config,
+            "extra": self.extra,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Manifest":
-        shards = tuple(ShardInfo(file=s["file"], num_records=int(s["num_records"]), sha256=s["sha256"])
-                       for s in d["shards"])
-        return cls(schema_version=d["schema_version"], format=d["format"], created=d["created"],
-                   num_records=int(d["num_records"]), shards=shards, counts=dict(d["counts"]),
-                   config=d.get("config") or {}, extra=d.get("extra") or {})
+        shards = tuple(
+            ShardInfo(file=s["file"], num_records=int(s["num_records"]), sha256=s["sha256"]) for s in d["shards"]
+        )
+        return cls(
+            schema_version=d["schema_version"],
+            format=d["format"],
+            created=d["created"],
+            num_records=int(d["num_records"]),
+            shards=shards,
+            counts=dict(d["counts"]),
+            config=d.get("config") or {},
+            extra=d.get("extra") or {},
+        )
 
 
 # ---------------------------------------------------------------------------------------------- writing
@@ -83,9 +99,16 @@ def shard_name(name: str, i: int, n: int) -> str:
     return f"{name}-{i:05d}-of-{n:05d}{SHARD_SUFFIX}"
 
 
-def write_dataset(records: Iterable[NodeRecord], out_dir: str, *, num_shards: int = 1,
-                  config: Mapping[str, Any] | None = None, name: str = "nodes", overwrite: bool = False,
-                  extra: Mapping[str, Any] | None = None) -> Manifest:
+def write_dataset(
+    records: Iterable[NodeRecord],
+    out_dir: str,
+    *,
+    num_shards: int = 1,
+    config: Mapping[str, Any] | None = None,
+    name: str = "nodes",
+    overwrite: bool = False,
+    extra: Mapping[str, Any] | None = None,
+) -> Manifest:
     """Validate, serialise and write ``records`` round-robin into ``num_shards`` shards; manifest last."""
     if num_shards < 1:
         raise ValueError(f"num_shards must be >= 1, got {num_shards}")
@@ -150,10 +173,16 @@ def write_dataset(records: Iterable[NodeRecord], out_dir: str, *, num_shards: in
                 os.unlink(t)
         raise
 
-    manifest = Manifest(schema_version=SCHEMA_VERSION, format=FORMAT,
-                        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                        num_records=sum(counts), shards=tuple(shards),
-                        counts={**stats, "tasks": len(tasks)}, config=config, extra=extra)
+    manifest = Manifest(
+        schema_version=SCHEMA_VERSION,
+        format=FORMAT,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        num_records=sum(counts),
+        shards=tuple(shards),
+        counts={**stats, "tasks": len(tasks)},
+        config=config,
+        extra=extra,
+    )
     tmp_manifest = os.path.join(out_dir, f"{TMP_PREFIX}{token}-{MANIFEST}")
     with open(tmp_manifest, "w", encoding="utf-8") as fh:
         json.dump(manifest.to_dict(), fh, indent=2, sort_keys=True, allow_nan=False)
@@ -186,8 +215,10 @@ def read_manifest(data_dir: str, *, check_files: bool = True) -> Manifest:
     if d.get("format") != FORMAT:
         raise DatasetError(f"{data_dir}: {MANIFEST} format {d.get('format')!r}, expected {FORMAT!r}")
     if d.get("schema_version") not in READABLE_VERSIONS:
-        raise DatasetError(f"{data_dir}: dataset schema_version {d.get('schema_version')!r}, "
-                           f"this reader knows {', '.join(map(str, READABLE_VERSIONS))}")
+        raise DatasetError(
+            f"{data_dir}: dataset schema_version {d.get('schema_version')!r}, "
+            f"this reader knows {', '.join(map(str, READABLE_VERSIONS))}"
+        )
     try:
         m = Manifest.from_dict(d)
     except (KeyError, TypeError, ValueError) as e:
@@ -209,8 +240,9 @@ def verify_dataset(data_dir: str) -> Manifest:
         path = os.path.join(data_dir, s.file)
         digest = sha256_file(path)
         if digest != s.sha256:
-            raise DatasetError(f"{path}: sha256 {digest} does not match the manifest's {s.sha256} "
-                               "(truncated or corrupted shard)")
+            raise DatasetError(
+                f"{path}: sha256 {digest} does not match the manifest's {s.sha256} (truncated or corrupted shard)"
+            )
         n = _open_reader(path).num_records()
         if n != s.num_records:
             raise DatasetError(f"{path}: holds {n} records, manifest says {s.num_records}")
@@ -248,8 +280,10 @@ class DatasetReader:
         if r is None:
             r = _open_reader(self.paths[k])
             if r.num_records() != self.manifest.shards[k].num_records:
-                raise DatasetError(f"{self.paths[k]}: holds {r.num_records()} records, manifest says "
-                                   f"{self.manifest.shards[k].num_records}")
+                raise DatasetError(
+                    f"{self.paths[k]}: holds {r.num_records()} records, manifest says "
+                    f"{self.manifest.shards[k].num_records}"
+                )
             self._readers[k] = r
         return r
 
@@ -270,8 +304,10 @@ class DatasetReader:
         except DatasetError:
             raise
         except Exception as e:  # Riegeli's C++ status (a hash mismatch, a cut chunk) names neither file nor record
-            raise DatasetError(f"{self._where(k, j)}: cannot be read ({str(e).splitlines()[0][:300]}); the shard is "
-                               "damaged: rebuild the dataset (launch.build_dataset) or restore the file") from e
+            raise DatasetError(
+                f"{self._where(k, j)}: cannot be read ({str(e).splitlines()[0][:300]}); the shard is "
+                "damaged: rebuild the dataset (launch.build_dataset) or restore the file"
+            ) from e
 
     def _locate(self, i: int) -> tuple[int, int]:
         if not isinstance(i, int):

@@ -9,6 +9,7 @@ small dict, saved with each checkpoint for exact resume.
 With ``copy_swap > 0`` (copy-swap augmentation, ``augment.py``) an example is a function of ``i`` and grain's
 per-element generator (``random_map``), which differs between epochs and is restored with the iterator state.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,16 @@ class DatasetStats:
 class NodeExamples:
     """Random-access collated examples over the usable nodes of one dataset directory."""
 
-    def __init__(self, data_dir: str, tokenizer, cfg: CollateConfig, *, weight_norm: str = "none",
-                 ref_table: np.ndarray | None = None, copy_swap: float = 0.0):
+    def __init__(
+        self,
+        data_dir: str,
+        tokenizer,
+        cfg: CollateConfig,
+        *,
+        weight_norm: str = "none",
+        ref_table: np.ndarray | None = None,
+        copy_swap: float = 0.0,
+    ):
         if weight_norm not in ("none", "dataset_mean"):
             raise ValueError(f"weight_norm {weight_norm!r}: expected 'none' or 'dataset_mean'")
         if not 0.0 <= copy_swap <= 1.0:
@@ -77,8 +86,10 @@ class NodeExamples:
         self.node_family = families
         self.ref_table = ref_table
         if ref_table is not None and ref_table.shape != (len(self), cfg.num_slots):
-            raise ValueError(f"reference table shape {ref_table.shape} != ({len(self)}, {cfg.num_slots}): "
-                             "it was computed for another dataset or collation")
+            raise ValueError(
+                f"reference table shape {ref_table.shape} != ({len(self)}, {cfg.num_slots}): "
+                "it was computed for another dataset or collation"
+            )
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -123,8 +134,17 @@ def family_weights(families: list[str], items: list[int]) -> dict[str, float]:
     return {f: total / (len(counted) * counted[f]) if f in counted else 1.0 for f in n}
 
 
-def make_dataset(source, *, batch_size: int, seed: int, num_epochs: int | None, shuffle: bool = True,
-                 process_index: int = 0, process_count: int = 1, drop_remainder: bool = True):
+def make_dataset(
+    source,
+    *,
+    batch_size: int,
+    seed: int,
+    num_epochs: int | None,
+    shuffle: bool = True,
+    process_index: int = 0,
+    process_count: int = 1,
+    drop_remainder: bool = True,
+):
     """-> grain IterDataset of per-process batches ([batch_size // process_count, ...] arrays)."""
     if batch_size % process_count:
         raise ValueError(f"global batch size {batch_size} does not divide over {process_count} processes")

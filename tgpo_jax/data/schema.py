@@ -11,6 +11,7 @@ Records serialise to UTF-8 JSON (readable with any tool, versioned by ``schema_v
 successful or failed episode of a trajectory pair, §9.3: q is the episode's outcome, ``meta`` names the pair, side and
 step). Version 1 records read as ``tree``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -64,20 +65,29 @@ class Branch:
             if not _finite(v):
                 raise SchemaError(f"{where}: reward {k}={v!r} is not a finite number")
         if min(self.n_total, self.n_success, self.n_failed) < 0 or self.n_success + self.n_failed > self.n_total:
-            raise SchemaError(f"{where}: counts total={self.n_total} success={self.n_success} "
-                              f"failed={self.n_failed} are inconsistent")
+            raise SchemaError(
+                f"{where}: counts total={self.n_total} success={self.n_success} failed={self.n_failed} are inconsistent"
+            )
         if (self.steps_success is None) != (self.steps_failed is None) or (
-                self.steps_success is not None and (self.steps_success < self.n_success
-                                                    or self.steps_failed < self.n_failed)):
-            raise SchemaError(f"{where}: step occurrences success={self.steps_success} failed={self.steps_failed} "
-                              f"must both be given and at least the trajectory counts ({self.n_success}, "
-                              f"{self.n_failed})")
+            self.steps_success is not None
+            and (self.steps_success < self.n_success or self.steps_failed < self.n_failed)
+        ):
+            raise SchemaError(
+                f"{where}: step occurrences success={self.steps_success} failed={self.steps_failed} "
+                f"must both be given and at least the trajectory counts ({self.n_success}, "
+                f"{self.n_failed})"
+            )
         if self.goal_distance is not None and not (isinstance(self.goal_distance, int) and self.goal_distance >= 0):
             raise SchemaError(f"{where}: goal_distance={self.goal_distance!r} must be an integer >= 0 or None")
-        if self.returns is not None and not (isinstance(self.returns, tuple) and len(self.returns) == self.n_total > 0
-                                             and all(_finite(r) for r in self.returns)):
-            raise SchemaError(f"{where}: returns={self.returns!r} must be None or a tuple of n_total={self.n_total} "
-                              f"finite numbers (one per trajectory taking the branch)")
+        if self.returns is not None and not (
+            isinstance(self.returns, tuple)
+            and len(self.returns) == self.n_total > 0
+            and all(_finite(r) for r in self.returns)
+        ):
+            raise SchemaError(
+                f"{where}: returns={self.returns!r} must be None or a tuple of n_total={self.n_total} "
+                f"finite numbers (one per trajectory taking the branch)"
+            )
         if self.behaviour_logprob is not None and not (_finite(self.behaviour_logprob) and self.behaviour_logprob <= 0):
             raise SchemaError(f"{where}: behaviour_logprob={self.behaviour_logprob!r} must be a finite value <= 0")
 
@@ -95,8 +105,10 @@ class NodeRecord:
     def validate(self) -> "NodeRecord":
         where = f"node {self.task_id}/{self.node_id}"
         if self.schema_version not in READABLE_VERSIONS:
-            raise SchemaError(f"{where}: schema_version {self.schema_version}, this reader knows "
-                              f"{', '.join(map(str, READABLE_VERSIONS))}")
+            raise SchemaError(
+                f"{where}: schema_version {self.schema_version}, this reader knows "
+                f"{', '.join(map(str, READABLE_VERSIONS))}"
+            )
         if self.value_source not in VALUE_SOURCES:
             raise SchemaError(f"{where}: value_source {self.value_source!r}, expected one of {VALUE_SOURCES}")
         if not self.prompt:
@@ -121,15 +133,22 @@ class NodeRecord:
     def from_json(cls, d: Mapping[str, Any]) -> "NodeRecord":
         version = d.get("schema_version")
         if version not in READABLE_VERSIONS:
-            raise SchemaError(f"record schema_version {version!r}; this reader knows "
-                              f"{', '.join(map(str, READABLE_VERSIONS))}")
+            raise SchemaError(
+                f"record schema_version {version!r}; this reader knows {', '.join(map(str, READABLE_VERSIONS))}"
+            )
         if version == 1 and "value_source" in d:
             raise SchemaError("record schema_version 1 has a value_source field (added in version 2)")
         try:
             branches = [_branch(b) for b in d["branches"]]
-            rec = cls(task_id=d["task_id"], node_id=d["node_id"], prompt=[dict(m) for m in d["prompt"]],
-                      branches=branches, meta=dict(d.get("meta", {})),
-                      value_source=d.get("value_source", "tree") if version >= 2 else "tree", schema_version=2)
+            rec = cls(
+                task_id=d["task_id"],
+                node_id=d["node_id"],
+                prompt=[dict(m) for m in d["prompt"]],
+                branches=branches,
+                meta=dict(d.get("meta", {})),
+                value_source=d.get("value_source", "tree") if version >= 2 else "tree",
+                schema_version=2,
+            )
         except (KeyError, TypeError) as e:
             raise SchemaError(f"record does not match schema v{version}: {e}") from e
         return rec.validate()

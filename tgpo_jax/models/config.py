@@ -3,6 +3,7 @@
 Read from a Hugging Face ``config.json`` (transformers v4 ``rope_theta``/``rope_scaling`` or v5
 ``rope_parameters``), from GGUF metadata, or built from scratch for tests and CPU demos.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -71,7 +72,8 @@ class ModelConfig:
     def __post_init__(self):
         if self.model_type not in SUPPORTED:
             raise UnsupportedModelError(
-                f"model_type {self.model_type!r} is not supported; supported: {sorted(SUPPORTED)}")
+                f"model_type {self.model_type!r} is not supported; supported: {sorted(SUPPORTED)}"
+            )
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
         if self.head_dim % 2:
@@ -88,8 +90,10 @@ class ModelConfig:
         if self.attention not in ATTENTION:
             raise ValueError(f"attention={self.attention!r}: expected one of {ATTENTION}")
         if self.attention == "cudnn" and self.dtype != "bfloat16":
-            raise ValueError("attention='cudnn' needs dtype='bfloat16' (cuDNN's fused attention has no float32 "
-                             "kernel); use attention='auto' to fall back to dense attention")
+            raise ValueError(
+                "attention='cudnn' needs dtype='bfloat16' (cuDNN's fused attention has no float32 "
+                "kernel); use attention='auto' to fall back to dense attention"
+            )
         for name in ("dtype", "param_dtype"):
             if getattr(self, name) not in ("float32", "bfloat16"):
                 raise ValueError(f"{name}={getattr(self, name)!r}: expected 'float32' or 'bfloat16'")
@@ -113,7 +117,8 @@ class ModelConfig:
             arch = hf.get("architectures")
             raise UnsupportedModelError(
                 f"unsupported architecture: model_type={model_type!r} architectures={arch}; "
-                f"supported model types: {sorted(SUPPORTED)}")
+                f"supported model types: {sorted(SUPPORTED)}"
+            )
         for flag in ("use_sliding_window", "mlp_bias"):
             if hf.get(flag):
                 raise UnsupportedModelError(f"{model_type} config option {flag}=True is not supported")
@@ -202,11 +207,25 @@ def _as_ids(v):
 
 def tiny_config(model_type: str = "llama", vocab_size: int = 256, **overrides) -> ModelConfig:
     """A from-scratch model small enough for unit tests and CPU demos (about 0.2M parameters)."""
-    kw = dict(model_type=model_type, vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
-              num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, rms_norm_eps=1e-6,
-              rope_theta=10000.0, max_position_embeddings=512, tie_word_embeddings=False,
-              qkv_bias=model_type == "qwen2", qk_norm=model_type == "qwen3",
-              bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    kw = dict(
+        model_type=model_type,
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        qkv_bias=model_type == "qwen2",
+        qk_norm=model_type == "qwen3",
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     kw.update(overrides)
     return ModelConfig(**kw)
 
@@ -216,10 +235,25 @@ def tiny_config(model_type: str = "llama", vocab_size: int = 256, **overrides) -
 # (recipes/scratch_copy/circuit.py: 64-wide heads, rope_theta 1e7 so the slow rotary pairs are position-invariant).
 SCRATCH_PRESETS = {
     "tiny": {},
-    "small": dict(hidden_size=192, intermediate_size=512, num_layers=4, num_heads=6, num_kv_heads=2, head_dim=32,
-                  max_position_embeddings=2048),
-    "copy": dict(hidden_size=256, intermediate_size=640, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=64,
-                 rope_theta=1e7, max_position_embeddings=2048),
+    "small": dict(
+        hidden_size=192,
+        intermediate_size=512,
+        num_layers=4,
+        num_heads=6,
+        num_kv_heads=2,
+        head_dim=32,
+        max_position_embeddings=2048,
+    ),
+    "copy": dict(
+        hidden_size=256,
+        intermediate_size=640,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=64,
+        rope_theta=1e7,
+        max_position_embeddings=2048,
+    ),
 }
 
 

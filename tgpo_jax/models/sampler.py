@@ -11,6 +11,7 @@ in ``rollout/policies/constrain.py``) the host picks every token: the best-scori
 allows (greedy), or a draw from the filtered distribution renormalised over the allowed tokens. Rows then decode
 one token per jitted call. The log-prob kept is still the model's own unconstrained one.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -84,15 +85,22 @@ def _filtered_probs(logits: np.ndarray, temperature: float, top_k: int, top_p: f
     if top_p < 1.0:
         order = np.argsort(-p)
         cum = np.cumsum(p[order])
-        keep = order[:int(np.sum(cum - p[order] < top_p))]
+        keep = order[: int(np.sum(cum - p[order] < top_p))]
         q = np.zeros_like(p)
         q[keep] = p[keep]
         p = q / q.sum()
     return p
 
 
-def choose_allowed(logits: np.ndarray, constraint: TokenConstraint, temperature: float, top_k: int, top_p: float,
-                   rng: np.random.Generator, scan: int = 64) -> int | None:
+def choose_allowed(
+    logits: np.ndarray,
+    constraint: TokenConstraint,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    rng: np.random.Generator,
+    scan: int = 64,
+) -> int | None:
     """The next token of one row under its constraint, or None when the constraint allows no token at all.
 
     Greedy: the highest logit allowed. Sampling: a draw from the filtered distribution over its allowed tokens
@@ -101,8 +109,15 @@ def choose_allowed(logits: np.ndarray, constraint: TokenConstraint, temperature:
     score = logits if probs is None else np.where(probs > 0, probs, -1.0)
     top = np.argpartition(-score, min(scan, len(score) - 1))[:scan]
     if probs is None:  # greedy: the first allowed in logit order; each check parses the output so far
-        return next((int(t) for pool in (top[np.argsort(-score[top])], np.argsort(-score)) for t in pool
-                     if constraint.allows(int(t))), None)
+        return next(
+            (
+                int(t)
+                for pool in (top[np.argsort(-score[top])], np.argsort(-score))
+                for t in pool
+                if constraint.allows(int(t))
+            ),
+            None,
+        )
     for pool in (top[np.argsort(-score[top])], np.argsort(-score)):
         ok = [int(t) for t in pool if constraint.allows(int(t))]
         if probs is not None:
@@ -162,8 +177,9 @@ class Sampler:
         at every call). The arrays that change are copies while the caller keeps its model (a float32 model's are
         its own); on other backends (and abstract weights, as ``training.plan`` compiles) nothing is copied."""
         leaves = jax.tree.leaves(state)
-        on_cpu = bool(leaves) and all(isinstance(a, jax.Array) and {d.platform for d in a.devices()} == {"cpu"}
-                                      for a in leaves)
+        on_cpu = bool(leaves) and all(
+            isinstance(a, jax.Array) and {d.platform for d in a.devices()} == {"cpu"} for a in leaves
+        )
         if not on_cpu:
             return {"model": state, "head": None}
         dt = jnp.dtype(self.cfg.dtype)
@@ -177,8 +193,10 @@ class Sampler:
 
     def _model(self, weights) -> tuple[Transformer, jax.Array | None]:
         """(model, head) inside a jitted step: the bits of ``_ready`` back as floats (a bitcast XLA folds away)."""
+
         def floats(tree, dtype):
             return jax.tree.map(lambda a: jax.lax.bitcast_convert_type(a, dtype) if a.dtype == jnp.uint16 else a, tree)
+
         # the model's weights were cast to the compute dtype where there is no LoRA; the head always is
         model = floats(weights["model"], jnp.dtype(self.cfg.param_dtype if self.cfg.lora_rank else self.cfg.dtype))
         return nnx.merge(self.graphdef, model), floats(weights["head"], jnp.dtype(self.cfg.dtype))
@@ -235,8 +253,13 @@ class Sampler:
         return cache, logits, key_valid, pos + 1, index + 1
 
     # ------------------------------------------------------------------ public API
-    def generate_ids(self, prompts: Sequence[Sequence[int]], params: SamplingParams = SamplingParams(),
-                     constraints: Sequence[TokenConstraint] | None = None, row_seeds: Sequence[int] | None = None):
+    def generate_ids(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams = SamplingParams(),
+        constraints: Sequence[TokenConstraint] | None = None,
+        row_seeds: Sequence[int] | None = None,
+    ):
         """-> list of (tokens, logprobs, finish_reason) per prompt; EOS/stop handling included. With
         ``constraints`` (one per prompt) every token is one its row's constraint allows. Each row samples from its
         own seed, ``row_seeds[i]`` (default: ``params.seed`` and the row's index), so a row's sample is the same in
@@ -256,17 +279,18 @@ class Sampler:
         cache_len = p + steps
         longest = max(len(x) for x in prompts) + params.max_tokens
         if longest > self.cfg.max_position_embeddings:
-            raise ValueError(f"longest prompt + max_tokens = {longest} exceeds the model's "
-                             f"max_position_embeddings={self.cfg.max_position_embeddings}")
+            raise ValueError(
+                f"longest prompt + max_tokens = {longest} exceeds the model's "
+                f"max_position_embeddings={self.cfg.max_position_embeddings}"
+            )
         tokens = np.full((b, p), self.pad_id, np.int32)
         valid = np.zeros((b, p), bool)
         for i, x in enumerate(prompts):
-            tokens[i, p - len(x):] = x
-            valid[i, p - len(x):] = True
+            tokens[i, p - len(x) :] = x
+            valid[i, p - len(x) :] = True
         cache, logits, key_valid, pos = self._prefill(self.weights, jnp.asarray(tokens), jnp.asarray(valid), cache_len)
         if constraints is not None:
-            return self._generate_constrained(params, constraints, (cache, logits, key_valid, pos, jnp.int32(p)),
-                                              seeds)
+            return self._generate_constrained(params, constraints, (cache, logits, key_valid, pos, jnp.int32(p)), seeds)
         done = jnp.zeros((b,), bool)
         if seeds is None:
             base = jax.random.key(params.seed)
@@ -280,7 +304,8 @@ class Sampler:
         reason = [None] * b
         while min(len(t) for t in out_tok) < params.max_tokens and None in reason:
             carry, toks, lps, emitted = self._decode_chunk(
-                self.weights, self.chunk, (params.temperature, params.top_k, params.top_p), carry, eos)
+                self.weights, self.chunk, (params.temperature, params.top_k, params.top_p), carry, eos
+            )
             toks, lps, emitted = np.asarray(toks), np.asarray(lps), np.asarray(emitted)
             host_done = np.asarray(carry[5]).copy()
             for i in range(b):
@@ -333,8 +358,9 @@ class Sampler:
                     reason[i] = "stop"
             if None not in reason:
                 break
-            cache, logits, key_valid, pos, index = self._feed(self.weights, cache, key_valid, pos, index,
-                                                              jnp.asarray(feed))
+            cache, logits, key_valid, pos, index = self._feed(
+                self.weights, cache, key_valid, pos, index, jnp.asarray(feed)
+            )
         return [(t, lp, r if r in ("eos", "stop") else "length") for t, lp, r in zip(out_tok, out_lp, reason)]
 
     def _stop_cut(self, toks: list[int], stop: tuple[str, ...], start: int = 0) -> int | None:
@@ -348,9 +374,13 @@ class Sampler:
                 return n
         return len(toks)  # pragma: no cover - the full text contains it
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams = SamplingParams(),
-                 constraints: Sequence[TokenConstraint] | None = None,
-                 row_seeds: Sequence[int] | None = None) -> list[Completion]:
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams = SamplingParams(),
+        constraints: Sequence[TokenConstraint] | None = None,
+        row_seeds: Sequence[int] | None = None,
+    ) -> list[Completion]:
         if self.tokenizer is None:
             raise ValueError("generate() decodes text and needs a tokenizer; use generate_ids() without one")
         out = []

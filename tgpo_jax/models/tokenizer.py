@@ -4,6 +4,7 @@ template), and SentencePiece training for from-scratch configs.
 A trained SentencePiece model is converted once into a Hugging Face tokenizer directory (so every
 later stage, and the export, goes through one code path: ``load_tokenizer``).
 """
+
 from __future__ import annotations
 
 import io
@@ -39,7 +40,8 @@ def load_tokenizer(path: str):
     names = set(os.listdir(path))
     if not names & {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json"}:
         raise TokenizerNotFoundError(
-            f"no tokenizer files (tokenizer.json / tokenizer.model / tokenizer_config.json) in {path}")
+            f"no tokenizer files (tokenizer.json / tokenizer.model / tokenizer_config.json) in {path}"
+        )
     return AutoTokenizer.from_pretrained(path)
 
 
@@ -51,8 +53,13 @@ def chat_ids(tokenizer, messages: Sequence[dict], add_generation_prompt: bool = 
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def train_sentencepiece(texts: Iterable[str], out_dir: str, vocab_size: int = 1024,
-                        model_type: str = "bpe", extra_pieces: Sequence[str] = ()) -> str:
+def train_sentencepiece(
+    texts: Iterable[str],
+    out_dir: str,
+    vocab_size: int = 1024,
+    model_type: str = "bpe",
+    extra_pieces: Sequence[str] = (),
+) -> str:
     """Train a SentencePiece model on ``texts`` and write it as a HF tokenizer directory.
 
     Identity normalisation and kept whitespace, so text (observations, newlines in chat turns)
@@ -70,15 +77,30 @@ def train_sentencepiece(texts: Iterable[str], out_dir: str, vocab_size: int = 10
         raise ValueError(f"extra_pieces: expected distinct, non-empty symbols other than {CHAT_SPECIAL}")
     needed = 256 + len(set("".join(texts))) + 4 + len(special)
     if vocab_size < needed:
-        raise ValueError(f"vocab_size={vocab_size} is too small for this corpus: byte fallback and its "
-                         f"{len(set(''.join(texts)))} distinct characters need at least {needed}")
+        raise ValueError(
+            f"vocab_size={vocab_size} is too small for this corpus: byte fallback and its "
+            f"{len(set(''.join(texts)))} distinct characters need at least {needed}"
+        )
     os.makedirs(out_dir, exist_ok=True)
     buf = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(texts), model_writer=buf, vocab_size=vocab_size, model_type=model_type,
-        pad_id=0, bos_id=1, eos_id=2, unk_id=3, user_defined_symbols=special,
-        byte_fallback=True, character_coverage=1.0, normalization_rule_name="identity",
-        remove_extra_whitespaces=False, split_digits=True, allow_whitespace_only_pieces=True, minloglevel=2)
+        sentence_iterator=iter(texts),
+        model_writer=buf,
+        vocab_size=vocab_size,
+        model_type=model_type,
+        pad_id=0,
+        bos_id=1,
+        eos_id=2,
+        unk_id=3,
+        user_defined_symbols=special,
+        byte_fallback=True,
+        character_coverage=1.0,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        split_digits=True,
+        allow_whitespace_only_pieces=True,
+        minloglevel=2,
+    )
     spm_path = os.path.join(out_dir, "tokenizer.model")
     with open(spm_path, "wb") as f:
         f.write(buf.getvalue())

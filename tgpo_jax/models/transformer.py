@@ -8,6 +8,7 @@ the same arrays shard with one rule per weight kind. Attention takes an explicit
 Shapes: B batch, T query length, S key length, D hidden, H heads, K kv heads, G = H // K,
 Dh head dim, F MLP width, V vocab, L layers.
 """
+
 from __future__ import annotations
 
 import math
@@ -62,6 +63,7 @@ class KVCache(NamedTuple):
     the step copied and transposed every layer's cache (the values' transpose alone was 13 of the 105 thread-ms of a
     bf16 step of SmolLM2-135M at batch 8, BUILD_NOTES.md); as bf16 the cache, a loop carry, was
     copied to bits for the layer scan every step (``as_bits``)."""
+
     k: jax.Array  # [L, B, K, S, Dh]
     v: jax.Array  # [L, B, K, Dh, S]
 
@@ -73,8 +75,10 @@ class KVCache(NamedTuple):
     def write(self, ks: jax.Array, vs: jax.Array, index) -> "KVCache":
         """The cache with a step's keys/values ks/vs [L, B, T, K, Dh] (the compute dtype) written at positions
         index..index+T-1."""
-        return KVCache(jax.lax.dynamic_update_slice_in_dim(self.k, as_bits(ks).transpose(0, 1, 3, 2, 4), index, axis=3),
-                       jax.lax.dynamic_update_slice_in_dim(self.v, as_bits(vs).transpose(0, 1, 3, 4, 2), index, axis=4))
+        return KVCache(
+            jax.lax.dynamic_update_slice_in_dim(self.k, as_bits(ks).transpose(0, 1, 3, 2, 4), index, axis=3),
+            jax.lax.dynamic_update_slice_in_dim(self.v, as_bits(vs).transpose(0, 1, 3, 4, 2), index, axis=4),
+        )
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -161,8 +165,9 @@ def _blocked_attention(q, k, v, mask, c: int):
     outs = []
     for i in range(0, t, c):
         e = min(i + c, t)  # queries i..e-1 read keys 0..e-1 only
-        scores = jnp.einsum("bkgtd,bksd->bkgts", qt[:, :, :, i:e], kt[:, :, :e],
-                            preferred_element_type=jnp.float32) / math.sqrt(dh)
+        scores = jnp.einsum(
+            "bkgtd,bksd->bkgts", qt[:, :, :, i:e], kt[:, :, :e], preferred_element_type=jnp.float32
+        ) / math.sqrt(dh)
         scores = jnp.where(mask[:, None, None, i:e, :e], scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
         outs.append(proj("bkgts,bksd->bkgtd", probs, vt[:, :, :e]))
@@ -199,11 +204,11 @@ def cached_attention(q, k, v, ck, cv, mask, index):
     s_old = jnp.einsum("btkgd,bksd->bkgts", qg, ck, preferred_element_type=jnp.float32) * scale
     s_new = jnp.einsum("btkgd,bukd->bkgtu", qg, k, preferred_element_type=jnp.float32) * scale
     low = jnp.finfo(jnp.float32).min
-    scores = jnp.concatenate([jnp.where(old_mask[:, None, None], s_old, low),
-                              jnp.where(new_mask[:, None, None], s_new, low)], axis=-1)  # [B,K,G,T,S+T]
+    scores = jnp.concatenate(
+        [jnp.where(old_mask[:, None, None], s_old, low), jnp.where(new_mask[:, None, None], s_new, low)], axis=-1
+    )  # [B,K,G,T,S+T]
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = (proj("bkgts,bkds->btkgd", probs[..., :s], cv)
-           + proj("bkgtu,bukd->btkgd", probs[..., s:], v))
+    out = proj("bkgts,bkds->btkgd", probs[..., :s], cv) + proj("bkgtu,bukd->btkgd", probs[..., s:], v)
     return out.reshape(b, t, h, dh)
 
 
@@ -308,8 +313,16 @@ class Transformer(nnx.Module):
         return {n: getattr(self.layers, n)[...] for n in names}
 
     # tokens [B,T] int, positions [B,T] int, mask [B,T,S] bool -> hidden [B,T,D] (after the final norm)
-    def hidden_states(self, tokens, positions, mask, cache: KVCache | None = None, cache_index=None,
-                      use_lora: bool = True, prefill: bool = False):
+    def hidden_states(
+        self,
+        tokens,
+        positions,
+        mask,
+        cache: KVCache | None = None,
+        cache_index=None,
+        use_lora: bool = True,
+        prefill: bool = False,
+    ):
         """use_lora=False runs the frozen base model: the reference policy of LoRA fine-tuning.
 
         prefill=True (with a cache and cache_index 0): the cache holds nothing yet, so this step attends over its
@@ -361,9 +374,11 @@ class Transformer(nnx.Module):
             layer = jax.checkpoint(layer, policy=jax.checkpoint_policies.nothing_saveable)
 
         if cache is None:
+
             def body(x, p):
                 x, _, _ = layer(x, p, None, None)
                 return x, None
+
             cut = cfg.frozen_layers
             if cut:  # the layers below the trained ones as a constant: no gradient, no backward pass through them
                 low = jax.lax.stop_gradient(jax.tree.map(lambda a: a[:cut], params))
@@ -379,6 +394,7 @@ class Transformer(nnx.Module):
                 p, ck, cv = as_floats(xs, dtypes)
                 x, k, v = layer(x, p, ck, cv)
                 return x, (k, v)
+
             # the layer slices go in as their bits: see ``as_bits`` (inference only: a bitcast has no gradient)
             x, (ks, vs) = jax.lax.scan(body, x, as_bits(xs))  # ks/vs [L,B,T,K,Dh]
             # one write of the step's keys into the cache (in place where the cache is a loop's carry)

@@ -4,6 +4,7 @@ Each entry names a Hugging Face tensor (``{i}`` = layer index), our parameter pa
 transform between them. GGUF files are read through a second map (llama.cpp names -> HF names), so
 every format ends in the same table.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -93,6 +94,7 @@ def _checksums(directory: str) -> dict[str, str]:
             return dict(json.load(f)["sha256"])
     except (ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"{path} is unreadable ({e}); without it the weights cannot be verified") from None
+
 
 class SafetensorsSource:
     """A HF directory with ``model.safetensors`` or a sharded ``model.safetensors.index.json``."""
@@ -198,8 +200,9 @@ class GGUFSource:
         self.metadata = {k: _field_value(f) for k, f in self._reader.fields.items() if k not in big}
         self.arch = self.metadata.get("general.architecture")
         if self.arch not in GGUF_ARCHS:
-            raise CheckpointError(f"GGUF architecture {self.arch!r} in {path} is not supported; "
-                                  f"supported: {sorted(GGUF_ARCHS)}")
+            raise CheckpointError(
+                f"GGUF architecture {self.arch!r} in {path} is not supported; supported: {sorted(GGUF_ARCHS)}"
+            )
         self.description = path
 
     def config(self, **overrides) -> ModelConfig:
@@ -210,17 +213,23 @@ class GGUFSource:
         vocab = int(m.get(f"{a}.vocab_size") or len(tok.data))
         eos = m.get("tokenizer.ggml.eos_token_id")
         kw = dict(
-            model_type=GGUF_ARCHS[a], vocab_size=vocab, hidden_size=d,
-            intermediate_size=int(m[f"{a}.feed_forward_length"]), num_layers=int(m[f"{a}.block_count"]),
-            num_heads=heads, num_kv_heads=int(m.get(f"{a}.attention.head_count_kv", heads)),
+            model_type=GGUF_ARCHS[a],
+            vocab_size=vocab,
+            hidden_size=d,
+            intermediate_size=int(m[f"{a}.feed_forward_length"]),
+            num_layers=int(m[f"{a}.block_count"]),
+            num_heads=heads,
+            num_kv_heads=int(m.get(f"{a}.attention.head_count_kv", heads)),
             head_dim=int(m.get(f"{a}.attention.key_length") or m.get(f"{a}.rope.dimension_count") or d // heads),
             rms_norm_eps=float(m[f"{a}.attention.layer_norm_rms_epsilon"]),
             rope_theta=float(m.get(f"{a}.rope.freq_base", 10000.0)),
             max_position_embeddings=int(m.get(f"{a}.context_length", 2048)),
             tie_word_embeddings="lm_head.weight" not in self._tensors,
-            qkv_bias=a == "qwen2", qk_norm=a == "qwen3",
+            qkv_bias=a == "qwen2",
+            qk_norm=a == "qwen3",
             bos_token_id=_opt_int(m.get("tokenizer.ggml.bos_token_id")),
-            eos_token_id=_opt_int(eos), pad_token_id=_opt_int(m.get("tokenizer.ggml.padding_token_id")),
+            eos_token_id=_opt_int(eos),
+            pad_token_id=_opt_int(m.get("tokenizer.ggml.padding_token_id")),
         )
         kw.update(overrides)
         self._cfg = ModelConfig(**kw)
@@ -256,8 +265,9 @@ def _opt_int(v):
 
 
 # --------------------------------------------------------------------------- conversion
-def hf_to_ours(source, cfg: ModelConfig, shapes: Mapping[str, tuple], put: Callable[[str, np.ndarray], object],
-               dtype=np.float32) -> dict[str, object]:
+def hf_to_ours(
+    source, cfg: ModelConfig, shapes: Mapping[str, tuple], put: Callable[[str, np.ndarray], object], dtype=np.float32
+) -> dict[str, object]:
     """Read every tensor of ``name_map(cfg)`` from ``source`` into our layout.
 
     ``shapes``: our parameter path -> full shape (with the layer axis); ``put(path, array)`` places the
@@ -265,9 +275,12 @@ def hf_to_ours(source, cfg: ModelConfig, shapes: Mapping[str, tuple], put: Calla
     """
     available = set(source.keys())
     entries = name_map(cfg)
-    missing = [e.hf.replace("{i}", str(i)) for e in entries
-               for i in (range(cfg.num_layers) if "{i}" in e.hf else [None])
-               if (e.hf.replace("{i}", str(i)) if i is not None else e.hf) not in available]
+    missing = [
+        e.hf.replace("{i}", str(i))
+        for e in entries
+        for i in (range(cfg.num_layers) if "{i}" in e.hf else [None])
+        if (e.hf.replace("{i}", str(i)) if i is not None else e.hf) not in available
+    ]
     if missing:
         shown = ", ".join(missing[:8]) + (f" ... ({len(missing)} in all)" if len(missing) > 8 else "")
         raise CheckpointError(f"checkpoint {source.description} is missing tensors: {shown}")
@@ -283,8 +296,9 @@ def hf_to_ours(source, cfg: ModelConfig, shapes: Mapping[str, tuple], put: Calla
             out[e.ours] = put(e.ours, _read(source, e.hf, e, full, dtype, used))
     extra = sorted(available - used - {"lm_head.weight"})  # a tied checkpoint may still carry lm_head
     if extra:
-        log.warning("checkpoint %s has %d tensors the model does not use, e.g. %s",
-                    source.description, len(extra), extra[:4])
+        log.warning(
+            "checkpoint %s has %d tensors the model does not use, e.g. %s", source.description, len(extra), extra[:4]
+        )
     return out
 
 
@@ -297,8 +311,10 @@ def _read(source, name, entry: Entry, shape, dtype, used) -> np.ndarray:
         ours = None
     if ours is None or ours.shape != tuple(shape) or int(np.prod(arr.shape)) != int(np.prod(shape)):
         expected = entry.transform.to_hf(np.zeros(shape, np.float32)).shape
-        raise CheckpointError(f"tensor {name} in {source.description} has shape {tuple(arr.shape)}, "
-                              f"expected {tuple(expected)} for this config")
+        raise CheckpointError(
+            f"tensor {name} in {source.description} has shape {tuple(arr.shape)}, "
+            f"expected {tuple(expected)} for this config"
+        )
     return ours.astype(dtype)
 
 

@@ -5,6 +5,7 @@ temporary directory and renames it when complete), ``keep`` most recent are kept
 ``keep_period`` (the snapshots a success-vs-steps curve evaluates). Restores go into an
 abstract target carrying each array's sharding, so a run resumes onto the same mesh layout.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,9 @@ class CheckpointDamaged(RuntimeError):
 class Checkpointer:
     def __init__(self, directory: str, *, keep: int = 3, async_save: bool = True, keep_period: int | None = None):
         self.directory = os.path.abspath(directory)
-        options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=async_save,
-                                               create=True, keep_period=keep_period or None)
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep, enable_async_checkpointing=async_save, create=True, keep_period=keep_period or None
+        )
         self.manager = ocp.CheckpointManager(self.directory, options=options)
 
     def latest_step(self) -> int | None:
@@ -37,11 +39,18 @@ class Checkpointer:
     def all_steps(self) -> list[int]:
         return sorted(self.manager.all_steps())
 
-    def save(self, step: int, state: dict[str, Any], data_state: dict | None = None, extra: dict | None = None,
-             force: bool = True) -> None:
+    def save(
+        self,
+        step: int,
+        state: dict[str, Any],
+        data_state: dict | None = None,
+        extra: dict | None = None,
+        force: bool = True,
+    ) -> None:
         meta = {"step": int(step), "data_state": _jsonable(data_state), **(extra or {})}
-        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                          meta=ocp.args.JsonSave(meta)), force=force)
+        self.manager.save(
+            step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=force
+        )
 
     def restore(self, state_like: dict[str, Any], step: int | None = None) -> tuple[dict[str, Any], dict]:
         """``state_like``: a live or abstract state; its arrays' shardings place the restored arrays."""
@@ -49,8 +58,9 @@ class Checkpointer:
         if step is None:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
         target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state_like)
-        out = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
-                                                                   meta=ocp.args.JsonRestore()))
+        out = self.manager.restore(
+            step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore())
+        )
         return out["state"], out["meta"]
 
     def restore_intact(self, state_like: dict[str, Any]) -> tuple[dict[str, Any], dict]:
@@ -63,15 +73,21 @@ class Checkpointer:
             try:
                 state, meta = self.restore(state_like, step)
                 if damaged:
-                    log.warning("checkpoint step(s) %s in %s were damaged (moved to %s-damaged); resumed from step %d",
-                                damaged, self.directory, self.directory, step)
+                    log.warning(
+                        "checkpoint step(s) %s in %s were damaged (moved to %s-damaged); resumed from step %d",
+                        damaged,
+                        self.directory,
+                        self.directory,
+                        step,
+                    )
                 return state, meta
             except Exception as e:  # noqa: BLE001 - Orbax raises many kinds (structure, zstd, missing file)
                 damaged.append(step)
                 errors.append(f"step {step}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
                 self._move_aside(step)
-        raise CheckpointDamaged(f"no intact checkpoint in {self.directory}: " + "; ".join(errors)
-                                + f" (moved to {self.directory}-damaged/)")
+        raise CheckpointDamaged(
+            f"no intact checkpoint in {self.directory}: " + "; ".join(errors) + f" (moved to {self.directory}-damaged/)"
+        )
 
     def _move_aside(self, step: int) -> None:
         src = os.path.join(self.directory, str(step))

@@ -8,6 +8,7 @@ where each row's loss-carrying tokens are) the vocabulary projection runs on tho
 prompt, and the projection with its log-softmax, computed again in the backward pass, is about a quarter of a
 training step's work when it runs on every position (BUILD_NOTES.md).
 """
+
 from __future__ import annotations
 
 import jax
@@ -93,8 +94,9 @@ def slot_logprobs(model: Transformer, batch: dict, *, use_lora: bool = True, chu
     """
     rows = flatten_rows(batch)
     num_slots = batch["slot_valid"].size
-    h, _ = model.hidden_states(rows["tokens"], rows["positions"], segment_mask(rows["segments"]),
-                               use_lora=use_lora)  # [N, L, D]
+    h, _ = model.hidden_states(
+        rows["tokens"], rows["positions"], segment_mask(rows["segments"]), use_lora=use_lora
+    )  # [N, L, D]
     on = rows["slot"] >= 0
     n, length = on.shape
     if "loss_pos" in batch:  # the projection on the loss positions only, scattered back to [N, L]

@@ -3,6 +3,7 @@
 Resumes from the latest checkpoint in ``train.output_dir`` (parameters, optimizer, step, RNG and the
 grain iterator), so a killed run continues exactly where its last checkpoint stopped.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,11 +55,21 @@ def maybe_initialize_distributed(cfg) -> None:
 def collate_config(cfg) -> CollateConfig:
     d = cfg.data
     pairs = ex.pair_config(d)
-    return CollateConfig(method=cfg.method, layout=d.layout, max_len=d.max_len, max_prompt_len=d.max_prompt_len,
-                         max_completion_len=d.max_completion_len, max_branches=d.max_branches,
-                         max_pairs=d.max_pairs, max_items=d.max_items, kl_slot=d.kl_slot,
-                         family_balance=d.get("family_balance", False), pairs=pairs,
-                         sft_slots=cfg.loss.sft_alpha > 0, margin_decisions=not cfg.loss.get("margin_copies", True))
+    return CollateConfig(
+        method=cfg.method,
+        layout=d.layout,
+        max_len=d.max_len,
+        max_prompt_len=d.max_prompt_len,
+        max_completion_len=d.max_completion_len,
+        max_branches=d.max_branches,
+        max_pairs=d.max_pairs,
+        max_items=d.max_items,
+        kl_slot=d.kl_slot,
+        family_balance=d.get("family_balance", False),
+        pairs=pairs,
+        sft_slots=cfg.loss.sft_alpha > 0,
+        margin_decisions=not cfg.loss.get("margin_copies", True),
+    )
 
 
 def with_loss_positions(local: dict) -> dict:
@@ -81,35 +92,60 @@ def check_batch(cfg, mesh) -> None:
             raise ValueError(f"{key}={value!r}: must be a positive integer")
     micro = cfg.train.batch_size // cfg.optim.grad_accum
     if cfg.train.batch_size % cfg.optim.grad_accum or micro % n_batch:
-        raise ValueError(f"batch_size {cfg.train.batch_size} / grad_accum {cfg.optim.grad_accum} = {micro} "
-                         f"examples per micro-batch must divide over the mesh's data x fsdp = {n_batch} devices")
+        raise ValueError(
+            f"batch_size {cfg.train.batch_size} / grad_accum {cfg.optim.grad_accum} = {micro} "
+            f"examples per micro-batch must divide over the mesh's data x fsdp = {n_batch} devices"
+        )
 
 
 def loss_config(cfg, desirable_weight: float = 1.0, undesirable_weight: float = 1.0) -> LossConfig:
     """``cfg.loss`` -> the Trainer's LossConfig (KTO's class weights given: the dataset's, or cfg's fixed ones)."""
     lc = cfg.loss
-    return LossConfig(method=cfg.method, beta=lc.beta, dpo_loss_type=lc.dpo_loss_type,
-                      label_smoothing=lc.label_smoothing, desirable_weight=desirable_weight,
-                      undesirable_weight=undesirable_weight, reference=lc.reference, focal_gamma=lc.focal_gamma,
-                      rpo_alpha=lc.rpo_alpha, decision_window=lc.decision_window, sft_alpha=lc.sft_alpha,
-                      margin_copies=lc.get("margin_copies", True))
+    return LossConfig(
+        method=cfg.method,
+        beta=lc.beta,
+        dpo_loss_type=lc.dpo_loss_type,
+        label_smoothing=lc.label_smoothing,
+        desirable_weight=desirable_weight,
+        undesirable_weight=undesirable_weight,
+        reference=lc.reference,
+        focal_gamma=lc.focal_gamma,
+        rpo_alpha=lc.rpo_alpha,
+        decision_window=lc.decision_window,
+        sft_alpha=lc.sft_alpha,
+        margin_copies=lc.get("margin_copies", True),
+    )
 
 
 def optim_config(cfg, total_steps: int) -> OptimConfig:
     """``cfg.optim`` -> the Trainer's OptimConfig for a run of ``total_steps``."""
     o = cfg.optim
-    return OptimConfig(optimizer=o.optimizer, learning_rate=o.learning_rate,
-                       warmup_steps=o.warmup_steps or int(o.warmup_fraction * total_steps),
-                       schedule=o.schedule, total_steps=total_steps, end_lr_fraction=o.end_lr_fraction,
-                       weight_decay=o.weight_decay, b1=o.b1, b2=o.b2, eps=o.eps, clip_norm=o.clip_norm,
-                       grad_accum=o.grad_accum)
+    return OptimConfig(
+        optimizer=o.optimizer,
+        learning_rate=o.learning_rate,
+        warmup_steps=o.warmup_steps or int(o.warmup_fraction * total_steps),
+        schedule=o.schedule,
+        total_steps=total_steps,
+        end_lr_fraction=o.end_lr_fraction,
+        weight_decay=o.weight_decay,
+        b1=o.b1,
+        b2=o.b2,
+        eps=o.eps,
+        clip_norm=o.clip_norm,
+        grad_accum=o.grad_accum,
+    )
 
 
 def model_overrides(m) -> dict:
     """What ``cfg.model`` sets on the checkpoint's ModelConfig (besides param_dtype)."""
-    return dict(dtype=compute_dtype(m.dtype), remat=m.remat, train_layers=m.get("train_layers", 0),
-                lora_rank=m.lora_rank, lora_alpha=m.lora_alpha,
-                attention=m.get("attention", "auto"))
+    return dict(
+        dtype=compute_dtype(m.dtype),
+        remat=m.remat,
+        train_layers=m.get("train_layers", 0),
+        lora_rank=m.lora_rank,
+        lora_alpha=m.lora_alpha,
+        attention=m.get("attention", "auto"),
+    )
 
 
 def build_model(cfg, mesh, tokenizer):
@@ -118,10 +154,18 @@ def build_model(cfg, mesh, tokenizer):
     if m.path:
         return load_model(m.path, mesh=mesh, param_dtype=m.param_dtype, lora_seed=m.lora_seed, **overrides)
     if m.scratch not in SCRATCH_PRESETS:
-        raise ValueError(f"model.path is empty and model.scratch={m.scratch!r}: give a checkpoint or one of "
-                         f"{sorted(SCRATCH_PRESETS)}")
-    mc = scratch_config(m.scratch, len(tokenizer), eos_token_id=tokenizer.eos_token_id,
-                     pad_token_id=tokenizer.pad_token_id, param_dtype=m.param_dtype, **overrides)
+        raise ValueError(
+            f"model.path is empty and model.scratch={m.scratch!r}: give a checkpoint or one of "
+            f"{sorted(SCRATCH_PRESETS)}"
+        )
+    mc = scratch_config(
+        m.scratch,
+        len(tokenizer),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        param_dtype=m.param_dtype,
+        **overrides,
+    )
     from tgpo_jax.models.loading import shard_model
 
     return shard_model(init_fn(m.init)(mc, m, tokenizer), mesh)  # model.init: tgpo_jax/training/registry.py
@@ -133,8 +177,10 @@ def update_mask(cfg, model):
         return None
     freeze = freeze_fn(cfg.model.freeze)  # tgpo_jax/training/registry.py
     if model.cfg.lora_rank:
-        raise ValueError(f"model.freeze={cfg.model.freeze!r} freezes entries of full weights; with LoRA "
-                         "(model.lora_rank > 0) the base is frozen already")
+        raise ValueError(
+            f"model.freeze={cfg.model.freeze!r} freezes entries of full weights; with LoRA "
+            "(model.lora_rank > 0) the base is frozen already"
+        )
     from flax import nnx
 
     from tgpo_jax.models.loading import model_from_flat
@@ -146,8 +192,15 @@ def update_mask(cfg, model):
 def _eval(trainer, state, source, cfg, mesh) -> dict:
     """Mean metrics over the held-out source (each batch weighted equally)."""
     nproc, pidx = jax.process_count(), jax.process_index()
-    ds = make_dataset(source, batch_size=cfg.train.batch_size, seed=0, num_epochs=1, shuffle=False,
-                      process_index=pidx, process_count=nproc)
+    ds = make_dataset(
+        source,
+        batch_size=cfg.train.batch_size,
+        seed=0,
+        num_epochs=1,
+        shuffle=False,
+        process_index=pidx,
+        process_count=nproc,
+    )
     sums, n = {}, 0
     for i, local in enumerate(ds):
         if cfg.train.eval_batches and i >= cfg.train.eval_batches:
@@ -199,40 +252,58 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
     if not cfg.data.train_dir:
         raise ValueError("data.train_dir is empty: point it at a node dataset directory (manifest.json inside)")
     if cfg.data.copy_swap and cfg.loss.reference in ("precomputed", "behaviour"):
-        raise ValueError(f"data.copy_swap > 0 with loss.reference={cfg.loss.reference}: a swapped example has no "
-                         "stored reference log-probs; use a live reference (or none) or copy_swap=0")
+        raise ValueError(
+            f"data.copy_swap > 0 with loss.reference={cfg.loss.reference}: a swapped example has no "
+            "stored reference log-probs; use a live reference (or none) or copy_swap=0"
+        )
     source = examples_for(cfg.method)  # tree nodes, or trajectory pairs for traj_dpo
-    train_src = source(cfg.data.train_dir, tokenizer, ccfg, weight_norm=cfg.data.weight_norm,
-                       copy_swap=cfg.data.copy_swap)
-    eval_src = source(cfg.data.eval_dir, tokenizer, ccfg, weight_norm=cfg.data.weight_norm) \
-        if cfg.data.eval_dir else None
+    train_src = source(
+        cfg.data.train_dir, tokenizer, ccfg, weight_norm=cfg.data.weight_norm, copy_swap=cfg.data.copy_swap
+    )
+    eval_src = (
+        source(cfg.data.eval_dir, tokenizer, ccfg, weight_norm=cfg.data.weight_norm) if cfg.data.eval_dir else None
+    )
     if train_src.weight_scale != 1.0 and eval_src is not None:
         eval_src.weight_scale = train_src.weight_scale  # one normaliser: the training set's
 
-    w_d, w_u = (train_src.class_weights if cfg.loss.kto_weights == "auto"
-                else (cfg.loss.desirable_weight, cfg.loss.undesirable_weight))
+    w_d, w_u = (
+        train_src.class_weights
+        if cfg.loss.kto_weights == "auto"
+        else (cfg.loss.desirable_weight, cfg.loss.undesirable_weight)
+    )
     loss_cfg = loss_config(cfg, w_d, w_u)
     per_epoch = steps_per_epoch(train_src, cfg.train.batch_size)
     total = cfg.train.max_steps or per_epoch * cfg.train.num_epochs
-    trainer = Trainer(model, loss_cfg, optim_config(cfg, total), mesh, chunk=cfg.train.chunk,
-                      update_mask=update_mask(cfg, model))
+    trainer = Trainer(
+        model, loss_cfg, optim_config(cfg, total), mesh, chunk=cfg.train.chunk, update_mask=update_mask(cfg, model)
+    )
     if loss_cfg.reference == "precomputed":
         cache = cfg.loss.reference_cache or os.path.join(out_dir, "reference")
         for src in filter(None, (train_src, eval_src)):
-            src.ref_table = ref_lib.reference_table(trainer, src, cache, batch_size=cfg.train.batch_size,
-                                                    model_id=cfg.model.path or cfg.model.scratch)
+            src.ref_table = ref_lib.reference_table(
+                trainer, src, cache, batch_size=cfg.train.batch_size, model_id=cfg.model.path or cfg.model.scratch
+            )
     elif loss_cfg.reference == "behaviour":
         ref_lib.check_behaviour_logprobs(train_src)
 
     # curve_points > 0: also snapshot (and keep) every total/curve_points steps, for a success-vs-steps curve
     period = snapshot_period(total, cfg.train.curve_points) if cfg.train.curve_points else 0
-    ckpt = Checkpointer(os.path.join(out_dir, "checkpoints"), keep=cfg.train.keep,
-                        async_save=cfg.train.async_checkpoint, keep_period=period or None)
+    ckpt = Checkpointer(
+        os.path.join(out_dir, "checkpoints"),
+        keep=cfg.train.keep,
+        async_save=cfg.train.async_checkpoint,
+        keep_period=period or None,
+    )
     writer = MetricsWriter(out_dir)
     state = trainer.init_state(cfg.train.seed)
-    ds = make_dataset(train_src, batch_size=cfg.train.batch_size, seed=cfg.data.shuffle_seed,
-                      num_epochs=None if cfg.train.max_steps else cfg.train.num_epochs,
-                      process_index=jax.process_index(), process_count=jax.process_count())
+    ds = make_dataset(
+        train_src,
+        batch_size=cfg.train.batch_size,
+        seed=cfg.data.shuffle_seed,
+        num_epochs=None if cfg.train.max_steps else cfg.train.num_epochs,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+    )
     it = iter(ds)
     start = 0
     if ckpt.latest_step() is not None:
@@ -244,9 +315,14 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
     # they are logged again
     _truncate_metrics(writer.path, start)
 
-    summary = {"method": cfg.method, "steps": total, "per_epoch": per_epoch,
-               "dataset": dataclasses.asdict(train_src.stats),
-               "kto_class_weights": [w_d, w_u], "weight_scale": train_src.weight_scale}
+    summary = {
+        "method": cfg.method,
+        "steps": total,
+        "per_epoch": per_epoch,
+        "dataset": dataclasses.asdict(train_src.stats),
+        "kto_class_weights": [w_d, w_u],
+        "weight_scale": train_src.weight_scale,
+    }
     bar = _progress(cfg, total, start)
     step, last, t0, ran = start, {}, time.perf_counter(), 0
     try:
@@ -257,10 +333,12 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
             if not bool(m["finite"]):
                 ckpt.wait()
                 good = ckpt.latest_step()
-                raise TrainingDiverged(f"step {step + 1}: non-finite loss {float(m['loss'])}, grad norm "
-                                       f"{float(m['grad_norm'])} or updated parameters; the update was not applied. "
-                                       "Last good checkpoint: "
-                                       + (f"step {good} in {ckpt.directory}" if good is not None else "none saved yet"))
+                raise TrainingDiverged(
+                    f"step {step + 1}: non-finite loss {float(m['loss'])}, grad norm "
+                    f"{float(m['grad_norm'])} or updated parameters; the update was not applied. "
+                    "Last good checkpoint: "
+                    + (f"step {good} in {ckpt.directory}" if good is not None else "none saved yet")
+                )
             step += 1
             ran += 1
             if step % cfg.train.log_every == 0 or step == total:
@@ -289,9 +367,20 @@ def fit(cfg, on_step: Callable[[int], None] | None = None) -> TrainResult:
 
 
 # keys a resumed run may change: logging, saving, progress and layout, none of which changes what is computed
-RESUME_FREE = ("train.output_dir", "train.progress", "train.log_every", "train.save_every", "train.keep",
-               "train.async_checkpoint", "train.eval_every", "train.eval_batches", "train.chunk", "train.restart",
-               "mesh.", "distributed.")
+RESUME_FREE = (
+    "train.output_dir",
+    "train.progress",
+    "train.log_every",
+    "train.save_every",
+    "train.keep",
+    "train.async_checkpoint",
+    "train.eval_every",
+    "train.eval_batches",
+    "train.chunk",
+    "train.restart",
+    "mesh.",
+    "distributed.",
+)
 
 
 class ConfigChanged(ValueError):
@@ -311,8 +400,11 @@ def _flat(d: dict, prefix: str = "") -> dict:
 def config_changes(saved: dict, now: dict) -> dict[str, tuple]:
     """{dotted key: (saved value, value now)} where two configs (as JSON) differ, less the ``RESUME_FREE`` keys."""
     a, b = _flat(saved), _flat(now)
-    return {k: (a.get(k, "<absent>"), b.get(k, "<absent>")) for k in sorted(set(a) | set(b))
-            if a.get(k, "<absent>") != b.get(k, "<absent>") and not k.startswith(RESUME_FREE)}
+    return {
+        k: (a.get(k, "<absent>"), b.get(k, "<absent>"))
+        for k in sorted(set(a) | set(b))
+        if a.get(k, "<absent>") != b.get(k, "<absent>") and not k.startswith(RESUME_FREE)
+    }
 
 
 def check_resume(out_dir: str, cfg) -> None:
@@ -336,15 +428,19 @@ def check_resume(out_dir: str, cfg) -> None:
         with open(saved_path) as f:
             saved = json.load(f)
     except (OSError, ValueError) as e:
-        raise ConfigChanged(f"{saved_path} is unreadable ({e}); it holds checkpoints of a run whose configuration "
-                            "cannot be compared. Use another train.output_dir, or --config.train.restart=True to move "
-                            "that run aside and start over") from None
+        raise ConfigChanged(
+            f"{saved_path} is unreadable ({e}); it holds checkpoints of a run whose configuration "
+            "cannot be compared. Use another train.output_dir, or --config.train.restart=True to move "
+            "that run aside and start over"
+        ) from None
     changed = config_changes(saved, json.loads(cfg.to_json_best_effort()))
     if changed:
         diff = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in list(changed.items())[:8])
-        raise ConfigChanged(f"{out_dir} holds checkpoints of another configuration ({len(changed)} key(s) changed: "
-                            f"{diff}{' ...' if len(changed) > 8 else ''}). Resuming would mix two runs: use another "
-                            "train.output_dir, or --config.train.restart=True to move that run aside and start over")
+        raise ConfigChanged(
+            f"{out_dir} holds checkpoints of another configuration ({len(changed)} key(s) changed: "
+            f"{diff}{' ...' if len(changed) > 8 else ''}). Resuming would mix two runs: use another "
+            "train.output_dir, or --config.train.restart=True to move that run aside and start over"
+        )
 
 
 def _truncate_metrics(path: str, step: int) -> None:
@@ -359,6 +455,11 @@ def _truncate_metrics(path: str, step: int) -> None:
 def _progress(cfg, total: int, start: int):
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=start, desc=f"{cfg.method}", unit="step",
-                disable=not cfg.train.progress or jax.process_index() != 0, dynamic_ncols=True)
-
+    return tqdm(
+        total=total,
+        initial=start,
+        desc=f"{cfg.method}",
+        unit="step",
+        disable=not cfg.train.progress or jax.process_index() != 0,
+        dynamic_ncols=True,
+    )

@@ -1,4 +1,5 @@
 """Metrics to JSONL and TensorBoard event files (tensorboardX), written by process 0 only."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """The training objective of each method, from slot log-probs of a collated batch (docs/method.md §7)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,28 +34,39 @@ class LossConfig:
         if self.reference not in REFERENCE_MODES:
             raise ValueError(f"reference {self.reference!r}: expected one of {REFERENCE_MODES}")
         if not self.focal_gamma >= 0 or (self.focal_gamma and self.method != "sft"):
-            raise ValueError(f"focal_gamma={self.focal_gamma}: must be >= 0, and is an SFT setting (method "
-                             f"{self.method})")
+            raise ValueError(
+                f"focal_gamma={self.focal_gamma}: must be >= 0, and is an SFT setting (method {self.method})"
+            )
         if not self.rpo_alpha >= 0 or (self.rpo_alpha and self.method not in ("dpo", "tgpo", "traj_dpo")):
-            raise ValueError(f"rpo_alpha={self.rpo_alpha}: must be >= 0, and is a DPO / TGPO setting (method "
-                             f"{self.method})")
+            raise ValueError(
+                f"rpo_alpha={self.rpo_alpha}: must be >= 0, and is a DPO / TGPO setting (method {self.method})"
+            )
         if self.decision_window < 0 or (self.decision_window and self.method not in ("dpo", "tgpo")):
-            raise ValueError(f"decision_window={self.decision_window}: must be >= 0, and is a DPO / TGPO setting "
-                             f"(method {self.method})")
+            raise ValueError(
+                f"decision_window={self.decision_window}: must be >= 0, and is a DPO / TGPO setting "
+                f"(method {self.method})"
+            )
         if not self.sft_alpha >= 0 or (self.sft_alpha and self.method not in ("dpo", "tgpo", "kto", "kto_tree")):
-            raise ValueError(f"sft_alpha={self.sft_alpha}: must be >= 0, and is a DPO / TGPO / KTO setting (method "
-                             f"{self.method})")
+            raise ValueError(
+                f"sft_alpha={self.sft_alpha}: must be >= 0, and is a DPO / TGPO / KTO setting (method {self.method})"
+            )
         if not self.margin_copies and (self.method not in ("dpo", "tgpo") or self.reference != "live"):
-            raise ValueError(f"margin_copies=False is a DPO / TGPO setting and needs the reference's token log-probs "
-                             f"(reference=live; method {self.method}, reference {self.reference})")
+            raise ValueError(
+                f"margin_copies=False is a DPO / TGPO setting and needs the reference's token log-probs "
+                f"(reference=live; method {self.method}, reference {self.reference})"
+            )
         if self.decision_window and self.reference != "live":
-            raise ValueError(f"decision_window={self.decision_window} needs the reference's token log-probs: "
-                             f"reference=live (a {self.reference} reference stores whole-action sums only)")
+            raise ValueError(
+                f"decision_window={self.decision_window} needs the reference's token log-probs: "
+                f"reference=live (a {self.reference} reference stores whole-action sums only)"
+            )
         if self.method != "sft" and self.reference == "none":
             raise ValueError(f"method {self.method} needs a reference (live, precomputed or behaviour)")
         if self.method in ("kto", "kto_tree") and self.reference == "behaviour":
-            raise ValueError("KTO's KL term scores mismatched completions, which have no behaviour log-prob: "
-                             "use reference=live or precomputed")
+            raise ValueError(
+                "KTO's KL term scores mismatched completions, which have no behaviour log-prob: "
+                "use reference=live or precomputed"
+            )
         if self.dpo_loss_type not in losses.DPO_LOSS_TYPES:
             raise ValueError(f"dpo_loss_type {self.dpo_loss_type!r}: expected one of {losses.DPO_LOSS_TYPES}")
 
@@ -79,7 +91,7 @@ def slot_token_counts(batch: dict):
     b, s = batch["slot_valid"].shape
     slot = batch["slot"].reshape(b, -1)  # [B, R*L] per-example ids, -1 off-slot
     ids = jnp.where(slot >= 0, slot + (jnp.arange(b, dtype=slot.dtype) * s)[:, None], b * s).reshape(-1)
-    return jax.ops.segment_sum(jnp.ones(ids.shape, jnp.float32), ids, num_segments=b * s + 1)[:b * s]
+    return jax.ops.segment_sum(jnp.ones(ids.shape, jnp.float32), ids, num_segments=b * s + 1)[: b * s]
 
 
 def pair_token_logprobs(token_lp, batch: dict, which: str, window: int = 0, decisions: bool = False):
@@ -120,17 +132,25 @@ def objective(policy_slots, ref_slots, token_lp, token_on, batch: dict, cfg: Los
         args = (policy_slots[c], policy_slots[r], ref_slots[c], ref_slots[r])
         if cfg.decision_window or not cfg.margin_copies:
             if ref_token_lp is None:
-                raise ValueError("decision_window / margin_copies=False need the reference's token log-probs "
-                                 "(ref_token_lp)")
+                raise ValueError(
+                    "decision_window / margin_copies=False need the reference's token log-probs (ref_token_lp)"
+                )
             w, dec = cfg.decision_window, not cfg.margin_copies
-            args = tuple(pair_token_logprobs(t, batch, k, w, dec) for t, k in
-                         ((token_lp, "pair_chosen"), (token_lp, "pair_rejected"),
-                          (ref_token_lp, "pair_chosen"), (ref_token_lp, "pair_rejected")))
+            args = tuple(
+                pair_token_logprobs(t, batch, k, w, dec)
+                for t, k in (
+                    (token_lp, "pair_chosen"),
+                    (token_lp, "pair_rejected"),
+                    (ref_token_lp, "pair_chosen"),
+                    (ref_token_lp, "pair_rejected"),
+                )
+            )
         if cfg.method == "tgpo":
             loss, metrics = losses.tgpo_loss(*args, batch["pair_weight"].reshape(-1), valid, beta=cfg.beta)
         else:
-            loss, metrics = losses.dpo_loss(*args, valid, beta=cfg.beta, loss_type=cfg.dpo_loss_type,
-                                            label_smoothing=cfg.label_smoothing)
+            loss, metrics = losses.dpo_loss(
+                *args, valid, beta=cfg.beta, loss_type=cfg.dpo_loss_type, label_smoothing=cfg.label_smoothing
+            )
         if cfg.rpo_alpha:
             nll = losses.chosen_nll(policy_slots[c], slot_token_counts(batch)[c], valid)
             loss = loss + cfg.rpo_alpha * nll
@@ -138,10 +158,18 @@ def objective(policy_slots, ref_slots, token_lp, token_on, batch: dict, cfg: Los
         return sft_term(loss, metrics, policy_slots, batch, cfg)
     items = _global(batch["item_slot"], s)
     kl = _global(jnp.maximum(batch["kl_slot"], 0), s)
-    loss, metrics = losses.kto_loss(policy_slots[items], ref_slots[items], batch["item_desirable"].reshape(-1),
-                                    batch["item_valid"].reshape(-1), policy_slots[kl], ref_slots[kl],
-                                    (batch["kl_slot"] >= 0).reshape(-1), beta=cfg.beta,
-                                    desirable_weight=cfg.desirable_weight, undesirable_weight=cfg.undesirable_weight)
+    loss, metrics = losses.kto_loss(
+        policy_slots[items],
+        ref_slots[items],
+        batch["item_desirable"].reshape(-1),
+        batch["item_valid"].reshape(-1),
+        policy_slots[kl],
+        ref_slots[kl],
+        (batch["kl_slot"] >= 0).reshape(-1),
+        beta=cfg.beta,
+        desirable_weight=cfg.desirable_weight,
+        undesirable_weight=cfg.undesirable_weight,
+    )
     return sft_term(loss, metrics, policy_slots, batch, cfg)
 
 
@@ -167,8 +195,9 @@ def trajectory_dpo(policy_slots, ref_slots, batch: dict, cfg: LossConfig):
 
     (pc, pr), (rc, rr) = sides(policy_slots), sides(ref_slots)
     valid = jnp.any(side > 0, -1) & jnp.any(side < 0, -1)  # [B]
-    loss, metrics = losses.dpo_loss(pc, pr, rc, rr, valid, beta=cfg.beta, loss_type=cfg.dpo_loss_type,
-                                    label_smoothing=cfg.label_smoothing)
+    loss, metrics = losses.dpo_loss(
+        pc, pr, rc, rr, valid, beta=cfg.beta, loss_type=cfg.dpo_loss_type, label_smoothing=cfg.label_smoothing
+    )
     if cfg.rpo_alpha:  # the anchor on the chosen trajectory's steps (token mean), as for step-level DPO
         chosen = ((side > 0) & valid[:, None]).reshape(-1)
         nll = losses.chosen_nll(policy_slots, slot_token_counts(batch), chosen)

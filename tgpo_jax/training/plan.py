@@ -13,6 +13,7 @@ over micro-batches and log-prob chunks), so its figure is far below the step's w
 step's jaxpr instead: every dot product, times the length of each scan around it (rematerialised forward passes
 included, as they run); elementwise work is not counted.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,7 +37,7 @@ from tgpo_jax.models.transformer import Transformer
 from tgpo_jax.training import loop
 from tgpo_jax.training.step import Trainer
 
-GiB = 1024 ** 3
+GiB = 1024**3
 # per-chip memory (bytes) and dense bf16 peak (FLOP/s) by chip; h100/h200 are planned on CPU devices
 CHIPS = {
     "v4": dict(hbm=32 * GiB, peak=275e12),
@@ -66,15 +67,19 @@ def topology_devices(topology: str) -> list:
 def abstract_sharded_model(cfg: ModelConfig, mesh) -> Transformer:
     """The model with every parameter a ShapeDtypeStruct carrying its partition-rule sharding (as loading places
     it): nothing is initialised or allocated."""
-    flat = {p: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=shd.sharding_for(p, v.shape, mesh))
-            for p, v in flat_params(abstract_model(cfg)).items()}
+    flat = {
+        p: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=shd.sharding_for(p, v.shape, mesh))
+        for p, v in flat_params(abstract_model(cfg)).items()
+    }
     return model_from_flat(cfg, flat)
 
 
 def abstract_batch(trainer: Trainer, ccfg, batch_size: int, grad_accum: int) -> dict:
     """A collated global batch [A, B/A, ...] (``to_global_batch``'s layout) as sharded ShapeDtypeStructs."""
-    shapes = {k: ((grad_accum, batch_size // grad_accum, *v.shape), jax.dtypes.canonicalize_dtype(v.dtype))
-              for k, v in empty_example(ccfg).items()}
+    shapes = {
+        k: ((grad_accum, batch_size // grad_accum, *v.shape), jax.dtypes.canonicalize_dtype(v.dtype))
+        for k, v in empty_example(ccfg).items()
+    }
     sh = trainer.batch_sharding({k: np.empty((0,) * len(s)) for k, (s, _) in shapes.items()})
     return {k: jax.ShapeDtypeStruct(s, dt, sharding=sh[k]) for k, (s, dt) in shapes.items()}
 
@@ -99,9 +104,15 @@ def abstract_decode_carry(cfg: ModelConfig, mesh, batch: int, cache_len: int) ->
 
     cache = jax.eval_shape(lambda: KVCache.zeros(cfg, b, cache_len))
     kv = KVCache(*(sds(a.shape, a.dtype, (None, ba, "tensor", None, None)) for a in cache))
-    return (kv, sds((b, cfg.vocab_size), jnp.float32, (ba, "tensor")),
-            sds((b, cache_len), jnp.bool_, (ba, None)), sds((b,), jnp.int32, (ba,)), sds((), jnp.int32, ()),
-            sds((b,), jnp.bool_, (ba,)), sds(key.shape, key.dtype, (ba,)))
+    return (
+        kv,
+        sds((b, cfg.vocab_size), jnp.float32, (ba, "tensor")),
+        sds((b, cache_len), jnp.bool_, (ba, None)),
+        sds((b,), jnp.int32, (ba,)),
+        sds((), jnp.int32, ()),
+        sds((b,), jnp.bool_, (ba,)),
+        sds(key.shape, key.dtype, (ba,)),
+    )
 
 
 def _itemsize(dtype) -> int:
@@ -160,9 +171,13 @@ def _memory(compiled) -> dict[str, int]:
     if ma is None:
         return {}
     get = lambda k: int(getattr(ma, k, 0) or 0)  # noqa: E731
-    out = {"arguments": get("argument_size_in_bytes"), "outputs": get("output_size_in_bytes"),
-           "alias": get("alias_size_in_bytes"), "temp": get("temp_size_in_bytes"),
-           "code": get("generated_code_size_in_bytes")}
+    out = {
+        "arguments": get("argument_size_in_bytes"),
+        "outputs": get("output_size_in_bytes"),
+        "alias": get("alias_size_in_bytes"),
+        "temp": get("temp_size_in_bytes"),
+        "code": get("generated_code_size_in_bytes"),
+    }
     # what the device holds while the program runs: inputs, outputs not written over donated inputs, scratch
     out["total"] = out["arguments"] + out["outputs"] - out["alias"] + out["temp"] + out["code"]
     host = get("host_argument_size_in_bytes") + get("host_temp_size_in_bytes") + get("host_output_size_in_bytes")
@@ -177,21 +192,36 @@ def _cost(compiled) -> dict[str, float]:
         ca = ca[0] if ca else {}
     ca = ca or {}
     out = {}
-    for k_in, k_out in (("flops", "compiler_flops"), ("bytes accessed", "compiler_bytes"),
-                        ("optimal_seconds", "compiler_seconds")):
+    for k_in, k_out in (
+        ("flops", "compiler_flops"),
+        ("bytes accessed", "compiler_bytes"),
+        ("optimal_seconds", "compiler_seconds"),
+    ):
         if k_in in ca and ca[k_in] is not None and float(ca[k_in]) >= 0:
             out[k_out] = float(ca[k_in])
     return out
 
 
-def compile_part(name: str, jitted, args: Sequence, n_devices: int, *, inputs: dict[str, Any] | None = None,
-                 hbm: int | None = None, peak: float | None = None) -> dict:
+def compile_part(
+    name: str,
+    jitted,
+    args: Sequence,
+    n_devices: int,
+    *,
+    inputs: dict[str, Any] | None = None,
+    hbm: int | None = None,
+    peak: float | None = None,
+) -> dict:
     """Trace, lower and compile ``jitted(*args)``; its per-device memory, FLOPs and time estimates."""
     t0 = time.perf_counter()
     traced = jitted.trace(*args)
     flops = counted_flops(traced.jaxpr.jaxpr)
-    out = {"part": name, "inputs": {k: shard_bytes(v) for k, v in (inputs or {}).items()},
-           "counted_flops": flops, "counted_flops_per_device": flops / n_devices}
+    out = {
+        "part": name,
+        "inputs": {k: shard_bytes(v) for k, v in (inputs or {}).items()},
+        "counted_flops": flops,
+        "counted_flops_per_device": flops / n_devices,
+    }
     if peak:
         out["seconds_at_peak"] = out["counted_flops_per_device"] / peak
     try:
@@ -201,9 +231,13 @@ def compile_part(name: str, jitted, args: Sequence, n_devices: int, *, inputs: d
         if "RESOURCE_EXHAUSTED" not in msg:
             raise
         need = re.search(r"HLO temporaries \(([\d.]+)([KMGT])\)", msg)
-        unit = {"K": 1024, "M": 1024 ** 2, "G": GiB, "T": 1024 * GiB}
-        out.update(compile_s=round(time.perf_counter() - t0, 1), fits=False, error=msg.strip().splitlines()[0][:400],
-                   memory={"temp": int(float(need.group(1)) * unit[need.group(2)])} if need else {})
+        unit = {"K": 1024, "M": 1024**2, "G": GiB, "T": 1024 * GiB}
+        out.update(
+            compile_s=round(time.perf_counter() - t0, 1),
+            fits=False,
+            error=msg.strip().splitlines()[0][:400],
+            memory={"temp": int(float(need.group(1)) * unit[need.group(2)])} if need else {},
+        )
         return out
     out.update(compile_s=round(time.perf_counter() - t0, 1), memory=_memory(compiled), **_cost(compiled))
     total = out["memory"].get("total")
@@ -217,6 +251,7 @@ def compile_part(name: str, jitted, args: Sequence, n_devices: int, *, inputs: d
 @dataclasses.dataclass
 class Target:
     """Where to plan: a mesh over real, simulated or topology devices, and the chip it stands for."""
+
     mesh: Any
     chip: str  # a CHIPS key: HBM size and peak
     label: str  # e.g. 'v5p:4x4x4' or 'cpu x8 (as h100)'
@@ -239,8 +274,16 @@ def make_target(mesh_shape: Sequence[int], *, topology: str = "", chip: str = ""
     return Target(mesh, chip, f"{kind} x{mesh.devices.size}" + (f" (as {chip})" if chip else ""), kind)
 
 
-def plan(cfg, model_cfg: ModelConfig, target: Target, parts: Sequence[str] = ("train",), *,
-         decode_batch: int = 0, decode_len: int = 0, decode_steps: int = 0) -> dict:
+def plan(
+    cfg,
+    model_cfg: ModelConfig,
+    target: Target,
+    parts: Sequence[str] = ("train",),
+    *,
+    decode_batch: int = 0,
+    decode_len: int = 0,
+    decode_steps: int = 0,
+) -> dict:
     """Compile ``parts`` of the job ``cfg`` describes (a training config: configs/<method>.py) for ``model_cfg``
     (a checkpoint's config.json; cfg.model's dtype, param_dtype, remat and LoRA apply) on ``target``."""
     bad = set(parts) - set(PARTS)
@@ -257,31 +300,61 @@ def plan(cfg, model_cfg: ModelConfig, target: Target, parts: Sequence[str] = ("t
     hbm, peak = spec.get("hbm"), spec.get("peak")
     n = target.n_devices
     head = {
-        "target": target.label, "platform": target.platform, "chip": target.chip or None, "devices": n,
-        "hbm_bytes": hbm, "peak_flops": peak, "mesh": dict(mesh.shape), "method": cfg.method,
-        "lora_rank": mcfg.lora_rank, "reference": cfg.loss.reference, "model_type": mcfg.model_type,
+        "target": target.label,
+        "platform": target.platform,
+        "chip": target.chip or None,
+        "devices": n,
+        "hbm_bytes": hbm,
+        "peak_flops": peak,
+        "mesh": dict(mesh.shape),
+        "method": cfg.method,
+        "lora_rank": mcfg.lora_rank,
+        "reference": cfg.loss.reference,
+        "model_type": mcfg.model_type,
         "params": count_params(nnx.state(model, nnx.Param)),
         "trainable_params": count_params(trainer.initial_params),
-        "dtype": mcfg.dtype, "param_dtype": mcfg.param_dtype, "remat": mcfg.remat,
-        "seq_len": ccfg.max_len, "rows_per_example": ccfg.rows, "layout": ccfg.layout,
-        "batch": cfg.train.batch_size, "grad_accum": cfg.optim.grad_accum,
-        "tokens_per_step": cfg.train.batch_size * ccfg.rows * ccfg.max_len, "parts": [],
+        "dtype": mcfg.dtype,
+        "param_dtype": mcfg.param_dtype,
+        "remat": mcfg.remat,
+        "seq_len": ccfg.max_len,
+        "rows_per_example": ccfg.rows,
+        "layout": ccfg.layout,
+        "batch": cfg.train.batch_size,
+        "grad_accum": cfg.optim.grad_accum,
+        "tokens_per_step": cfg.train.batch_size * ccfg.rows * ccfg.max_len,
+        "parts": [],
     }
     kw = dict(hbm=hbm, peak=peak)
     for part in parts:
         if part == "train":
             state = trainer.abstract_state()
             batch = abstract_batch(trainer, ccfg, cfg.train.batch_size, cfg.optim.grad_accum)
-            inputs = {"params": state["params"], "opt_state": state["opt_state"], "reference": trainer.ref_params,
-                      "frozen": trainer.frozen, "batch": batch}
-            r = compile_part("train", trainer.jit_train_step(state, batch),
-                             (state, trainer.ref_params, trainer.update_mask, trainer.frozen, batch), n,
-                             inputs=inputs, **kw)
+            inputs = {
+                "params": state["params"],
+                "opt_state": state["opt_state"],
+                "reference": trainer.ref_params,
+                "frozen": trainer.frozen,
+                "batch": batch,
+            }
+            r = compile_part(
+                "train",
+                trainer.jit_train_step(state, batch),
+                (state, trainer.ref_params, trainer.update_mask, trainer.frozen, batch),
+                n,
+                inputs=inputs,
+                **kw,
+            )
         elif part == "reference":  # one pass of the precomputed sidecar, on a batch of the training batch's size
             batch = abstract_batch(trainer, ccfg, cfg.train.batch_size, 1)
             inputs = {"params": trainer.initial_params, "frozen": trainer.frozen, "batch": batch}
-            r = compile_part("reference", trainer.jit_reference_logprobs(),
-                             (trainer.initial_params, trainer.frozen, batch), n, inputs=inputs, **kw)
+            r = compile_part(
+                "reference",
+                trainer.jit_reference_logprobs(),
+                (trainer.initial_params, trainer.frozen, batch),
+                n,
+                inputs=inputs,
+                **kw,
+            )
         else:  # the sampler on the merged policy (what an exported model samples with: no adapters, no remat)
             b = decode_batch or cfg.train.batch_size
             length = decode_len or ccfg.max_len
@@ -289,19 +362,32 @@ def plan(cfg, model_cfg: ModelConfig, target: Target, parts: Sequence[str] = ("t
             steps = decode_steps or sampler.chunk
             if part == "prefill":
                 prompt = length - steps
-                row = NamedSharding(mesh, P(shd.BATCH_AXES if b % (mesh.shape["data"] * mesh.shape["fsdp"]) == 0
-                                            else None, None))
+                row = NamedSharding(
+                    mesh, P(shd.BATCH_AXES if b % (mesh.shape["data"] * mesh.shape["fsdp"]) == 0 else None, None)
+                )
                 tokens = jax.ShapeDtypeStruct((b, prompt), jnp.int32, sharding=row)
                 valid = jax.ShapeDtypeStruct((b, prompt), jnp.bool_, sharding=row)
-                r = compile_part("prefill", Sampler._prefill, (sampler, sampler.weights, tokens, valid, length), n,
-                                 inputs={"params": sampler.weights, "batch": (tokens, valid)}, **kw)
+                r = compile_part(
+                    "prefill",
+                    Sampler._prefill,
+                    (sampler, sampler.weights, tokens, valid, length),
+                    n,
+                    inputs={"params": sampler.weights, "batch": (tokens, valid)},
+                    **kw,
+                )
             else:
                 carry = abstract_decode_carry(sampler.cfg, mesh, b, length)
-                eos = jax.ShapeDtypeStruct((max(len(mcfg.eos_token_ids), 1),), jnp.int32,
-                                           sharding=NamedSharding(mesh, P()))
-                r = compile_part("decode", Sampler._decode_chunk,
-                                 (sampler, sampler.weights, steps, (1.0, 0, 1.0), carry, eos), n,
-                                 inputs={"params": sampler.weights, "kv_cache": carry[0], "carry": carry[1:]}, **kw)
+                eos = jax.ShapeDtypeStruct(
+                    (max(len(mcfg.eos_token_ids), 1),), jnp.int32, sharding=NamedSharding(mesh, P())
+                )
+                r = compile_part(
+                    "decode",
+                    Sampler._decode_chunk,
+                    (sampler, sampler.weights, steps, (1.0, 0, 1.0), carry, eos),
+                    n,
+                    inputs={"params": sampler.weights, "kv_cache": carry[0], "carry": carry[1:]},
+                    **kw,
+                )
                 r["decode_steps"] = steps
             r["batch"], r["length"] = b, length
         head["parts"].append(r)
@@ -320,29 +406,65 @@ def _sci(x) -> str:
 def table(result: dict) -> str:
     """A plain-text table of one plan: memory per device in GiB, FLOPs and time estimates."""
     r = result
-    lines = [f"{r['target']} mesh {r['mesh']} | {r['model_type']} {r['params'] / 1e9:.2f}B params "
-             f"({r['trainable_params'] / 1e9:.3g}B trainable) | {r['method']} "
-             f"{'LoRA r' + str(r['lora_rank']) if r['lora_rank'] else 'full'} ref={r['reference']} "
-             f"remat={r['remat']} {r['param_dtype']}/{r['dtype']} | batch {r['batch']} x {r['rows_per_example']} "
-             f"x {r['seq_len']} tokens, grad_accum {r['grad_accum']} | HBM {_size(r['hbm_bytes'], GiB)} GiB/device"]
-    cols = ["part", "params", "opt", "ref", "frozen", "batch", "args", "out", "alias", "temp", "TOTAL", "fits",
-            "flops/dev", "xla flops", "xla s", "s@peak", "compile s"]
+    lines = [
+        f"{r['target']} mesh {r['mesh']} | {r['model_type']} {r['params'] / 1e9:.2f}B params "
+        f"({r['trainable_params'] / 1e9:.3g}B trainable) | {r['method']} "
+        f"{'LoRA r' + str(r['lora_rank']) if r['lora_rank'] else 'full'} ref={r['reference']} "
+        f"remat={r['remat']} {r['param_dtype']}/{r['dtype']} | batch {r['batch']} x {r['rows_per_example']} "
+        f"x {r['seq_len']} tokens, grad_accum {r['grad_accum']} | HBM {_size(r['hbm_bytes'], GiB)} GiB/device"
+    ]
+    cols = [
+        "part",
+        "params",
+        "opt",
+        "ref",
+        "frozen",
+        "batch",
+        "args",
+        "out",
+        "alias",
+        "temp",
+        "TOTAL",
+        "fits",
+        "flops/dev",
+        "xla flops",
+        "xla s",
+        "s@peak",
+        "compile s",
+    ]
     biggest = max([max(p["memory"].get("total", 0), p["memory"].get("temp", 0)) for p in r["parts"]] + [0])
-    unit, uname = (GiB, "GiB") if biggest >= GiB // 4 else (1024 ** 2, "MiB")
+    unit, uname = (GiB, "GiB") if biggest >= GiB // 4 else (1024**2, "MiB")
     _gib = lambda x: _size(x, unit)  # noqa: E731
     rows = []
     for p in r["parts"]:
         i, m = p["inputs"], p["memory"]
-        rows.append([p["part"], _gib(i.get("params")), _gib(i.get("opt_state")), _gib(i.get("reference")),
-                     _gib(i.get("frozen")), _gib(i.get("batch", i.get("kv_cache"))), _gib(m.get("arguments")),
-                     _gib(m.get("outputs")), _gib(m.get("alias")), _gib(m.get("temp")), _gib(m.get("total")),
-                     {True: "yes", False: "NO"}.get(p.get("fits"), "-"), _sci(p.get("counted_flops_per_device")),
-                     _sci(p.get("compiler_flops")), _sci(p.get("compiler_seconds")), _sci(p.get("seconds_at_peak")),
-                     str(p["compile_s"])])
+        rows.append(
+            [
+                p["part"],
+                _gib(i.get("params")),
+                _gib(i.get("opt_state")),
+                _gib(i.get("reference")),
+                _gib(i.get("frozen")),
+                _gib(i.get("batch", i.get("kv_cache"))),
+                _gib(m.get("arguments")),
+                _gib(m.get("outputs")),
+                _gib(m.get("alias")),
+                _gib(m.get("temp")),
+                _gib(m.get("total")),
+                {True: "yes", False: "NO"}.get(p.get("fits"), "-"),
+                _sci(p.get("counted_flops_per_device")),
+                _sci(p.get("compiler_flops")),
+                _sci(p.get("compiler_seconds")),
+                _sci(p.get("seconds_at_peak")),
+                str(p["compile_s"]),
+            ]
+        )
     widths = [max(len(c), *(len(row[k]) for row in rows)) for k, c in enumerate(cols)]
     fmt = lambda row: "  ".join(v.rjust(w) for v, w in zip(row, widths))  # noqa: E731
     lines += [fmt(cols), *map(fmt, rows)]
     lines += [f"{p['part']}: {p['error']}" for p in r["parts"] if p.get("error")]
-    lines.append(f"memory in {uname} per device (decode: 'batch' is the KV cache); flops/dev: the jaxpr's dot products "
-                 "per device, scans multiplied out; xla flops: XLA's count (loop bodies once)")
+    lines.append(
+        f"memory in {uname} per device (decode: 'batch' is the KV cache); flops/dev: the jaxpr's dot products "
+        "per device, scans multiplied out; xla flops: XLA's count (loop bodies once)"
+    )
     return "\n".join(lines)

@@ -4,6 +4,7 @@ The sidecar is a table [examples, slots] of summed reference log-probs, computed
 stored under a fingerprint of everything it depends on (reference weights, tokenizer, collation,
 dataset files), so a change to any of them computes a new table instead of reusing a stale one.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,8 +28,7 @@ def weights_fingerprint(params) -> str:
 
     @jax.jit
     def sums(xs):
-        return jnp.stack([jnp.sum(x.astype(jnp.float32) * jnp.linspace(1.0, 2.0, x.size).reshape(x.shape))
-                          for x in xs])
+        return jnp.stack([jnp.sum(x.astype(jnp.float32) * jnp.linspace(1.0, 2.0, x.size).reshape(x.shape)) for x in xs])
 
     return hashlib.sha256(np.asarray(jax.device_get(sums(leaves))).tobytes()).hexdigest()[:16]
 
@@ -37,9 +37,16 @@ def fingerprint(trainer, source: NodeExamples, model_id: str) -> str:
     tok = source.tokenizer
     vocab = hashlib.sha256(json.dumps(sorted(tok.get_vocab().items())).encode()).hexdigest()[:16]
     shards = [s.sha256 for s in source.reader.manifest.shards]
-    key = {"model": model_id, "weights": weights_fingerprint(trainer.initial_params), "vocab": vocab,
-           "chat_template": getattr(tok, "chat_template", None), "collate": dataclasses.asdict(source.cfg),
-           "weight_scale": source.weight_scale, "data": shards, "lora": trainer.lora}
+    key = {
+        "model": model_id,
+        "weights": weights_fingerprint(trainer.initial_params),
+        "vocab": vocab,
+        "chat_template": getattr(tok, "chat_template", None),
+        "collate": dataclasses.asdict(source.cfg),
+        "weight_scale": source.weight_scale,
+        "data": shards,
+        "lora": trainer.lora,
+    }
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
@@ -54,8 +61,16 @@ def reference_table(trainer, source: NodeExamples, cache_dir: str, *, batch_size
     n, s = len(source), source.cfg.num_slots
     nproc = jax.process_count()
     table = np.zeros((n, s), np.float32)
-    ds = make_dataset(source, batch_size=batch_size, seed=0, num_epochs=1, shuffle=False,
-                      process_index=jax.process_index(), process_count=nproc, drop_remainder=False)
+    ds = make_dataset(
+        source,
+        batch_size=batch_size,
+        seed=0,
+        num_epochs=1,
+        shuffle=False,
+        process_index=jax.process_index(),
+        process_count=nproc,
+        drop_remainder=False,
+    )
     for local in ds:
         b = len(local["index"])
         if b * nproc != batch_size:  # the ragged last batch: pad with copies of its first example
@@ -78,7 +93,8 @@ def check_behaviour_logprobs(source: NodeExamples, probe: int = 64) -> None:
         missing = e["slot_valid"] & ~e["slot_has_behaviour"]
         if missing.any():
             rec = source.reader[source.indices[i]]
-            raise ValueError(f"reference=behaviour but node {rec.task_id}/{rec.node_id} has branches without "
-                             f"behaviour_logprob; collect with a policy that records log-probs, or use "
-                             f"reference=live/precomputed")
-
+            raise ValueError(
+                f"reference=behaviour but node {rec.task_id}/{rec.node_id} has branches without "
+                f"behaviour_logprob; collect with a policy that records log-probs, or use "
+                f"reference=live/precomputed"
+            )

@@ -9,6 +9,7 @@ An initialiser is ``fn(model_cfg, cfg.model, tokenizer) -> Transformer``; a free
 ``fn(model_cfg, cfg.model) -> {path: bool array}``, True where updates must not apply (paths as
 ``loading.flat_params``).
 """
+
 from __future__ import annotations
 
 from typing import Callable

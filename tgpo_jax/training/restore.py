@@ -6,6 +6,7 @@ one checkpoint (all ``nnx.Param`` for full fine-tuning, the ``nnx.LoRAParam`` ad
 it; the optimizer state in the checkpoint is never read. The returned model still carries its LoRA
 adapters; ``export_hf`` folds them into the weights.
 """
+
 from __future__ import annotations
 
 import json
@@ -100,18 +101,23 @@ def restore_checkpoint(run_dir: str, step: int | None = None, *, mesh=None) -> R
         # the same split as training.step.Trainer: the checkpoint's "params" is the trainable part
         trainable = nnx.LoRAParam if model.cfg.lora_rank else nnx.Param
         graphdef, params, frozen = nnx.split(model, trainable, ...)
-        target = {"params": jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), params)}
+        target = {"params": jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), params)}
         restore_args = ocp.checkpoint_utils.construct_restore_args(target)
         try:
-            out = mgr.restore(step, args=ocp.args.Composite(
-                state=ocp.args.PyTreeRestore(target, restore_args=restore_args, partial_restore=True),
-                meta=ocp.args.JsonRestore()))
+            out = mgr.restore(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.PyTreeRestore(target, restore_args=restore_args, partial_restore=True),
+                    meta=ocp.args.JsonRestore(),
+                ),
+            )
         except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"checkpoint step {step} of {run_dir} cannot be read back: a damaged file in "
-                             f"{_checkpoint_dir(run_dir)}/{step}, or not the model its config.json builds "
-                             f"(model.path={cfg.model.path!r}, scratch={cfg.model.scratch!r}, "
-                             f"lora_rank={cfg.model.lora_rank}): {e}") from e
+            raise ValueError(
+                f"checkpoint step {step} of {run_dir} cannot be read back: a damaged file in "
+                f"{_checkpoint_dir(run_dir)}/{step}, or not the model its config.json builds "
+                f"(model.path={cfg.model.path!r}, scratch={cfg.model.scratch!r}, "
+                f"lora_rank={cfg.model.lora_rank}): {e}"
+            ) from e
     finally:
         mgr.close()
     restored = out["state"]["params"]
@@ -119,8 +125,9 @@ def restore_checkpoint(run_dir: str, step: int | None = None, *, mesh=None) -> R
     return RestoredRun(nnx.merge(graphdef, restored, frozen), tokenizer, cfg, step)
 
 
-def export_run(run_dir: str, out: str, *, step: int | None = None, dtype: str | None = None,
-               max_shard_gb: float = 2.0) -> tuple[str, str]:
+def export_run(
+    run_dir: str, out: str, *, step: int | None = None, dtype: str | None = None, max_shard_gb: float = 2.0
+) -> tuple[str, str]:
     """-> (output directory, one-line summary). ``dtype`` None = the run's parameter dtype."""
     import jax
     from flax import nnx
@@ -136,6 +143,8 @@ def export_run(run_dir: str, out: str, *, step: int | None = None, dtype: str | 
     n_params = param_count(model) - sum(int(x.size) for x in jax.tree.leaves(nnx.state(model, nnx.LoRAParam)))
     out_dir = export_hf(model, out, tokenizer, dtype=dtype, max_shard_bytes=int(max_shard_gb * 1024**3))
     size = sum(os.path.getsize(os.path.join(out_dir, f)) for f in os.listdir(out_dir) if f.endswith(".safetensors"))
-    summary = (f"exported {cfg.method} run {os.path.abspath(run_dir)} step {step}: {model.cfg.model_type}, "
-               f"{n_params / 1e6:.2f}M parameters{lora}, {dtype}, {size / 1e6:.1f} MB of safetensors")
+    summary = (
+        f"exported {cfg.method} run {os.path.abspath(run_dir)} step {step}: {model.cfg.model_type}, "
+        f"{n_params / 1e6:.2f}M parameters{lora}, {dtype}, {size / 1e6:.1f} MB of safetensors"
+    )
     return out_dir, summary

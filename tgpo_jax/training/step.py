@@ -5,6 +5,7 @@ The model is split into trainable parameters (all ``nnx.Param`` for full fine-tu
 (LoRA switched off) or a frozen copy of the initial weights (full fine-tuning). A step takes a
 batch with a leading micro-batch axis [A, B/A, ...] and accumulates gradients over it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -58,11 +59,11 @@ def make_schedule(cfg: OptimConfig):
 def make_optimizer(cfg: OptimConfig):
     parts = [optax.clip_by_global_norm(cfg.clip_norm)] if cfg.clip_norm > 0 else []
     if cfg.optimizer == "adamw":
-        parts.append(optax.adamw(make_schedule(cfg), b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
-                                 weight_decay=cfg.weight_decay))
+        parts.append(optax.adamw(make_schedule(cfg), b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay))
     elif cfg.optimizer == "sgd":
         parts += ([optax.add_decayed_weights(cfg.weight_decay)] if cfg.weight_decay else []) + [
-            optax.sgd(make_schedule(cfg))]
+            optax.sgd(make_schedule(cfg))
+        ]
     else:
         raise ValueError(f"optim.optimizer={cfg.optimizer!r}: expected adamw or sgd")
     return optax.chain(*parts)
@@ -71,8 +72,16 @@ def make_optimizer(cfg: OptimConfig):
 class Trainer:
     """Holds the split model and builds the jitted steps; the training state is a plain pytree."""
 
-    def __init__(self, model: Transformer, loss_cfg: LossConfig, optim_cfg: OptimConfig, mesh, *,
-                 chunk: int = 128, update_mask=None):
+    def __init__(
+        self,
+        model: Transformer,
+        loss_cfg: LossConfig,
+        optim_cfg: OptimConfig,
+        mesh,
+        *,
+        chunk: int = 128,
+        update_mask=None,
+    ):
         self.loss_cfg, self.optim_cfg, self.mesh, self.chunk = loss_cfg, optim_cfg, mesh, chunk
         self.lora = bool(model.cfg.lora_rank)
         trainable = nnx.LoRAParam if self.lora else nnx.Param
@@ -85,8 +94,11 @@ class Trainer:
         self.initial_params = params
         # update_mask: a pytree like the trainable parameters, 1 where updates apply and 0 where they are frozen
         # (entries of a tensor, e.g. a planted circuit's slices; no weight decay reaches them either)
-        self.update_mask = None if update_mask is None else jax.tree.map(
-            lambda m, p: jax.device_put(jnp.asarray(m, p.dtype), p.sharding), update_mask, params)
+        self.update_mask = (
+            None
+            if update_mask is None
+            else jax.tree.map(lambda m, p: jax.device_put(jnp.asarray(m, p.dtype), p.sharding), update_mask, params)
+        )
 
     # ------------------------------------------------------------------ state
     def state_shardings(self) -> dict[str, Any]:
@@ -94,26 +106,39 @@ class Trainer:
         replicated."""
         repl = NamedSharding(self.mesh, P())
         param_sh = jax.tree.map(lambda x: x.sharding, self.initial_params)
-        opt_sh = optax.tree_map_params(self.tx, lambda _, s: s, jax.eval_shape(self.tx.init, self.initial_params),
-                                       param_sh, transform_non_params=lambda _: repl)
+        opt_sh = optax.tree_map_params(
+            self.tx,
+            lambda _, s: s,
+            jax.eval_shape(self.tx.init, self.initial_params),
+            param_sh,
+            transform_non_params=lambda _: repl,
+        )
         return {"step": repl, "params": param_sh, "opt_state": opt_sh, "rng": repl}
 
     def abstract_state(self) -> dict[str, Any]:
         """``init_state``'s shapes, dtypes and shardings (ShapeDtypeStructs), with nothing allocated: works on a
         model of ShapeDtypeStructs too (``tgpo_jax/training/plan.py``)."""
-        shapes = {"step": jax.ShapeDtypeStruct((), jnp.int32), "params": self.initial_params,
-                  "opt_state": jax.eval_shape(self.tx.init, self.initial_params),
-                  "rng": jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0)))}
-        return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes,
-                            self.state_shardings())
+        shapes = {
+            "step": jax.ShapeDtypeStruct((), jnp.int32),
+            "params": self.initial_params,
+            "opt_state": jax.eval_shape(self.tx.init, self.initial_params),
+            "rng": jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0))),
+        }
+        return jax.tree.map(
+            lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, self.state_shardings()
+        )
 
     def init_state(self, seed: int = 0) -> dict[str, Any]:
         params = jax.tree.map(jnp.copy, self.initial_params)  # the state owns (and donates) its own buffers
         repl = NamedSharding(self.mesh, P())
         opt_state = jax.jit(self.tx.init, out_shardings=self.state_shardings()["opt_state"])(params)
         put = lambda x: jax.device_put(x, repl)  # noqa: E731
-        return {"step": put(jnp.zeros((), jnp.int32)), "params": params, "opt_state": opt_state,
-                "rng": put(jax.random.key_data(jax.random.key(seed)))}
+        return {
+            "step": put(jnp.zeros((), jnp.int32)),
+            "params": params,
+            "opt_state": opt_state,
+            "rng": put(jax.random.key_data(jax.random.key(seed))),
+        }
 
     def model(self, params, frozen=None) -> Transformer:
         return nnx.merge(self.graphdef, params, self.frozen if frozen is None else frozen)
@@ -159,8 +184,12 @@ class Trainer:
         # a non-finite step changes nothing: the host stops the run with the last good state intact
         keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)  # noqa: E731
         rng = jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state["rng"]))[0])
-        new_state = {"step": state["step"] + finite.astype(jnp.int32), "params": keep(params, state["params"]),
-                     "opt_state": keep(opt_state, state["opt_state"]), "rng": rng}
+        new_state = {
+            "step": state["step"] + finite.astype(jnp.int32),
+            "params": keep(params, state["params"]),
+            "opt_state": keep(opt_state, state["opt_state"]),
+            "rng": rng,
+        }
         lr = make_schedule(self.optim_cfg)(state["step"])
         return new_state, {**metrics, "grad_norm": grad_norm, "finite": finite, "learning_rate": lr}
 
@@ -176,13 +205,15 @@ class Trainer:
             if top == "layers":
                 return u.at[:cut].set(0)
             return jnp.zeros_like(u) if top == "embed" and not tied else u  # (LoRA's updates hold no embed)
+
         return jax.tree_util.tree_map_with_path(freeze, updates)
 
     # ------------------------------------------------------------------ jitted entry points
     def batch_sharding(self, batch) -> dict:
         """Shard the example axis (axis 1 of [A, B, ...]) over the data-parallel mesh axes."""
-        return {k: NamedSharding(self.mesh, P(None, shd.BATCH_AXES, *([None] * (v.ndim - 2))))
-                for k, v in batch.items()}
+        return {
+            k: NamedSharding(self.mesh, P(None, shd.BATCH_AXES, *([None] * (v.ndim - 2)))) for k, v in batch.items()
+        }
 
     def jit_train_step(self, state, batch):
         """The jitted ``_train_step(state, ref_params, update_mask, frozen, batch)`` for states and batches shaped
@@ -191,10 +222,18 @@ class Trainer:
         constant: a constant would be baked into the compiled program."""
         sh = lambda tree: jax.tree.map(lambda x: x.sharding, tree)  # noqa: E731
         state_sh = sh(state)
-        return jax.jit(self._train_step,
-                       in_shardings=(state_sh, sh(self.ref_params), sh(self.update_mask), sh(self.frozen),
-                                     self.batch_sharding(batch)),
-                       out_shardings=(state_sh, None), donate_argnums=(0,))
+        return jax.jit(
+            self._train_step,
+            in_shardings=(
+                state_sh,
+                sh(self.ref_params),
+                sh(self.update_mask),
+                sh(self.frozen),
+                self.batch_sharding(batch),
+            ),
+            out_shardings=(state_sh, None),
+            donate_argnums=(0,),
+        )
 
     def train_step(self, state, batch):
         if self._train is None:
@@ -209,9 +248,11 @@ class Trainer:
 
     def jit_reference_logprobs(self):
         """The jitted reference pass ``(params, frozen, batch [A, B, ...]) -> slot log-probs [A*B, S]``."""
+
         def ref(params, frozen, b):
             b = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), b)
             return slot_logprobs(self.model(params, frozen), b, use_lora=False, chunk=self.chunk)[0]
+
         return jax.jit(ref)
 
     def reference_logprobs(self, batch):

@@ -4,6 +4,7 @@ The structure (categories, product types, attributes, options, prices, ratings) 
 in English terms; the Chinese locale renders the very same structure through ``locale_zh.ZH`` (same ids, prices,
 option lists), so ``Catalog(seed, n, "en")`` and ``Catalog(seed, n, "zh")`` differ only in their words.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,98 +33,265 @@ SHOE_SIZES = ("6", "7", "8", "9", "10", "11", "12")
 CLOTH_SIZES = ("XS", "S", "M", "L", "XL", "XXL")
 
 TAXONOMY: tuple[Leaf, ...] = (
-    _leaf("Clothing › Shoes › Running shoes", "running shoes",
-          ["waterproof", "breathable", "lightweight", "non slip", "cushioned", "wide fit"],
-          {"size": SHOE_SIZES, "color": COLORS, "width": ("regular", "wide", "extra wide")}, (35, 140)),
-    _leaf("Clothing › Shoes › Hiking boots", "hiking boots",
-          ["waterproof", "insulated", "leather", "non slip", "ankle support"],
-          {"size": SHOE_SIZES, "color": COLORS[:6]}, (60, 220)),
-    _leaf("Clothing › Tops › T-shirts", "t-shirt",
-          ["cotton", "slim fit", "short sleeve", "moisture wicking", "machine washable"],
-          {"size": CLOTH_SIZES, "color": COLORS, "count": ("1 pack", "2 pack", "3 pack", "5 pack")}, (8, 35)),
-    _leaf("Clothing › Outerwear › Rain jackets", "rain jacket",
-          ["waterproof", "hooded", "packable", "windproof", "lightweight"],
-          {"size": CLOTH_SIZES, "color": COLORS}, (30, 180)),
-    _leaf("Clothing › Bottoms › Yoga pants", "yoga pants",
-          ["high waist", "stretchy", "moisture wicking", "with pockets", "slim fit"],
-          {"size": CLOTH_SIZES, "color": COLORS}, (15, 70)),
-    _leaf("Electronics › Audio › Headphones", "headphones",
-          ["wireless", "noise cancelling", "over ear", "bluetooth", "foldable", "long battery life"],
-          {"color": COLORS[:6]}, (20, 350)),
-    _leaf("Electronics › Audio › Bluetooth speakers", "bluetooth speaker",
-          ["waterproof", "portable", "wireless", "long battery life", "bass boost"],
-          {"color": COLORS[:7]}, (18, 200)),
-    _leaf("Electronics › Computer accessories › Keyboards", "keyboard",
-          ["wireless", "mechanical", "backlit", "ergonomic", "compact"],
-          {"color": COLORS[:4], "layout": ("US", "UK", "DE", "FR")}, (20, 180)),
-    _leaf("Electronics › Computer accessories › Computer mice", "mouse",
-          ["wireless", "ergonomic", "rechargeable", "silent click", "bluetooth"],
-          {"color": COLORS[:6]}, (9, 90)),
-    _leaf("Electronics › Phone accessories › Phone cases", "phone case",
-          ["shockproof", "slim", "clear", "magnetic", "leather"],
-          {"color": COLORS, "model": ("phone 12", "phone 13", "phone 14", "phone 15", "phone 16"),
-           "count": ("1 pack", "2 pack")}, (8, 45)),
-    _leaf("Electronics › Phone accessories › Chargers", "charger",
-          ["fast charging", "usb c", "foldable plug", "compact"],
-          {"wattage": ("20W", "30W", "45W", "65W"), "count": ("1 pack", "2 pack", "3 pack")}, (10, 60)),
-    _leaf("Grocery › Beverages › Green tea", "green tea",
-          ["organic", "decaf", "gluten free", "non gmo", "loose leaf"],
-          {"flavor": ("jasmine", "mint", "lemon", "honey", "original"), "count": ("20 bags", "50 bags", "100 bags")},
-          (4, 30)),
-    _leaf("Grocery › Beverages › Coffee beans", "coffee beans",
-          ["organic", "dark roast", "fair trade", "whole bean", "low acid"],
-          {"flavor": ("vanilla", "hazelnut", "caramel", "original"), "size": ("12 oz", "1 lb", "2 lb", "5 lb")},
-          (8, 60)),
-    _leaf("Grocery › Snacks › Protein bars", "protein bars",
-          ["gluten free", "low sugar", "vegan", "high protein", "keto friendly", "non gmo"],
-          {"flavor": ("chocolate", "peanut butter", "vanilla", "berry", "cookie dough"),
-           "count": ("6 pack", "12 pack", "24 pack")}, (10, 50)),
-    _leaf("Grocery › Snacks › Mixed nuts", "mixed nuts",
-          ["unsalted", "roasted", "organic", "gluten free", "vegan"],
-          {"size": ("8 oz", "16 oz", "32 oz"), "flavor": ("sea salt", "honey roasted", "original")}, (6, 40)),
-    _leaf("Grocery › Pantry › Olive oil", "olive oil",
-          ["extra virgin", "organic", "cold pressed", "non gmo"],
-          {"size": ("250 ml", "500 ml", "1 l", "3 l")}, (7, 55)),
-    _leaf("Home & Kitchen › Bedding › Pillows", "pillow",
-          ["memory foam", "hypoallergenic", "cooling", "machine washable", "firm"],
-          {"size": ("standard", "queen", "king"), "count": ("1 pack", "2 pack", "4 pack")}, (15, 90)),
-    _leaf("Home & Kitchen › Bedding › Bed sheets", "bed sheets",
-          ["cotton", "deep pocket", "wrinkle free", "breathable", "machine washable"],
-          {"size": ("twin", "full", "queen", "king"), "color": COLORS}, (20, 120)),
-    _leaf("Home & Kitchen › Kitchen › Water bottles", "water bottle",
-          ["stainless steel", "insulated", "leak proof", "bpa free", "dishwasher safe"],
-          {"size": ("12 oz", "20 oz", "32 oz", "40 oz"), "color": COLORS, "count": ("1 pack", "2 pack", "4 pack")},
-          (9, 45)),
-    _leaf("Home & Kitchen › Kitchen › Frying pans", "frying pan",
-          ["non stick", "dishwasher safe", "induction compatible", "oven safe", "granite coated"],
-          {"size": ("8 inch", "10 inch", "12 inch")}, (15, 110)),
-    _leaf("Home & Kitchen › Lighting › Desk lamps", "desk lamp",
-          ["led", "dimmable", "usb charging", "eye caring", "foldable"],
-          {"color": COLORS[:5]}, (14, 80)),
-    _leaf("Beauty & Personal Care › Skin care › Face moisturizer", "face moisturizer",
-          ["fragrance free", "for sensitive skin", "spf 30", "hyaluronic acid", "oil free", "vegan"],
-          {"size": ("1.7 oz", "2.5 oz", "4 oz")}, (8, 65)),
-    _leaf("Beauty & Personal Care › Hair care › Shampoo", "shampoo",
-          ["sulfate free", "paraben free", "for dry hair", "natural", "vegan"],
-          {"size": ("8 oz", "12 oz", "16 oz"), "scent": ("lavender", "coconut", "unscented", "citrus")}, (6, 40)),
-    _leaf("Sports & Outdoors › Fitness › Yoga mats", "yoga mat",
-          ["non slip", "extra thick", "eco friendly", "with carrying strap", "lightweight"],
-          {"color": COLORS, "thickness": ("4 mm", "6 mm", "8 mm", "10 mm")}, (15, 90)),
-    _leaf("Sports & Outdoors › Camping › Tents", "tent",
-          ["waterproof", "easy setup", "lightweight", "windproof"],
-          {"capacity": ("2 person", "3 person", "4 person", "6 person"), "color": COLORS[:5]}, (40, 400)),
+    _leaf(
+        "Clothing › Shoes › Running shoes",
+        "running shoes",
+        ["waterproof", "breathable", "lightweight", "non slip", "cushioned", "wide fit"],
+        {"size": SHOE_SIZES, "color": COLORS, "width": ("regular", "wide", "extra wide")},
+        (35, 140),
+    ),
+    _leaf(
+        "Clothing › Shoes › Hiking boots",
+        "hiking boots",
+        ["waterproof", "insulated", "leather", "non slip", "ankle support"],
+        {"size": SHOE_SIZES, "color": COLORS[:6]},
+        (60, 220),
+    ),
+    _leaf(
+        "Clothing › Tops › T-shirts",
+        "t-shirt",
+        ["cotton", "slim fit", "short sleeve", "moisture wicking", "machine washable"],
+        {"size": CLOTH_SIZES, "color": COLORS, "count": ("1 pack", "2 pack", "3 pack", "5 pack")},
+        (8, 35),
+    ),
+    _leaf(
+        "Clothing › Outerwear › Rain jackets",
+        "rain jacket",
+        ["waterproof", "hooded", "packable", "windproof", "lightweight"],
+        {"size": CLOTH_SIZES, "color": COLORS},
+        (30, 180),
+    ),
+    _leaf(
+        "Clothing › Bottoms › Yoga pants",
+        "yoga pants",
+        ["high waist", "stretchy", "moisture wicking", "with pockets", "slim fit"],
+        {"size": CLOTH_SIZES, "color": COLORS},
+        (15, 70),
+    ),
+    _leaf(
+        "Electronics › Audio › Headphones",
+        "headphones",
+        ["wireless", "noise cancelling", "over ear", "bluetooth", "foldable", "long battery life"],
+        {"color": COLORS[:6]},
+        (20, 350),
+    ),
+    _leaf(
+        "Electronics › Audio › Bluetooth speakers",
+        "bluetooth speaker",
+        ["waterproof", "portable", "wireless", "long battery life", "bass boost"],
+        {"color": COLORS[:7]},
+        (18, 200),
+    ),
+    _leaf(
+        "Electronics › Computer accessories › Keyboards",
+        "keyboard",
+        ["wireless", "mechanical", "backlit", "ergonomic", "compact"],
+        {"color": COLORS[:4], "layout": ("US", "UK", "DE", "FR")},
+        (20, 180),
+    ),
+    _leaf(
+        "Electronics › Computer accessories › Computer mice",
+        "mouse",
+        ["wireless", "ergonomic", "rechargeable", "silent click", "bluetooth"],
+        {"color": COLORS[:6]},
+        (9, 90),
+    ),
+    _leaf(
+        "Electronics › Phone accessories › Phone cases",
+        "phone case",
+        ["shockproof", "slim", "clear", "magnetic", "leather"],
+        {
+            "color": COLORS,
+            "model": ("phone 12", "phone 13", "phone 14", "phone 15", "phone 16"),
+            "count": ("1 pack", "2 pack"),
+        },
+        (8, 45),
+    ),
+    _leaf(
+        "Electronics › Phone accessories › Chargers",
+        "charger",
+        ["fast charging", "usb c", "foldable plug", "compact"],
+        {"wattage": ("20W", "30W", "45W", "65W"), "count": ("1 pack", "2 pack", "3 pack")},
+        (10, 60),
+    ),
+    _leaf(
+        "Grocery › Beverages › Green tea",
+        "green tea",
+        ["organic", "decaf", "gluten free", "non gmo", "loose leaf"],
+        {"flavor": ("jasmine", "mint", "lemon", "honey", "original"), "count": ("20 bags", "50 bags", "100 bags")},
+        (4, 30),
+    ),
+    _leaf(
+        "Grocery › Beverages › Coffee beans",
+        "coffee beans",
+        ["organic", "dark roast", "fair trade", "whole bean", "low acid"],
+        {"flavor": ("vanilla", "hazelnut", "caramel", "original"), "size": ("12 oz", "1 lb", "2 lb", "5 lb")},
+        (8, 60),
+    ),
+    _leaf(
+        "Grocery › Snacks › Protein bars",
+        "protein bars",
+        ["gluten free", "low sugar", "vegan", "high protein", "keto friendly", "non gmo"],
+        {
+            "flavor": ("chocolate", "peanut butter", "vanilla", "berry", "cookie dough"),
+            "count": ("6 pack", "12 pack", "24 pack"),
+        },
+        (10, 50),
+    ),
+    _leaf(
+        "Grocery › Snacks › Mixed nuts",
+        "mixed nuts",
+        ["unsalted", "roasted", "organic", "gluten free", "vegan"],
+        {"size": ("8 oz", "16 oz", "32 oz"), "flavor": ("sea salt", "honey roasted", "original")},
+        (6, 40),
+    ),
+    _leaf(
+        "Grocery › Pantry › Olive oil",
+        "olive oil",
+        ["extra virgin", "organic", "cold pressed", "non gmo"],
+        {"size": ("250 ml", "500 ml", "1 l", "3 l")},
+        (7, 55),
+    ),
+    _leaf(
+        "Home & Kitchen › Bedding › Pillows",
+        "pillow",
+        ["memory foam", "hypoallergenic", "cooling", "machine washable", "firm"],
+        {"size": ("standard", "queen", "king"), "count": ("1 pack", "2 pack", "4 pack")},
+        (15, 90),
+    ),
+    _leaf(
+        "Home & Kitchen › Bedding › Bed sheets",
+        "bed sheets",
+        ["cotton", "deep pocket", "wrinkle free", "breathable", "machine washable"],
+        {"size": ("twin", "full", "queen", "king"), "color": COLORS},
+        (20, 120),
+    ),
+    _leaf(
+        "Home & Kitchen › Kitchen › Water bottles",
+        "water bottle",
+        ["stainless steel", "insulated", "leak proof", "bpa free", "dishwasher safe"],
+        {"size": ("12 oz", "20 oz", "32 oz", "40 oz"), "color": COLORS, "count": ("1 pack", "2 pack", "4 pack")},
+        (9, 45),
+    ),
+    _leaf(
+        "Home & Kitchen › Kitchen › Frying pans",
+        "frying pan",
+        ["non stick", "dishwasher safe", "induction compatible", "oven safe", "granite coated"],
+        {"size": ("8 inch", "10 inch", "12 inch")},
+        (15, 110),
+    ),
+    _leaf(
+        "Home & Kitchen › Lighting › Desk lamps",
+        "desk lamp",
+        ["led", "dimmable", "usb charging", "eye caring", "foldable"],
+        {"color": COLORS[:5]},
+        (14, 80),
+    ),
+    _leaf(
+        "Beauty & Personal Care › Skin care › Face moisturizer",
+        "face moisturizer",
+        ["fragrance free", "for sensitive skin", "spf 30", "hyaluronic acid", "oil free", "vegan"],
+        {"size": ("1.7 oz", "2.5 oz", "4 oz")},
+        (8, 65),
+    ),
+    _leaf(
+        "Beauty & Personal Care › Hair care › Shampoo",
+        "shampoo",
+        ["sulfate free", "paraben free", "for dry hair", "natural", "vegan"],
+        {"size": ("8 oz", "12 oz", "16 oz"), "scent": ("lavender", "coconut", "unscented", "citrus")},
+        (6, 40),
+    ),
+    _leaf(
+        "Sports & Outdoors › Fitness › Yoga mats",
+        "yoga mat",
+        ["non slip", "extra thick", "eco friendly", "with carrying strap", "lightweight"],
+        {"color": COLORS, "thickness": ("4 mm", "6 mm", "8 mm", "10 mm")},
+        (15, 90),
+    ),
+    _leaf(
+        "Sports & Outdoors › Camping › Tents",
+        "tent",
+        ["waterproof", "easy setup", "lightweight", "windproof"],
+        {"capacity": ("2 person", "3 person", "4 person", "6 person"), "color": COLORS[:5]},
+        (40, 400),
+    ),
 )
 
-BRANDS = ("Northwind", "Arcwell", "Bluepeak", "Cedarline", "Driftwood", "Evergreen", "Foxglove", "Granite",
-          "Harborview", "Ironbark", "Juniper", "Kestrel", "Lumen", "Mapleton", "Nimbus", "Oakridge", "Pinecrest",
-          "Quartzite", "Redwood", "Sierra", "Tidewater", "Umbra", "Vantage", "Willowby", "Xenon", "Yarrow",
-          "Zephyr", "Aspenly", "Birchwood", "Coralis")
-SERIES = ("Classic", "Pro", "Lite", "Max", "Air", "Flex", "Prime", "Ultra", "Sport", "Trail", "Urban", "Nova",
-          "Edge", "Core", "Plus", "Go", "Zen", "Aero", "Pulse", "Terra")
-DESC_TAILS = ("Designed for everyday use.", "Backed by a one year warranty.", "A customer favourite.",
-              "Carefully checked before shipping.", "Great value for the price.", "Makes a thoughtful gift.")
-OPTION_NAMES = ("size", "color", "flavor", "count", "layout", "model", "wattage", "scent", "thickness", "capacity",
-                "width")
+BRANDS = (
+    "Northwind",
+    "Arcwell",
+    "Bluepeak",
+    "Cedarline",
+    "Driftwood",
+    "Evergreen",
+    "Foxglove",
+    "Granite",
+    "Harborview",
+    "Ironbark",
+    "Juniper",
+    "Kestrel",
+    "Lumen",
+    "Mapleton",
+    "Nimbus",
+    "Oakridge",
+    "Pinecrest",
+    "Quartzite",
+    "Redwood",
+    "Sierra",
+    "Tidewater",
+    "Umbra",
+    "Vantage",
+    "Willowby",
+    "Xenon",
+    "Yarrow",
+    "Zephyr",
+    "Aspenly",
+    "Birchwood",
+    "Coralis",
+)
+SERIES = (
+    "Classic",
+    "Pro",
+    "Lite",
+    "Max",
+    "Air",
+    "Flex",
+    "Prime",
+    "Ultra",
+    "Sport",
+    "Trail",
+    "Urban",
+    "Nova",
+    "Edge",
+    "Core",
+    "Plus",
+    "Go",
+    "Zen",
+    "Aero",
+    "Pulse",
+    "Terra",
+)
+DESC_TAILS = (
+    "Designed for everyday use.",
+    "Backed by a one year warranty.",
+    "A customer favourite.",
+    "Carefully checked before shipping.",
+    "Great value for the price.",
+    "Makes a thoughtful gift.",
+)
+OPTION_NAMES = (
+    "size",
+    "color",
+    "flavor",
+    "count",
+    "layout",
+    "model",
+    "wattage",
+    "scent",
+    "thickness",
+    "capacity",
+    "width",
+)
 
 
 def all_terms() -> set[str]:
@@ -163,9 +331,16 @@ class Product:
 
     def to_score_dict(self) -> dict:
         """The fields WebShop's score reads, under WebShop's names."""
-        return {"name": self.title, "Title": self.title, "product_category": self.breadcrumb, "query": self.ptype,
-                "Attributes": list(self.attributes), "Description": self.description, "BulletPoints": [],
-                "price": self.price}
+        return {
+            "name": self.title,
+            "Title": self.title,
+            "product_category": self.breadcrumb,
+            "query": self.ptype,
+            "Attributes": list(self.attributes),
+            "Description": self.description,
+            "BulletPoints": [],
+            "price": self.price,
+        }
 
 
 class Catalog:
@@ -223,17 +398,28 @@ class Catalog:
             tail = rng.choice(DESC_TAILS)
             if zh:
                 title = " ".join([tr(brand), tr(series)] + [tr(a) for a in attrs[:n_title_attrs]] + [tr(leaf.ptype)])
-                desc = (f"{tr(brand)}{tr(series)}{tr(leaf.ptype)}：" + "、".join(tr(a) for a in attrs) + "。"
-                        + tr(tail))
+                desc = f"{tr(brand)}{tr(series)}{tr(leaf.ptype)}：" + "、".join(tr(a) for a in attrs) + "。" + tr(tail)
             else:
                 title = " ".join([brand, series] + [_cap(a) for a in attrs[:n_title_attrs]] + [_cap(leaf.ptype)])
                 desc = f"Features of the {brand} {series} {leaf.ptype}: {_join_en(attrs)}. {tail}"
             assert title not in titles, title
             titles.add(title)
-            products.append(Product(
-                id=pid, title=title, category=tuple(tr(x) for x in leaf.path), ptype=tr(leaf.ptype),
-                attributes=tuple(tr(a) for a in attrs), options=tuple(options), price=price, rating=rating,
-                reviews=reviews, description=desc, brand=tr(brand), leaf=li))
+            products.append(
+                Product(
+                    id=pid,
+                    title=title,
+                    category=tuple(tr(x) for x in leaf.path),
+                    ptype=tr(leaf.ptype),
+                    attributes=tuple(tr(a) for a in attrs),
+                    options=tuple(options),
+                    price=price,
+                    rating=rating,
+                    reviews=reviews,
+                    description=desc,
+                    brand=tr(brand),
+                    leaf=li,
+                )
+            )
         return products
 
 

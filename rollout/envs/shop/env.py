@@ -1,4 +1,5 @@
 """``ShopEnv``: the embedded web shop (the project's default website) as a rollout ``Environment``."""
+
 from __future__ import annotations
 
 import hashlib
@@ -20,10 +21,19 @@ class ShopEnv(Environment):
     ``start()``. One server serves every episode: an episode's state is the session whose ``sid`` cookie is
     derived from its ``episode_key``.
     """
+
     name = "shop"
 
-    def __init__(self, seed: int = 0, num_products: int = 1200, locale: str = "en", n_train: int = 2000,
-                 n_test: int = 200, max_results: int = 50, item_names: str = "ordinal"):
+    def __init__(
+        self,
+        seed: int = 0,
+        num_products: int = 1200,
+        locale: str = "en",
+        n_train: int = 2000,
+        n_test: int = 200,
+        max_results: int = 50,
+        item_names: str = "ordinal",
+    ):
         self.seed, self.locale = seed, locale
         self.catalog = Catalog(seed, num_products, locale)
         self.searcher = ShopSearch(self.catalog, max_results=max_results)
@@ -120,8 +130,15 @@ class ShopEnv(Environment):
         ``/added``: item and the option slugs (q there only feeds "Continue shopping");
         ``/checkout``: error (the form shown again with an error message);
         ``/item/<id>``: none (q/sort/page there only feed "Back to search"); other pages: none."""
-        return {"/": [], "/search": ["q", "sort", "page"], "/item/*": [], "/added": ["item", *OPTION_NAMES],
-                "/cart": [], "/checkout": ["error"], "/order/*": []}
+        return {
+            "/": [],
+            "/search": ["q", "sort", "page"],
+            "/item/*": [],
+            "/added": ["item", *OPTION_NAMES],
+            "/cart": [],
+            "/checkout": ["error"],
+            "/order/*": [],
+        }
 
 
 # The settings that make one shop (``ShopEnv`` kwargs): another seed is another catalogue and other tasks, another

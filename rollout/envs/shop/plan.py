@@ -13,6 +13,7 @@ What the plans rely on (English names; ``zh`` uses ``locale_zh.LABELS``):
 ``memory`` holds the plan's commitments: ``item`` / ``options`` (webshop, procedure) or ``items`` + ``added``
 (multi_cart). ``mistake`` changes them, and the plan then carries the wrong choice through (a wrong purchase).
 """
+
 from __future__ import annotations
 
 import copy
@@ -129,8 +130,10 @@ class Planner:
             memory.setdefault("item", int(g["target"]))
             memory.setdefault("options", dict(g["goal_options"]))
         elif task.family == "multi_cart":
-            memory.setdefault("items", [{"item": int(it["item"]), "title": it["title"],
-                                         "options": dict(it["options"])} for it in g["items"]])
+            memory.setdefault(
+                "items",
+                [{"item": int(it["item"]), "title": it["title"], "options": dict(it["options"])} for it in g["items"]],
+            )
             memory.setdefault("added", [])
 
     def observe(self, task: Task, obs: Observation, memory: dict) -> None:
@@ -150,8 +153,11 @@ class Planner:
                 return  # the same page observed again
             memory["last_added_url"] = obs.url
             for k, it in enumerate(memory["items"]):
-                if k not in memory["added"] and it["item"] == pid and all(
-                        opts.get(s) == it["options"].get(s, vals[0]) for s, vals in self.cat[pid].options):
+                if (
+                    k not in memory["added"]
+                    and it["item"] == pid
+                    and all(opts.get(s) == it["options"].get(s, vals[0]) for s, vals in self.cat[pid].options)
+                ):
                     memory["added"].append(k)
                     break
 
@@ -273,11 +279,20 @@ class Planner:
             cur = memory["items"][todo[0]]
         elif fam == "procedure":
             sort = memory.get("sort", g["sort"])
-            if (path == "/search" and qs.get("q", "") == g["query"] and qs.get("sort", "relevance") != sort
-                    and "sort" not in memory and memory.get("item") is None):  # the sort decision: a wrong sort
+            if (
+                path == "/search"
+                and qs.get("q", "") == g["query"]
+                and qs.get("sort", "relevance") != sort
+                and "sort" not in memory
+                and memory.get("item") is None
+            ):  # the sort decision: a wrong sort
                 k = int(g["position"])  # only sorts under which the k-th item is another product are mistakes
-                wrong = [s for s in pages.SORT_KEYS if s not in (g["sort"], qs.get("sort", "relevance"))
-                         and self.env.searcher.results(g["query"], s)[k - 1:k] != [g["target"]]]
+                wrong = [
+                    s
+                    for s in pages.SORT_KEYS
+                    if s not in (g["sort"], qs.get("sort", "relevance"))
+                    and self.env.searcher.results(g["query"], s)[k - 1 : k] != [g["target"]]
+                ]
                 links = [(s, _one(obs, "link", self.L[pages.SORT_KEYS[s]])) for s in wrong]
                 links = [(s, e) for s, e in links if e is not None]
                 if not links:
@@ -285,12 +300,20 @@ class Planner:
                 s, e = rng.choice(links)
                 memory["sort"] = s
                 return Command("CLICK", e.id)
-            if (path == "/search" and qs.get("q", "") == g["query"] and qs.get("sort", "relevance") == sort
-                    and int(qs.get("page", "1") or 1) == 1 and memory.get("item") is None):
+            if (
+                path == "/search"
+                and qs.get("q", "") == g["query"]
+                and qs.get("sort", "relevance") == sort
+                and int(qs.get("page", "1") or 1) == 1
+                and memory.get("item") is None
+            ):
                 links = _product_links(obs)
                 k = int(g["position"])
-                wrong = [e for j, e in enumerate(links) if j != k - 1 and _item_of(e.href) != _item_of(
-                    links[k - 1].href if len(links) >= k else None)]
+                wrong = [
+                    e
+                    for j, e in enumerate(links)
+                    if j != k - 1 and _item_of(e.href) != _item_of(links[k - 1].href if len(links) >= k else None)
+                ]
                 if not wrong:
                     return None
                 e = rng.choice(wrong)

@@ -17,6 +17,7 @@
   (English: matched as whole words; Chinese: as substrings), so no tagger is needed and the result is exact.
   A goal whose title has no type word gets title_score 0.2, as in WebShop.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -80,16 +81,20 @@ def type_reward(purchased: Mapping, goal: Mapping, vocab: Iterable[str]) -> tupl
     return r_type, title_score, query_match, category_match
 
 
-def webshop_score(purchased: Mapping, chosen_options: Mapping[str, str], goal: Mapping,
-                  vocab: Iterable[str]) -> Score:
+def webshop_score(purchased: Mapping, chosen_options: Mapping[str, str], goal: Mapping, vocab: Iterable[str]) -> Score:
     """WebShop's reward of buying ``purchased`` (``Product.to_score_dict()``) with ``chosen_options``
     ({option type: value}) against ``goal`` (name, product_category, query, attributes, goal_options, price_upper)."""
     r_type, title_score, qm, cm = type_reward(purchased, goal, vocab)
     bound = goal.get("price_upper")
     r_price = 1.0 if (not bound or bound <= 0 or float(purchased["price"]) <= float(bound)) else 0.0
     p_attrs = {_norm(a) for a in purchased.get("Attributes", ())}
-    text = _norm(purchased.get("Title", purchased["name"]) + " " + " ".join(purchased.get("BulletPoints", ()))
-                 + " " + purchased.get("Description", ""))
+    text = _norm(
+        purchased.get("Title", purchased["name"])
+        + " "
+        + " ".join(purchased.get("BulletPoints", ()))
+        + " "
+        + purchased.get("Description", "")
+    )
     g_attrs = list(goal.get("attributes", ()))
     n_attr = sum(1 for a in g_attrs if _norm(a) in p_attrs or _norm(a) in text)
     g_opts = goal.get("goal_options", {})

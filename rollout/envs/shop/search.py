@@ -7,6 +7,7 @@ Relevance results are the documents with a positive score, best first (ties by p
 ``max_results`` (WebShop shows its top 50); the price / rating sorts reorder that same result list (stable, so ties
 keep their relevance order).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,8 +19,9 @@ import numpy as np
 
 SORTS = ("relevance", "price_asc", "price_desc", "rating")
 PAGE_SIZE = 10
-STOPWORDS = frozenset({"a", "an", "the", "and", "or", "for", "with", "of", "in", "to", "i", "need", "want",
-                       "looking", "am", "is"})
+STOPWORDS = frozenset(
+    {"a", "an", "the", "and", "or", "for", "with", "of", "in", "to", "i", "need", "want", "looking", "am", "is"}
+)
 _CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _RUN = re.compile(rf"[{_CJK}]+|[a-z0-9]+")
 
@@ -31,7 +33,7 @@ def tokenize(text: str, locale: str = "en") -> list[str]:
         for run in _RUN.findall(text):
             if re.match(rf"[{_CJK}]", run):
                 out.extend(run)
-                out.extend(run[i:i + 2] for i in range(len(run) - 1))
+                out.extend(run[i : i + 2] for i in range(len(run) - 1))
             else:
                 out.append(run)
         return out
@@ -107,7 +109,7 @@ class ShopSearch:
         ids = self.results(query, sort)
         n_pages = max(1, math.ceil(len(ids) / PAGE_SIZE))
         page = min(max(1, int(page)), n_pages)
-        return SearchPage(query, sort, page, n_pages, len(ids), tuple(ids[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]))
+        return SearchPage(query, sort, page, n_pages, len(ids), tuple(ids[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]))
 
     def locate(self, query: str, pid: int, sort: str = "relevance") -> tuple[int, int] | None:
         """(page, position on the page, both 1-based) of a product in a query's results, or None."""

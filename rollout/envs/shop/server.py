@@ -13,6 +13,7 @@ Sessions: cookie ``sid``; a request without a known sid gets a new session (Set-
 ``SESSION_TTL`` seconds is freed, and past ``MAX_SESSIONS`` the least recently used go first. The server runs on
 ``rollout.httpd``'s limits (connections at once, socket timeout, body size).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -110,8 +111,9 @@ class ShopState:
             if 0 <= index < len(cart):
                 del cart[index]
 
-    def place(self, sid: str, lines: tuple[Line, ...] | None, name: str = "", address: str = "",
-              via: str = "cart") -> int | None:
+    def place(
+        self, sid: str, lines: tuple[Line, ...] | None, name: str = "", address: str = "", via: str = "cart"
+    ) -> int | None:
         """Place an order of ``lines`` (None = the cart, which is then emptied); returns its number."""
         with self.lock:
             s = self.sessions[sid]

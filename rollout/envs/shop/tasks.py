@@ -23,6 +23,7 @@ Splits, disjoint in what an agent must generalise over:
   sha1("shop-string-<seed>-<text>") % 5 == 0 (``string_split``); a task uses only its split's strings. Test queries
   are new combinations of words seen in training, so held-out success needs copying, not memorising.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,16 +37,100 @@ from rollout.envs.shop.score import webshop_score
 from rollout.envs.shop.search import PAGE_SIZE
 
 FAMILIES = ("webshop", "procedure", "multi_cart")
-FIRST_NAMES_EN = ("Alice", "James", "Maria", "Wei", "Priya", "Tom", "Sara", "David", "Emma", "Omar", "Lena", "Noah",
-                  "Grace", "Lucas", "Mia", "Ethan", "Chloe", "Daniel", "Aisha", "Leo", "Nora", "Samuel", "Yuki",
-                  "Ivan", "Fatima", "Oscar", "Hannah", "Mateo", "Zoe", "Felix")
-LAST_NAMES_EN = ("Brown", "Carter", "Lopez", "Chen", "Patel", "Walker", "Kim", "Miller", "Wilson", "Haddad",
-                 "Fischer", "Davis", "Nguyen", "Rossi", "Novak", "Okafor", "Silva", "Tanaka", "Kowalski", "Berg",
-                 "Moreau", "Singh", "Larsen", "Costa", "Ibrahim", "Murphy", "Schmidt", "Ortiz", "Meyer", "Young")
-STREETS_EN = ("Elm Street", "Oak Avenue", "Maple Road", "Pine Lane", "Cedar Court", "Birch Way", "Willow Drive",
-              "Harbor Place", "Lake View", "Hill Road", "River Street", "Park Avenue", "Mill Lane", "Bay Road")
-TOWNS_EN = ("Springfield", "Riverton", "Lakeside", "Hillcrest", "Brookfield", "Fairview", "Greenville", "Bayport",
-            "Ashford", "Milton", "Kingston", "Newport")
+FIRST_NAMES_EN = (
+    "Alice",
+    "James",
+    "Maria",
+    "Wei",
+    "Priya",
+    "Tom",
+    "Sara",
+    "David",
+    "Emma",
+    "Omar",
+    "Lena",
+    "Noah",
+    "Grace",
+    "Lucas",
+    "Mia",
+    "Ethan",
+    "Chloe",
+    "Daniel",
+    "Aisha",
+    "Leo",
+    "Nora",
+    "Samuel",
+    "Yuki",
+    "Ivan",
+    "Fatima",
+    "Oscar",
+    "Hannah",
+    "Mateo",
+    "Zoe",
+    "Felix",
+)
+LAST_NAMES_EN = (
+    "Brown",
+    "Carter",
+    "Lopez",
+    "Chen",
+    "Patel",
+    "Walker",
+    "Kim",
+    "Miller",
+    "Wilson",
+    "Haddad",
+    "Fischer",
+    "Davis",
+    "Nguyen",
+    "Rossi",
+    "Novak",
+    "Okafor",
+    "Silva",
+    "Tanaka",
+    "Kowalski",
+    "Berg",
+    "Moreau",
+    "Singh",
+    "Larsen",
+    "Costa",
+    "Ibrahim",
+    "Murphy",
+    "Schmidt",
+    "Ortiz",
+    "Meyer",
+    "Young",
+)
+STREETS_EN = (
+    "Elm Street",
+    "Oak Avenue",
+    "Maple Road",
+    "Pine Lane",
+    "Cedar Court",
+    "Birch Way",
+    "Willow Drive",
+    "Harbor Place",
+    "Lake View",
+    "Hill Road",
+    "River Street",
+    "Park Avenue",
+    "Mill Lane",
+    "Bay Road",
+)
+TOWNS_EN = (
+    "Springfield",
+    "Riverton",
+    "Lakeside",
+    "Hillcrest",
+    "Brookfield",
+    "Fairview",
+    "Greenville",
+    "Bayport",
+    "Ashford",
+    "Milton",
+    "Kingston",
+    "Newport",
+)
 PRICE_BOUNDS = (10, 20, 30, 40, 50, 60, 70, 80, 100, 120, 150, 200, 250, 300, 400, 500)
 ORDINALS_EN = ("first", "second", "third")
 # how an English multi_cart task names its items: "second item [B]" (ordinal, the shop's wording, as the procedure
@@ -53,8 +138,11 @@ ORDINALS_EN = ("first", "second", "third")
 # the tasks a saved model was trained and evaluated on, its policy.json's item_names)
 ITEM_NAMES = ("ordinal", "number")
 ORDINALS_ZH = ("第一件", "第二件", "第三件")
-SORT_WORDS_EN = {"price_asc": "sort by price from low to high", "price_desc": "sort by price from high to low",
-                 "rating": "sort by rating"}
+SORT_WORDS_EN = {
+    "price_asc": "sort by price from low to high",
+    "price_desc": "sort by price from high to low",
+    "rating": "sort by rating",
+}
 SORT_WORDS_ZH = {"price_asc": "按价格从低到高排序", "price_desc": "按价格从高到低排序", "rating": "按评分排序"}
 WEBSHOP_MAX_RANK = 3  # the target is among the first three results: on screen within any prompt budget
 
@@ -100,8 +188,7 @@ def _title_attrs(product) -> list[str]:
 class TaskMaker:
     """Task lists per split: ``counts[split]`` tasks of each family (fewer where the pool runs out), seeded."""
 
-    def __init__(self, catalog, search, seed: int, n_train: int = 2000, n_test: int = 200,
-                 item_names: str = "ordinal"):
+    def __init__(self, catalog, search, seed: int, n_train: int = 2000, n_test: int = 200, item_names: str = "ordinal"):
         if item_names not in ITEM_NAMES:
             raise ValueError(f"item_names={item_names!r}: expected one of {', '.join(ITEM_NAMES)}")
         self.catalog, self.search, self.seed, self.item_names = catalog, search, seed, item_names
@@ -156,14 +243,21 @@ class TaskMaker:
                 if opts:
                     text += " with " + _opt_phrase(self.catalog, opts, False)
                 text += f", and price lower than {bound:.2f} dollars"
-            goal = {"target": p.id, "name": p.title, "product_category": p.breadcrumb, "query": p.ptype,
-                    "attributes": attrs, "goal_options": opts, "price_upper": bound, "search": query}
+            goal = {
+                "target": p.id,
+                "name": p.title,
+                "product_category": p.breadcrumb,
+                "query": p.ptype,
+                "attributes": attrs,
+                "goal_options": opts,
+                "price_upper": bound,
+                "search": query,
+            }
             if text in texts or not self._has_decision(p, page, goal):
                 continue
             texts.add(text)
             steps = 2 + 1 + n_selects(p, opts) + 1  # TYPE, Search, item link, SELECTs, Buy Now
-            out.append(Task(self.task_id("webshop", split, len(out)), "shop", "webshop", text, "/", steps, split,
-                            goal))
+            out.append(Task(self.task_id("webshop", split, len(out)), "shop", "webshop", text, "/", steps, split, goal))
         return out
 
     def _has_decision(self, p, page: Sequence[int], goal: dict) -> bool:
@@ -174,8 +268,10 @@ class TaskMaker:
             return True
         for pid in page:
             q = self.catalog[pid]
-            if pid != p.id and (q.price > goal["price_upper"] or webshop_score(
-                    q.to_score_dict(), q.default_options(), goal, self.catalog.type_phrases).total < 1.0):
+            if pid != p.id and (
+                q.price > goal["price_upper"]
+                or webshop_score(q.to_score_dict(), q.default_options(), goal, self.catalog.type_phrases).total < 1.0
+            ):
                 return True
         return False
 
@@ -213,12 +309,12 @@ class TaskMaker:
             if self.zh:
                 text = f"搜索“{q}”，{SORT_WORDS_ZH[sort]}，并将{ORDINALS_ZH[k - 1]}商品加入购物车。"
             else:
-                text = (f"Search for {typed(q)}, {SORT_WORDS_EN[sort]}, and add the {ORDINALS_EN[k - 1]} item to the "
-                        "cart.")
+                text = (
+                    f"Search for {typed(q)}, {SORT_WORDS_EN[sort]}, and add the {ORDINALS_EN[k - 1]} item to the cart."
+                )
             goal = {"query": q, "sort": sort, "position": k, "target": res[k - 1]}
             # TYPE, Search, sort link, item link, Add to cart, STOP
-            out.append(Task(self.task_id("procedure", split, len(out)), "shop", "procedure", text, "/", 6, split,
-                            goal))
+            out.append(Task(self.task_id("procedure", split, len(out)), "shop", "procedure", text, "/", 6, split, goal))
         return out
 
     # -------------------------------------------------------------- multi_cart
@@ -229,8 +325,9 @@ class TaskMaker:
             addrs = [f"{c}{r}{n}号" for c in locale_zh.CITIES for r in locale_zh.ROADS for n in (8, 12, 36, 88, 100)]
         else:
             names = [f"{a} {b}" for a in FIRST_NAMES_EN for b in LAST_NAMES_EN]
-            addrs = [f"{n} {s}, {t}" for n in (3, 7, 12, 16, 48, 95, 120, 220, 301) for s in STREETS_EN
-                     for t in TOWNS_EN]
+            addrs = [
+                f"{n} {s}, {t}" for n in (3, 7, 12, 16, 48, 95, 120, 220, 301) for s in STREETS_EN for t in TOWNS_EN
+            ]
         return [x for x in names if self.in_split(x, split)], [x for x in addrs if self.in_split(x, split)]
 
     def _multi_cart(self, split: str) -> list[Task]:
@@ -241,26 +338,35 @@ class TaskMaker:
         while len(out) < n:
             k = rng.choice((2, 3))
             ps = rng.sample(pool, k)
-            items = [{"item": p.id, "title": p.title, "options": {s: rng.choice(v) for s, v in p.options}}
-                     for p in ps]
+            items = [{"item": p.id, "title": p.title, "options": {s: rng.choice(v) for s, v in p.options}} for p in ps]
             name, addr = rng.choice(names), rng.choice(addrs)
             if self.zh:
-                parts = [f"（{j + 1}）“{it['title']}”" + (f"，{_opt_phrase(self.catalog, it['options'], True)}"
-                                                        if it["options"] else "") for j, it in enumerate(items)]
-                text = (f"请在一个订单中购买以下商品：{'；'.join(parts)}。将它们加入购物车后结算，"
-                        f"姓名填写“{name}”，地址填写“{addr}”，然后提交订单。")
+                parts = [
+                    f"（{j + 1}）“{it['title']}”"
+                    + (f"，{_opt_phrase(self.catalog, it['options'], True)}" if it["options"] else "")
+                    for j, it in enumerate(items)
+                ]
+                text = (
+                    f"请在一个订单中购买以下商品：{'；'.join(parts)}。将它们加入购物车后结算，"
+                    f"姓名填写“{name}”，地址填写“{addr}”，然后提交订单。"
+                )
             else:
                 # "second item [B]" (item_names="number", a saved model's older tasks: "item 2 [B]")
-                parts = [(f"{ORDINALS_EN[j]} item " if self.item_names == "ordinal" else f"item {j + 1} ")
-                         + typed(it["title"])
-                         + (f" with {_opt_phrase(self.catalog, it['options'], False)}" if it["options"] else "")
-                         for j, it in enumerate(items)]
-                text = (f"Buy these items in one order: {'; '.join(parts)}. Add them to the cart, then check out "
-                        f"with full name {typed(name)} and address {typed(addr)} and place the order.")
+                parts = [
+                    (f"{ORDINALS_EN[j]} item " if self.item_names == "ordinal" else f"item {j + 1} ")
+                    + typed(it["title"])
+                    + (f" with {_opt_phrase(self.catalog, it['options'], False)}" if it["options"] else "")
+                    for j, it in enumerate(items)
+                ]
+                text = (
+                    f"Buy these items in one order: {'; '.join(parts)}. Add them to the cart, then check out "
+                    f"with full name {typed(name)} and address {typed(addr)} and place the order."
+                )
             steps = sum(4 + n_selects(p, it["options"]) for p, it in zip(ps, items)) + 5
             goal = {"items": items, "name": name, "address": addr}
-            out.append(Task(self.task_id("multi_cart", split, len(out)), "shop", "multi_cart", text, "/", steps,
-                            split, goal))
+            out.append(
+                Task(self.task_id("multi_cart", split, len(out)), "shop", "multi_cart", text, "/", steps, split, goal)
+            )
         return out
 
 
@@ -276,8 +382,13 @@ def typed_strings(task: Task, catalog=None) -> dict[str, str]:
     """Text -> kind of every string the task's solution types, each quoted in its instruction, and (with the
     ``catalog``) of the name of every option it sets, as the instruction and the combobox write it ("option")."""
     g = task.goal
-    opts = ([*g.get("goal_options", {})] if task.family == "webshop" else
-            [k for it in g.get("items", ()) for k in it["options"]] if task.family == "multi_cart" else [])
+    opts = (
+        [*g.get("goal_options", {})]
+        if task.family == "webshop"
+        else [k for it in g.get("items", ()) for k in it["options"]]
+        if task.family == "multi_cart"
+        else []
+    )
     names = {catalog.option_label(k): "option" for k in opts} if catalog is not None else {}
     if task.family == "procedure":
         return {g["query"]: "query"}
@@ -295,8 +406,11 @@ def progress_key(cart: Sequence, orders: Sequence, family: str | None = None) ->
     procedure the cart (an order does not), multi_cart both. So a state after an undone wrong button (webshop's
     "Add to cart", procedure's "Buy Now") is the same node as before it (docs/method.md §2's merge guard)."""
     c = ";".join(sorted(ln.key() for ln in cart))
-    o = ";".join(f"#{od.n}:{od.via}[{','.join(sorted(ln.key() for ln in od.lines))}]"
-                 f"@{' '.join(od.name.split())}|{' '.join(od.address.split())}" for od in orders)
+    o = ";".join(
+        f"#{od.n}:{od.via}[{','.join(sorted(ln.key() for ln in od.lines))}]"
+        f"@{' '.join(od.name.split())}|{' '.join(od.address.split())}"
+        for od in orders
+    )
     if family == "webshop":
         return f"orders=[{o}]"
     if family == "procedure":
@@ -329,7 +443,6 @@ def check_state(env, task: Task, cart: Sequence, orders: Sequence) -> CheckResul
         od = orders[0]
         want = sorted((int(it["item"]), tuple(sorted(it["options"].items())), 1) for it in goal["items"])
         got = sorted((ln.item, tuple(sorted(ln.options)), ln.qty) for ln in od.lines)
-        ok = (od.via == "cart" and want == got and _same(od.name, goal["name"])
-              and _same(od.address, goal["address"]))
+        ok = od.via == "cart" and want == got and _same(od.name, goal["name"]) and _same(od.address, goal["address"])
         return CheckResult(ok, float(ok), key, True)
     raise ValueError(f"unknown shop task family {task.family!r}")
