@@ -32,7 +32,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
             circuit_recency=0.0,  # copy_circuit: gated recency amplitude (0 = off; recipes/scratch_copy/circuit.py)
             circuit_recency_after=r"\[\d+\]|CLICK|TYPE|SELECT|CLEAR|HOVER|SCROLL",  # pieces that turn it on
             circuit_bigram=0.6,  # copy_circuit: weight of the second-previous-token match (0 = one-token match)
-            circuit_trigram=0.0,  # copy_circuit: weight of the third-previous-token match (0 = off; BUILD_NOTES.md)
+            circuit_trigram=0.0,  # copy_circuit: weight of the third-previous-token match (0 = off)
         )
     )
     c.data = ml_collections.ConfigDict(
@@ -80,7 +80,7 @@ def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
             decision_window=0,
             # DPO / TGPO: False = a pair's log-ratios over its decision tokens only, the copies
             # (tgpo_jax/data/decisions.py) left out of the margin on both actions (docs/method.md §7 "Copies out of
-            # the margin"; True = every token; measured, not kept: BUILD_NOTES.md)
+            # the margin"; True = every token; measured, not kept)
             margin_copies=True,
             # DPO / TGPO / KTO / KTO-Tree: + sft_alpha * token-mean NLL of every successful step of the batch's nodes
             # (the SFT items, on nodes with or without pairs), to hold the states the pairs do not cover (0 = off;

@@ -108,10 +108,11 @@ def comparisons(groups: Groups) -> list[stats.Comparison]:
     return out
 
 
-def family_comparisons(groups: Groups) -> dict[tuple[str, str], dict[str, stats.Comparison]]:
-    """``success_pairs`` within each task family ((A, B) -> family -> A − B): a method can gain on one family what it
-    loses on another (on the large preset KTO's episode labels broke multi_cart's first step, where the tree's
-    labels kept it; BUILD_NOTES.md). Empty with fewer than two families (the pooled table says it all)."""
+def family_comparisons(groups: Groups, pairs=None) -> dict[tuple[str, str], dict[str, stats.Comparison]]:
+    """``pairs`` (default ``success_pairs``) within each task family ((A, B) -> family -> A − B): a method can gain
+    on one family what it loses on another (on the large preset KTO's episode labels broke multi_cart's first step,
+    where the tree's labels kept it; BUILD_NOTES.md). Empty with fewer than two families (the pooled table says it
+    all)."""
     fams = families(groups)
     if len(fams) < 2:
         return {}
@@ -122,7 +123,7 @@ def family_comparisons(groups: Groups) -> dict[tuple[str, str], dict[str, stats.
         except ValueError:  # no task of that family evaluated by both (evaluations on other task sets)
             return None
 
-    return {(a, b): {f: within(a, b, f) for f in fams} for a, b in success_pairs(groups)}
+    return {(a, b): {f: within(a, b, f) for f in fams} for a, b in (success_pairs(groups) if pairs is None else pairs)}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -68,17 +68,7 @@ def paired(models: dict[str, dict], pairs: list[tuple[str, str]]) -> tuple[list,
         ]
     except ValueError as e:
         raise app.UsageError(f"--compare: {e} (an evaluation without per-episode rows, or on other tasks)")
-    fams = results.families(groups)
-    by_family = {}
-    if len(fams) > 1:
-        for a, b in pairs:
-            cells = {}
-            for f in fams:
-                try:
-                    cells[f] = results.compare(groups, a, b, family=f)
-                except ValueError:  # a family neither evaluation ran in full
-                    cells[f] = None
-            by_family[(a, b)] = cells
+    by_family = results.family_comparisons(groups, pairs)
     return pooled, by_family
 
 

@@ -69,8 +69,7 @@ def explain(cmd: Command, obs: Observation | None, instruction: str = "") -> str
         return f"Fill {what} with {lead} [{cmd.arg}]."
     # the sort and rank thoughts only where the link is the task's sort or the result at the task's rank: a wrong
     # click (the noisy oracle's mistakes) gets the plain thought, so no thought says what its command does not do
-    # (with "click the third result [15]" before a wrong product, the model went back from the right one:
-    # BUILD_NOTES.md)
+    # (with "click the third result [15]" before a wrong product, the model went back from the right one)
     sorting = task_sort(instruction)
     goal = sort_asked(cmd, el, instruction)
     nth = item_asked(cmd, obs, el, instruction)
