@@ -9,6 +9,8 @@ from configs import models
 
 
 def get_config(preset: str = "smollm2-135m") -> ml_collections.ConfigDict:
+    """The base training config with the model preset ``preset`` (configs/models.py) applied; method files start from
+    it."""
     c = ml_collections.ConfigDict()
     c.method = "tgpo"  # sft | dpo | tgpo | kto | kto_tree
 

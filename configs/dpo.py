@@ -4,6 +4,7 @@ from configs import base
 
 
 def get_config(preset: str = "smollm2-135m"):
+    """The DPO training config for the model preset ``preset``."""
     c = base.get_config(preset)
     c.method = "dpo"
     c.loss.beta = 0.1

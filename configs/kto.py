@@ -4,6 +4,7 @@ from configs import base
 
 
 def get_config(preset: str = "smollm2-135m"):
+    """The KTO training config for the model preset ``preset``."""
     c = base.get_config(preset)
     c.method = "kto"
     c.train.output_dir = "runs/kto"

@@ -38,6 +38,7 @@ PRESETS = {
 
 
 def apply(config, preset: str) -> None:
+    """Write the model preset ``preset``'s values into ``config`` in place; ``ValueError`` for an unknown preset."""
     if preset not in PRESETS:
         raise ValueError(f"unknown model preset {preset!r}; choose from {sorted(PRESETS)}")
     for section, values in PRESETS[preset].items():

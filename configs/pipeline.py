@@ -47,6 +47,7 @@ def _training(preset: str) -> dict:
 
 
 def get_config(preset: str = "default") -> ml_collections.ConfigDict:
+    """The main job's configuration for the preset ``preset`` (the presets are listed in the module docstring)."""
     c = ml_collections.ConfigDict()
     c.preset = preset
     c.out = "runs/pipeline"

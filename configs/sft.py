@@ -4,6 +4,7 @@ from configs import base
 
 
 def get_config(preset: str = "smollm2-135m"):
+    """The SFT training config for the model preset ``preset``: no reference model, learning rate 1e-5."""
     c = base.get_config(preset)
     c.method = "sft"
     c.loss.reference = "none"

@@ -9,6 +9,7 @@ from configs import base
 
 
 def get_config(preset: str = "smollm2-135m"):
+    """The trajectory-level DPO config for the model preset ``preset``: plain layout, up to 16 rows per pair."""
     c = base.get_config(preset)
     c.method = "traj_dpo"
     c.loss.beta = 0.1

@@ -123,6 +123,8 @@ def collect_search(p) -> dict:
 
 
 def build_search(p) -> dict:
+    """The search dataset stage: node records from round 1's search trees (``values=mcts``) and its counts;
+    ``RuntimeError`` when no node yields a pair at the margin theta."""
     from trees.dataset import build_dataset
     from tgpo_jax.data.examples import PairConfig, preference_pairs
     from tgpo_jax.data.io import DatasetReader

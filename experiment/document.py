@@ -11,6 +11,7 @@ DASH = "—"  # a missing value
 
 
 def num(v) -> float | None:
+    """``v`` as a finite float, or None when it is not a number or not finite."""
     try:
         f = float(v)
     except (TypeError, ValueError):
@@ -20,12 +21,16 @@ def num(v) -> float | None:
 
 @dataclass
 class Heading:
+    """A heading block of ``level`` (2 = a section)."""
+
     text: str
     level: int = 2
 
 
 @dataclass
 class Para:
+    """A paragraph block: plain text, optionally followed by a list of links, with its line breaks kept when ``pre``."""
+
     text: str  # plain text (escaped for HTML)
     links: list[tuple[str, str]] = field(default_factory=list)  # (label, href) appended as a list
     pre: bool = False  # keep line breaks (free-form notes)
@@ -33,6 +38,8 @@ class Para:
 
 @dataclass
 class Table:
+    """A table block: header cells, rows of (text, bold) cells and an optional caption."""
+
     header: list[str]
     rows: list[list[tuple[str, bool]]]  # (text, bold)
     caption: str = ""
@@ -40,6 +47,8 @@ class Table:
 
 @dataclass
 class Image:
+    """An image block: its path relative to the output directory, and its alt text."""
+
     path: str  # relative to out_dir
     alt: str
 
@@ -50,6 +59,7 @@ def _md_cell(text: str, bold: bool) -> str:
 
 
 def to_markdown(blocks: list) -> str:
+    """The blocks as Markdown (table columns after the first right-aligned)."""
     out = []
     for b in blocks:
         if isinstance(b, Heading):
@@ -90,6 +100,7 @@ img { max-width: 100%; border: 1px solid #eee; margin: .5em 0; }
 
 
 def to_html(blocks: list, title: str) -> str:
+    """The blocks as a self-contained HTML page titled ``title``."""
     e = html.escape
     out = [
         "<!DOCTYPE html>",

@@ -248,6 +248,7 @@ class EvalConfig:
             raise ValueError(f"redundancy={self.redundancy!r}; expected one of {REDUNDANCY_RULES}")
 
     def harness(self):
+        """The ``HarnessConfig`` of the evaluation's episodes (step limits, prompt budget, screenshots, timeouts)."""
         from rollout.harness.runner import HarnessConfig
 
         return HarnessConfig(
@@ -359,6 +360,7 @@ def mean_ci95(values: Sequence[float]) -> tuple[float | None, dict | None]:
 
 
 def aggregate(per_seed: Sequence[dict]) -> tuple[dict, dict]:
+    """(means, 95% intervals) of the metrics over the per-seed results (element metrics: the seeds where they apply)."""
     from experiment.element_metrics import ELEMENT_METRICS
 
     means, cis = {}, {}

@@ -59,6 +59,9 @@ def make_judge(p):
 
 
 def build_judge(p) -> dict:
+    """The judge dataset stage: sample candidates from the first seed's SFT model (served locally) at the steps of round
+    1's training tasks, have the judge score them and build the records; its counts. ``RuntimeError`` when there are
+    fewer records than one batch."""
     from serving.serve import ModelServer
     from trees.judge_dataset import JudgeDataConfig, build_judge_dataset
 
@@ -103,6 +106,7 @@ def build_judge(p) -> dict:
 
 
 def budget_notes(p) -> list[str]:
+    """The report's line on what the judge dataset cost (samples, steps, judge, records), when judge_dpo is trained."""
     if "judge_dpo" not in p.cfg.methods:
         return []
     with open(p.path("stages", "dataset-judge-r1.json")) as f:

@@ -48,6 +48,7 @@ def _git(*args: str, root: str = ROOT) -> str | None:
 
 
 def git_commit(root: str = ROOT) -> str | None:
+    """The commit checked out at ``root``, or None outside a git checkout."""
     return _git("rev-parse", "HEAD", root=root) or None
 
 

@@ -39,6 +39,8 @@ def windows(ids: list[int], window: int) -> list[list[int]]:
 
 
 def lm_records(episodes_dir: str, tokenizer, window: int, system_prompt: str) -> list[NodeRecord]:
+    """The pretraining records of an episodes directory: each step's text cut into ``window``-token pieces, one
+    single-branch node record per non-blank piece."""
     records = []
     for i, (task_id, text) in enumerate(step_texts(episodes_dir, system_prompt)):
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -56,5 +56,6 @@ def method_label(name: str) -> str:
 
 
 def display_name(name: str) -> str:
+    """A model's label for tables: its method's label, with the training seed when the name has one."""
     seed = parse_name(name)[2]
     return method_label(name) + (f" [seed {seed}]" if seed is not None else "")

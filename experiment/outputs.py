@@ -15,6 +15,7 @@ from tgpo_jax.files import write_text_atomic
 
 
 def eval_results(p) -> dict[str, dict]:
+    """Model name -> its ``eval.json`` for every evaluated model; ``ValueError`` naming a file that is not JSON."""
     out = {}
     for name in p.evaluated():
         path = p.path("eval", name, "eval.json")

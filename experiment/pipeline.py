@@ -61,12 +61,15 @@ SPEC_DEFAULTS = {
     ("model", "train_layers"): 0,
 }
 # training settings removed from the configs after runs were made, at the value every run had them (the SFT loss
-# weightings tried for the from-scratch model and not kept, BUILD_NOTES.md): a training stage's spec still names
-# them so, so the runs made while they existed keep their stages (a run made with another value is reported changed)
+# weightings tried for the from-scratch model and not kept; BUILD_NOTES.md, "SFT weightings tried, not kept"): a
+# training stage's spec still names them so, so the runs made while they existed keep their stages (a run made with
+# another value is reported changed)
 SPEC_RETIRED = {("data", "decision_weight"): 1.0, ("data", "head_weight"): 1.0, ("data", "head_words"): 1}
 
 
 class Pipeline:
+    """The main job over one output directory: its paths, environment, tasks and stages, and the work of each stage."""
+
     def __init__(self, cfg, *, progress: bool = True):
         recipes.register_all()  # a preset's model.init / model.freeze may name a recipe's (scratch-copy's)
         normalize(cfg)
@@ -81,12 +84,15 @@ class Pipeline:
 
     # ------------------------------------------------------------ paths
     def path(self, *parts: str) -> str:
+        """A path under the run's output directory."""
         return os.path.join(self.out, *parts)
 
     def episodes(self, r: int) -> str:
+        """Round r's episodes directory."""
         return self.path("episodes", f"round{r}")
 
     def dataset(self, r: int) -> str:
+        """Round r's tree dataset directory."""
         return self.path("datasets", f"round{r}")
 
     def search_episodes(self, r: int) -> str:
@@ -94,6 +100,7 @@ class Pipeline:
         return self.path("episodes", f"search-round{r}")
 
     def search_dataset(self, r: int) -> str:
+        """Round r's search dataset (search_dpo's node records from the search trees)."""
         return self.path("datasets", f"search-round{r}")
 
     def traj_dataset(self, r: int) -> str:
@@ -118,16 +125,19 @@ class Pipeline:
         return seed if len(self.seeds) > 1 else None
 
     def base_name(self, seed: int) -> str:
+        """The model name of the base of training seed ``seed``."""
         return model_name("base", 1, self.tag(seed))
 
     @property
     def tokenizer(self) -> str:
+        """The tokenizer's path: the run's own (from scratch), else the configured one or the model's."""
         if self.scratch:
             return self.path("tokenizer")
         return self.cfg.sft.model.tokenizer or self.cfg.sft.model.path
 
     @property
     def env(self):
+        """The environment the config names, started on first use."""
         if self._env is None:
             from rollout.envs import make_env
 
@@ -142,11 +152,13 @@ class Pipeline:
         return self._env
 
     def close(self) -> None:
+        """Stop the environment, if started."""
         if self._env is not None:
             self._env.stop()
             self._env = None
 
     def tasks(self, split: str):
+        """The ``split``'s tasks the run uses (the first num_train / num_test of the configured families)."""
         from rollout.collect import select_tasks
 
         n = self.cfg.tasks.num_train if split == "train" else self.cfg.tasks.num_test
@@ -188,6 +200,7 @@ class Pipeline:
         return [model_name(m, 1, self.tag(self.seeds[0])) for m in self.cfg.eval.search_models]
 
     def stages(self) -> list[Stage]:
+        """Every stage of the run in dependency order, each with the spec its output depends on."""
         c = self.cfg
         env_spec = {"env": self.env_spec(), "tasks": _plain(c.tasks)}
         collect_spec = {k: v for k, v in _plain(c.collect).items() if k not in ("contexts", "max_batch")}
@@ -456,9 +469,12 @@ class Pipeline:
         return t
 
     def runner(self, redo=()) -> StageRunner:
+        """A ``StageRunner`` over the stages, re-running ``redo`` and what depends on it."""
         return StageRunner(self.out, self.stages(), redo)
 
     def run(self, redo=(), until: str | None = None) -> dict:
+        """Run the stages (up to ``until``), after saving the config; each stage's result by name. The environment is
+        stopped at the end."""
         os.makedirs(self.out, exist_ok=True)
         write_text_atomic(self.path("pipeline_config.json"), self.cfg.to_json_best_effort(indent=1))
         try:
@@ -478,6 +494,8 @@ class Pipeline:
         step: int | None = None,
         constrain: bool = False,
     ):
+        """The policy ``spec`` names (a model directory, the oracle, ...), set up to sample with these settings and
+        prompted as the run configures."""
         from experiment.evaluate import load_policy
         from tgpo_jax.models.sampler import SamplingParams
 
@@ -502,6 +520,8 @@ class Pipeline:
 
     @staticmethod
     def with_policy(policy, coro):
+        """Run the coroutine ``coro`` to completion, then close ``policy``; its result."""
+
         async def go():
             try:
                 return await coro
@@ -511,6 +531,8 @@ class Pipeline:
         return asyncio.run(go())
 
     def collect(self, r: int) -> dict:
+        """The collection stage of round ``r``: episodes of the training tasks with the round's behaviour policy; the
+        outcome counts. ``RuntimeError`` when every episode errored."""
         from rollout.collect import CollectConfig, collect_async
         from rollout.harness.runner import HarnessConfig
 
@@ -585,6 +607,8 @@ class Pipeline:
         }
 
     def train_tokenizer(self) -> dict:
+        """Train the from-scratch SentencePiece tokenizer on round 1's prompts and outputs and the training
+        instructions; the number of texts and the vocabulary size."""
         from rollout.policies.prompt import SYSTEM_PROMPT, SYSTEM_PROMPTS
         from rollout.recording import iter_episodes, read_tasks
         from trees.dataset import BuildConfig, step_prompt
@@ -685,6 +709,7 @@ class Pipeline:
         }
 
     def tree_config(self):
+        """The ``TreeConfig`` of the config's dataset section."""
         from trees.build import TreeConfig
 
         d = self.cfg.dataset
@@ -721,6 +746,8 @@ class Pipeline:
         )
 
     def build(self, r: int) -> dict:
+        """The dataset stage of round ``r``: repair damaged episodes, then build the tree dataset from the round's
+        episodes (all rounds' with ``rounds.accumulate``); its summary."""
         from trees.dataset import build_dataset
 
         bcfg = self.build_config()
@@ -760,6 +787,8 @@ class Pipeline:
         return len(broken)
 
     def train_config(self, name: str, method: str, init: str, r: int, seed: int = 0):
+        """The launch.train config of model ``name``: ``method``'s section with the initial model, seed, dataset and
+        output directory filled in."""
         t = self.cfg[method].copy_and_resolve_references()
         t.model.path = self.model_dir(init)
         t.model.tokenizer, t.model.scratch = "", ""
@@ -795,6 +824,8 @@ class Pipeline:
         return method == "sft" and bool(self.cfg.sft_continue)
 
     def train(self, name: str, method: str, r: int, init: str, seed: int = 0) -> dict:
+        """The training stage of model ``name`` (both phases where the method has two), its model exported; the run's
+        final metrics."""
         if self.two_phase(method):
             # two phases: SFT as configured into <name>-first, then on from it with the control's recipe (sft_more:
             # TGPO's learning rate, schedule and updates on the shortest successful branches, no copy-swap)
@@ -865,6 +896,7 @@ class Pipeline:
         return result
 
     def evaluate(self, name: str) -> dict:
+        """The evaluation stage of model ``name`` on the held-out tasks: mean, 95% intervals and episode count."""
         result = self._evaluate(self.model_dir(name), self.path("eval", name), self.tasks("test"), name)
         return {"mean": result["mean"], "ci95": result["ci95"], "episodes": result["episodes"]}
 
@@ -890,16 +922,21 @@ class Pipeline:
 
     # the run's outputs (experiment/outputs.py)
     def eval_results(self) -> dict[str, dict]:
+        """Model name -> evaluation of every evaluated model (``outputs.eval_results``)."""
         return outputs.eval_results(self)
 
     def best(self) -> str:
+        """The trained model to export (``outputs.best``)."""
         return outputs.best(self)
 
     def groups(self) -> dict[str, dict[int, dict]]:
+        """Table 1's rows: method label -> {training seed: evaluation} (``outputs.groups``)."""
         return outputs.groups(self)
 
     def report(self) -> dict:
+        """The report stage (``outputs.report``)."""
         return outputs.report(self)
 
     def export(self) -> dict:
+        """The export stage (``outputs.export``)."""
         return outputs.export(self)

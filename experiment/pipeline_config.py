@@ -25,6 +25,7 @@ def shop_kwargs(cfg) -> dict:
 
 
 def plain(cd) -> dict:
+    """A config section as a plain JSON-safe dict."""
     return json.loads(cd.to_json_best_effort()) if hasattr(cd, "to_json_best_effort") else dict(cd)
 
 
@@ -41,6 +42,8 @@ def names(value) -> tuple:
 
 
 def normalize(cfg) -> None:
+    """Normalise the config in place: list-valued settings to tuples of names, seeds to ints, a preset's settings for
+    its own environment reset elsewhere (``for_environment``), and the title naming a user task file."""
     for section, key in (
         (None, "methods"),
         ("eval", "models"),

@@ -38,6 +38,7 @@ def _figure(width: float = 7.0, height: float = 4.0):
 
 
 def plot_success(path: str, names: list[str], cells: dict[str, dict[str, Cell]]) -> None:
+    """Bar chart of each model's success rate with its 95% interval and per-seed points, saved to ``path``."""
     fig, ax = _figure(max(5.0, 1.1 * len(names) + 2), 4.0)
     xs = list(range(len(names)))
     vals = [cells[n]["success_rate"].value for n in names]
@@ -74,6 +75,7 @@ def plot_success(path: str, names: list[str], cells: dict[str, dict[str, Cell]])
 
 
 def plot_steps(path: str, names: list[str], cells: dict[str, dict[str, Cell]]) -> None:
+    """Grouped bars of each model's average and redundant steps per episode with 95% intervals, saved to ``path``."""
     fig, ax = _figure(max(5.0, 1.3 * len(names) + 2), 4.0)
     w = 0.38
     for off, key, label, color in (
@@ -102,6 +104,7 @@ def plot_steps(path: str, names: list[str], cells: dict[str, dict[str, Cell]]) -
 
 
 def plot_learning(path: str, curves: dict[str, list[tuple[int, float]]]) -> None:
+    """Held-out success (%) against training step, a line per model, saved to ``path``."""
     fig, ax = _figure(7.0, 4.0)
     for label, pts in curves.items():
         if pts:

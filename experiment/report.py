@@ -88,6 +88,8 @@ _RATE_KEYS = {"success_rate", "label_conflict_rate"}
 
 @dataclass
 class Cell:
+    """A table cell: the scaled value, its 95% half-width, the decimals shown and the per-seed values."""
+
     value: float | None  # scaled (percent for success)
     ci: float | None
     decimals: int
@@ -95,9 +97,11 @@ class Cell:
 
     @property
     def key(self) -> float | None:
+        """The value rounded as shown (what ties and the best value compare), or None."""
         return None if self.value is None else round(self.value, self.decimals)
 
     def text(self) -> str:
+        """The value as shown, ``v ± ci`` when there is an interval, a dash when missing."""
         if self.value is None:
             return DASH
         s = f"{self.value:.{self.decimals}f}"
@@ -145,6 +149,7 @@ def _half_width(ci) -> float | None:
 
 
 def best_keys(cells: dict[str, dict[str, Cell]]) -> dict[str, float | None]:
+    """Per column, the best shown value over the models (highest or lowest as the column prefers), or None."""
     best = {}
     for key, _, _, _, higher in COLUMNS:
         vals = [c[key].key for c in cells.values() if c[key].key is not None]
@@ -183,6 +188,7 @@ def _fmt_stat(key: str, v) -> str:
 
 
 def pct(v) -> str:
+    """A fraction as a percentage with two decimals, a dash when it is not a number."""
     f = num(v)
     return DASH if f is None else f"{100 * f:.2f}%"
 

@@ -40,6 +40,7 @@ def task_values(ev: dict, metric: str = "success_rate", task_ids=None, family: s
 
 
 def outcomes(runs: Mapping[int, dict], metric: str = "success_rate", **kw) -> dict[int, dict[str, float]]:
+    """Training seed -> task_id -> the task's mean metric, for one method's evaluations."""
     return {seed: task_values(ev, metric, **kw) for seed, ev in runs.items()}
 
 
@@ -72,6 +73,7 @@ def method_row(runs: Mapping[int, dict], metric: str, family: str | None = None)
 
 
 def families(groups: Groups) -> list[str]:
+    """Task families present in any evaluation, sorted."""
     return sorted({r["family"] for runs in groups.values() for ev in runs.values() for r in episode_rows(ev)})
 
 
@@ -81,6 +83,7 @@ def table(groups: Groups, family: str | None = None) -> dict[str, dict[str, Row]
 
 
 def compare(groups: Groups, a: str, b: str, metric: str = "success_rate", **kw) -> stats.Comparison:
+    """Paired bootstrap of method ``a`` minus method ``b`` on a metric, over the tasks (and seeds) both have."""
     return stats.paired_bootstrap(
         outcomes(groups[a], metric, **kw), outcomes(groups[b], metric, **kw), names=(a, b), metric=metric
     )
@@ -111,8 +114,8 @@ def comparisons(groups: Groups) -> list[stats.Comparison]:
 def family_comparisons(groups: Groups, pairs=None) -> dict[tuple[str, str], dict[str, stats.Comparison]]:
     """``pairs`` (default ``success_pairs``) within each task family ((A, B) -> family -> A − B): a method can gain
     on one family what it loses on another (on the large preset KTO's episode labels broke multi_cart's first step,
-    where the tree's labels kept it; BUILD_NOTES.md). Empty with fewer than two families (the pooled table says it
-    all)."""
+    where the tree's labels kept it; BUILD_NOTES.md, "Plain KTO's multi_cart collapse"). Empty with fewer than two
+    families (the pooled table says it all)."""
     fams = families(groups)
     if len(fams) < 2:
         return {}
@@ -128,6 +131,8 @@ def family_comparisons(groups: Groups, pairs=None) -> dict[tuple[str, str], dict
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
+    """A claim of the TGPO paper with the paper's numbers, our differences with intervals and the verdict."""
+
     text: str
     paper: str  # the paper's numbers behind it
     ours: str  # our difference(s) with intervals
@@ -219,7 +224,8 @@ class GradRow:
 def grad_norms(runs: Sequence[Sequence[dict]], clip: float) -> GradRow | None:
     """``runs``: each seed's metrics rows (``read_metrics``); None when no row logs ``train/grad_norm``. Why in the
     report: a method's terms are summed before the clip and AdamW, so a term whose gradient is ten times the SFT
-    term's sets the update's direction (docs/method.md §7; BUILD_NOTES.md)."""
+    term's sets the update's direction (docs/method.md §7; BUILD_NOTES.md,
+    "β 0.01 without the chosen-branch anchor")."""
     norms = [float(r["train/grad_norm"]) for rows in runs for r in rows if r.get("train/grad_norm") is not None]
     if not norms:
         return None

@@ -43,6 +43,9 @@ READ_ERRORS = (ValueError, OSError, KeyError, RuntimeError)
 
 @dataclasses.dataclass
 class Stage:
+    """One resumable step of the pipeline: its work, the spec and dependencies its output depends on, the paths a forced
+    re-run deletes, and a description."""
+
     name: str
     run: Callable[[], dict]  # does the work; returns a small JSON-able result
     spec: dict  # the configuration this stage's output depends on
@@ -56,6 +59,8 @@ def _canonical(obj) -> str:
 
 
 def fingerprints(stages: Sequence[Stage]) -> dict[str, str]:
+    """Stage name -> a hash of its spec and its dependencies' fingerprints; ``ValueError`` when a dependency is missing
+    or comes later."""
     out: dict[str, str] = {}
     for s in stages:  # stages are in dependency order
         missing = [d for d in s.deps if d not in out]
@@ -96,6 +101,9 @@ def diff(old, new, prefix: str = "") -> list[str]:
 
 
 class StageRunner:
+    """Runs stages in order, skipping those whose marker records the same fingerprint, and refusing to redo finished
+    stages whose configuration changed."""
+
     def __init__(self, out_dir: str, stages: Sequence[Stage], redo: Sequence[str] = (), log=None):
         self.out_dir = out_dir
         self.stages = list(stages)
@@ -125,9 +133,11 @@ class StageRunner:
         self.redo |= downstream(self.stages, list(self.regathered)) - spec_changed
 
     def marker_path(self, name: str) -> str:
+        """Path of stage ``name``'s marker file."""
         return os.path.join(self.marker_dir, f"{name}.json")
 
     def marker(self, name: str) -> dict | None:
+        """Stage ``name``'s marker (None when absent); ``StaleStage`` when it cannot be read."""
         path = self.marker_path(name)
         if not os.path.exists(path):
             return None

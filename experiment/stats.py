@@ -48,6 +48,9 @@ def seed_interval(outcomes: Outcomes) -> tuple[float | None, float | None]:
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
+    """A paired comparison of two methods on a metric: the mean difference A - B, its 95% bootstrap interval, and the
+    numbers of tasks and seeds."""
+
     a: str
     b: str
     metric: str

@@ -11,8 +11,9 @@ answer to learn.
 
 With ``force_thought`` the recorded thought is given (the output up to ``Command:`` is appended to the prompt) and
 the model writes only the command: whether it *carries out* a right decision, as opposed to making it. Measured on
-cal13 (BUILD_NOTES.md): with the thought given, held-out TYPE commands copy the thought's text in 58 of 120 steps
-and SELECT commands its value in 8 of 49, so most wrong free text is lost between the thought and the command.
+a from-scratch model (BUILD_NOTES.md, "Teacher-forced step accuracy"): with the thought given, held-out TYPE commands
+copy the thought's text in 58 of 120 steps and SELECT commands its value in 8 of 49, so most wrong free text is lost
+between the thought and the command.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from rollout.core import ActionError
 
 @dataclasses.dataclass(frozen=True)
 class StepCase:
+    """One recorded step to score: its task, family, step index, the recorded command (canonical), the prompt and the
+    recorded output."""
+
     task_id: str
     family: str
     step: int
@@ -119,6 +123,7 @@ def score(steps: Sequence[StepCase], outputs: Sequence[str], examples: int = 3) 
 
 
 def table(result: dict) -> str:
+    """A Markdown table of correct / total / accuracy per key of ``result['accuracy']``."""
     lines = ["| steps | correct | total | accuracy |", "|---|---:|---:|---:|"]
     for k, (c, n, r) in result["accuracy"].items():
         lines.append(f"| {k} | {c} | {n} | {100 * r:.1f} % |")

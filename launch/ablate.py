@@ -342,6 +342,7 @@ def _define_flags():
 
 
 def main(argv):
+    """Run the ablation the flags describe and print its summary table and the table's path."""
     prepare(argv)
     f = flags.FLAGS
     run_ablation(f.config, f.sweep, f.out, f.set)

@@ -23,6 +23,8 @@ def define(
     out: str,
     out_help: str,
 ) -> None:
+    """Define the shared task, episode and sampling flags, with the calling launcher's defaults and help texts for the
+    split, runs, temperature, screenshots and output directory."""
     from rollout.collect import CollectConfig
     from rollout.harness.runner import HarnessConfig
 

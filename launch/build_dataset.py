@@ -74,6 +74,8 @@ flags.DEFINE_float("pair_margin", 0.0, "pairs need Q_w - Q_l > margin (JSONL exp
 
 
 def main(argv):
+    """Build the dataset the flags describe (node, trajectory-pair or judge-scored) from an episodes directory and print
+    its summary as JSON."""
     prepare(argv)
     from trees.build import TreeConfig
     from trees.dataset import BuildConfig, build_dataset

@@ -169,6 +169,8 @@ def use_marks() -> bool:
 
 
 def main(argv):
+    """Collect episodes of the chosen tasks with the chosen policy (sampled runs or MCTS) into ``--out`` and print the
+    counts as JSON."""
     prepare(argv)
     import asyncio
 

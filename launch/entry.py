@@ -18,6 +18,8 @@ COMPILE_CACHE_BYTES = 4 << 30  # least recently used entries go beyond this
 
 
 def prepare(argv) -> None:
+    """Set up a launcher's process: refuse extra arguments, stay offline, log to stderr, turn on the compilation cache
+    and register the recipes; ``app.UsageError`` for stray arguments."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models and tokenizers are local: never reach for a hub

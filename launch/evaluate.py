@@ -74,6 +74,7 @@ flags.mark_flag_as_required("model")
 
 
 def main(argv):
+    """Evaluate the policy on the chosen tasks and seeds; the table goes to stderr, the results as JSON to stdout."""
     prepare(argv)
     import asyncio
 

@@ -26,6 +26,7 @@ def _define_flags():
 
 
 def main(argv):
+    """Export the run's checkpoint as a Hugging Face directory and print its path and summary."""
     prepare(argv)
     from tgpo_jax.training.restore import export_run
 

@@ -41,6 +41,7 @@ def _count_episodes(episodes_dir: str) -> int:
 
 
 def main(argv):
+    """Export the episodes directory as a trajectory JSONL file and print what was written as JSON."""
     prepare(argv)
     from rollout.recording import RecordingError
     from rollout.trajectory_export import SCROLL_PX, export_collection

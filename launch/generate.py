@@ -29,6 +29,7 @@ _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "compute
 
 
 def main(argv):
+    """Load the model and tokenizer, sample answers to the prompt and print them."""
     prepare(argv)
     from tgpo_jax.models.loading import load_model, with_tokenizer_eos
     from tgpo_jax.models.sampler import Sampler, SamplingParams

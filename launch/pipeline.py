@@ -37,6 +37,8 @@ F = flags.FLAGS
 
 
 def main(argv):
+    """Run the main job with the given config (or list its stages' state with ``--list``); exit 2 on a stale or damaged
+    stage."""
     prepare(argv)
     if not F.verbose:
         import logging

@@ -51,6 +51,8 @@ _JSON = flags.DEFINE_string("json", "", "also write the plan as JSON here")
 
 
 def model_config(name: str):
+    """The ``ModelConfig`` that ``name`` names: a scratch preset, a directory under configs/hf/, an HF directory or a
+    config.json; ``app.UsageError`` otherwise."""
     from tgpo_jax.models.config import SCRATCH_PRESETS, ModelConfig, scratch_config
 
     if name in SCRATCH_PRESETS:
@@ -66,6 +68,8 @@ def model_config(name: str):
 
 
 def job_config():
+    """The training config of ``--method`` with the command line's sequence, batch, accumulation, remat, reference,
+    ``--set`` and mesh overrides applied."""
     import importlib
 
     import ml_collections
@@ -99,6 +103,7 @@ def job_config():
 
 
 def main(argv):
+    """Plan the training job on the target devices and print the table (and write it as JSON with ``--json``)."""
     prepare(argv)
     if _TOPOLOGY.value and _CPU.value:
         raise app.UsageError("--topology (TPU, deviceless) or --cpu_devices (CPU route): one of them")

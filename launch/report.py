@@ -32,6 +32,7 @@ flags.DEFINE_bool("reference", True, "include the TGPO paper's reference numbers
 
 
 def parse_pairs(values, flag: str) -> dict[str, str]:
+    """Parse ``name=path`` flag values into a dict; ``app.UsageError`` for a malformed or repeated name."""
     out = {}
     for v in values:
         name, sep, path = v.partition("=")
@@ -44,6 +45,8 @@ def parse_pairs(values, flag: str) -> dict[str, str]:
 
 
 def parse_compare(values, names) -> list[tuple[str, str]]:
+    """Parse ``A:B`` flag values into pairs of ``--eval`` names; ``app.UsageError`` for a malformed pair or an unknown
+    name."""
     out = []
     for v in values:
         a, sep, b = v.partition(":")
@@ -73,6 +76,7 @@ def paired(models: dict[str, dict], pairs: list[tuple[str, str]]) -> tuple[list,
 
 
 def load_dataset_summary(path: str) -> dict:
+    """The ``extra`` summary of a dataset manifest, given the manifest or the directory holding it."""
     if os.path.isdir(path):
         path = os.path.join(path, "manifest.json")
     with open(path) as f:
@@ -81,6 +85,7 @@ def load_dataset_summary(path: str) -> dict:
 
 
 def main(argv):
+    """Read the evaluations, training curves and dataset summary and write the report; print the written paths."""
     prepare(argv)
     from experiment.report import write_report
 

@@ -28,6 +28,7 @@ _MAX_TOKENS = flags.DEFINE_integer("default_max_tokens", 256, "max_tokens when a
 
 
 def main(argv):
+    """Load the model and serve it over HTTP until interrupted."""
     prepare(argv)
     from rollout.httpd import is_loopback
 

@@ -35,6 +35,7 @@ def _is_dir_target(out: str) -> bool:
 
 
 def task_file_name(task_id: str) -> str:
+    """The HTML file name of a task's tree page."""
     from rollout.recording import task_dir_name
 
     return task_dir_name(task_id) + ".html"
@@ -126,6 +127,7 @@ def _write_index(out: str, written: list[dict], tasks: dict) -> str:
 
 
 def main(argv):
+    """Draw the tree pages of the chosen tasks and print what was written."""
     prepare(argv)
     if not F.episodes:
         raise app.UsageError("--episodes is required")

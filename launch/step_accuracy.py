@@ -52,6 +52,8 @@ flags.mark_flags_as_required(["model", "episodes"])
 
 
 def main(argv):
+    """Measure the model's teacher-forced step accuracy on the recorded episodes: the table goes to stderr, the accuracy
+    as JSON to stdout (and all of it to ``--out``)."""
     prepare(argv)
     from experiment.evaluate import load_policy
     from rollout.policies.prompt import saved_prompt

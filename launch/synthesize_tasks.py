@@ -51,6 +51,8 @@ flags.DEFINE_string("out", "data/tasks/synth.jsonl", "the task file to write")
 
 
 def main(argv):
+    """Explore the site (or read recorded episodes), synthesize verified tasks, write them as a task file and print the
+    counts."""
     prepare(argv)
     from rollout.envs.taskfile import TaskFileError, load_tasks
     from rollout.synthesis import EndpointDescriber, SynthConfig, synthesize

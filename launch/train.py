@@ -22,6 +22,7 @@ _CONFIG = config_flags.DEFINE_config_file("config", "configs/tgpo.py", "training
 
 
 def main(argv):
+    """Train with the given config and print the run's summary as JSON."""
     prepare(argv)
     from tgpo_jax.training.loop import train
 

@@ -30,6 +30,9 @@ class CollectionAborted(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class CollectConfig:
+    """How a collection runs: the output directory, K runs per task (on the first ``tree_tasks`` tasks when set), the
+    seed, parallel browser contexts, this shard of the task list, error handling and the harness settings."""
+
     out_dir: str
     runs: int = 4  # K: runs per task from the same start state
     tree_tasks: int = 0  # > 0: only the first this-many tasks get K runs (their trees); every other task one run
@@ -165,4 +168,5 @@ async def collect_async(
 
 
 def collect(env: Environment, tasks: list[Task], policy: Policy, cfg: CollectConfig, meta: dict | None = None) -> dict:
+    """Blocking ``collect_async``: collect the episodes and return the outcome counts."""
     return asyncio.run(collect_async(env, tasks, policy, cfg, meta))

@@ -46,22 +46,31 @@ class ActionError(Exception):
         self.message = message
 
     def info(self) -> "ErrorInfo":
+        """The error as recorded and shown to the agent (kind and message)."""
         return ErrorInfo(self.kind, self.message)
 
 
 class UnknownCommand(ActionError):
+    """The output names a command the grammar does not have."""
+
     kind = "unknown_command"
 
 
 class MalformedCommand(ActionError):
+    """The output holds no command line, or the command's arguments do not parse."""
+
     kind = "malformed_command"
 
 
 class MissingId(ActionError):
+    """A command that acts on an element was given without an element id."""
+
     kind = "missing_id"
 
 
 class NoSuchElement(ActionError):
+    """No element with the given id is on the current page."""
+
     kind = "no_such_element"
 
 
@@ -72,10 +81,14 @@ class InvalidTarget(ActionError):
 
 
 class ActionTimeout(ActionError):
+    """The action or the page load it started did not finish in time."""
+
     kind = "timeout"
 
 
 class NavigationBlocked(ActionError):
+    """Navigation to a URL whose scheme or origin the episode does not allow."""
+
     kind = "navigation_blocked"
 
 
@@ -95,6 +108,8 @@ ERROR_KINDS = tuple(
 
 @dataclasses.dataclass(frozen=True)
 class ErrorInfo:
+    """An action error as recorded: its kind and message."""
+
     kind: str
     message: str
 
@@ -116,11 +131,15 @@ class Element:
     interactive: bool = True
 
     def descriptor(self) -> str:
+        """``role 'name'``: the element's stable descriptor across runs."""
         return f"{self.role} {self.name!r}"
 
 
 @dataclasses.dataclass(frozen=True)
 class Observation:
+    """What the agent sees at one step: URL, title, the accessibility-tree text with element ids, the elements, and
+    optionally a screenshot, its pHash and the last action's error."""
+
     url: str
     title: str
     text: str  # accessibility-tree text with element ids, within the token budget
@@ -136,11 +155,13 @@ class Observation:
 
     @property
     def shown_url(self) -> str:
+        """The URL as shown and recorded: relative to the site's origin."""
         from rollout.urls import site_relative
 
         return site_relative(self.url, self.origin)
 
     def by_id(self, element_id: str) -> Element | None:
+        """The element with id ``element_id``, or None."""
         for e in self.elements:
             if e.id == element_id:
                 return e
@@ -163,6 +184,9 @@ class Observation:
 # ---------------------------------------------------------------- tasks and checks
 @dataclasses.dataclass(frozen=True)
 class Task:
+    """One task: its id, environment, family, instruction, start path, optimal number of commands, split and the goal
+    its check compares against."""
+
     task_id: str  # unique across envs and splits
     env: str  # environment name ("shop", "miniwob")
     family: str  # task family ("webshop", "procedure", "multi_cart", "click-button", ...)
@@ -173,10 +197,12 @@ class Task:
     goal: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # JSON-able; what the check compares against
 
     def to_json(self) -> dict:
+        """The task as a JSON-safe dict."""
         return dataclasses.asdict(self) | {"goal": dict(self.goal)}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Task":
+        """A task from its ``to_json`` dict."""
         return cls(**d)
 
 
@@ -196,6 +222,8 @@ class CheckResult:
 # ---------------------------------------------------------------- policies
 @dataclasses.dataclass(frozen=True)
 class HistoryItem:
+    """One earlier step as a prompt shows it: the command, the thought and the error kind, if any."""
+
     command: str  # the raw command line the policy gave (or its parsed rendering)
     thought: str
     error: str | None = None  # error kind of that step, if any
@@ -203,6 +231,9 @@ class HistoryItem:
 
 @dataclasses.dataclass(frozen=True)
 class PolicyRequest:
+    """What a policy is asked at one step: the task, the observation, the history, the step index, the episode key and
+    the collection seed."""
+
     task: Task
     observation: Observation
     history: tuple[HistoryItem, ...]
@@ -213,6 +244,9 @@ class PolicyRequest:
 
 @dataclasses.dataclass(frozen=True)
 class PolicyOutput:
+    """A policy's answer: the whole output text (thought and command), its behaviour log-prob and token count when
+    known, and free-form info."""
+
     text: str  # the whole output: thought + command (docs/method.md §1)
     logprob: float | None = None  # behaviour log-prob of the text (summed over its tokens), when known
     num_tokens: int | None = None
@@ -220,11 +254,15 @@ class PolicyOutput:
 
 
 class Policy(Protocol):
+    """Anything that answers a ``PolicyRequest`` with a ``PolicyOutput`` (asynchronously) and can be closed."""
+
     name: str
 
-    async def act(self, request: PolicyRequest) -> PolicyOutput: ...
+    async def act(self, request: PolicyRequest) -> PolicyOutput:
+        """The output for one step."""
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release the policy's resources (servers, clients)."""
 
 
 # ---------------------------------------------------------------- environments
@@ -238,25 +276,29 @@ class Environment(abc.ABC):
         """Start serving (idempotent); returns the origin, e.g. ``http://127.0.0.1:PORT``."""
 
     @abc.abstractmethod
-    def stop(self) -> None: ...
+    def stop(self) -> None:
+        """Stop serving."""
 
     @property
     @abc.abstractmethod
-    def origin(self) -> str: ...
+    def origin(self) -> str:
+        """The origin the pages are served at (``http://127.0.0.1:PORT``)."""
 
     def allowed_origins(self, task: Task | None = None) -> tuple[str, ...]:
         """Origins ``GOTO`` may reach in an episode of ``task`` (default: the environment's own)."""
         return (self.origin,)
 
     @abc.abstractmethod
-    def tasks(self, split: str) -> list[Task]: ...
+    def tasks(self, split: str) -> list[Task]:
+        """The tasks of ``split`` (``train`` or ``test``)."""
 
     @abc.abstractmethod
     async def reset(self, context, page, task: Task, episode_key: str) -> None:
         """Fresh state for one episode in ``context`` (cookies / session), then navigate ``page`` to the task start."""
 
     @abc.abstractmethod
-    async def check(self, page, task: Task, episode_key: str) -> CheckResult: ...
+    async def check(self, page, task: Task, episode_key: str) -> CheckResult:
+        """The task check on the current state of the episode ``episode_key``."""
 
     # The check once the agent stopped with ``answer`` (information-seeking tasks); None (the default): the check of
     # the state STOP was given at stands, as STOP does not touch the page.

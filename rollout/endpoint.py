@@ -66,6 +66,9 @@ _OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 class ChatEndpoint:
+    """A client for one OpenAI-compatible chat completions endpoint, with retries; ``EndpointError`` when an API key
+    would travel over plain http to a remote host."""
+
     def __init__(
         self,
         base_url: str,

@@ -12,7 +12,7 @@ What a plain ``ThreadingHTTPServer`` lacks, and this adds:
   context opens several at once) fills the accept queue whenever the accepting thread waits for the CPU, and the
   kernel then drops the handshake's last packets, so a request stalls for the SYN-ACK retransmissions (1 + 2 + 4 + 8
   + 16 s): measured with 50 connections beside two busy loops, 69 of 1,200 requests took over 0.9 s and one 27.6 s
-  (the load tests' rare 30 s timeouts); with 128, none over 0.21 s (BUILD_NOTES.md).
+  (the load tests' rare 30 s timeouts); with 128, none over 0.21 s (BUILD_NOTES.md, "A listen backlog of 128").
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         super().__init__(address, handler)
 
     def process_request(self, request, client_address):
+        """Handle the connection in a thread when a slot is free, else answer 503 and close it."""
         if not self._slots.acquire(blocking=False):
             try:
                 request.sendall(
@@ -67,10 +68,16 @@ class BoundedHTTPServer(ThreadingHTTPServer):
             raise
 
     def process_request_thread(self, request, client_address):
+        """Serve the connection, then free its slot and close it."""
+        # The slot is freed before the socket closes: a client that sees its connection end and reconnects at once
+        # finds the slot free, not a 503.
         try:
-            super().process_request_thread(request, client_address)
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
         finally:
             self._slots.release()
+            self.shutdown_request(request)
 
 
 class LimitedHandler(BaseHTTPRequestHandler):
@@ -83,6 +90,8 @@ class LimitedHandler(BaseHTTPRequestHandler):
     default_request_version = "HTTP/1.0"
 
     def read_body(self) -> bytes:
+        """The request body by its Content-Length (empty without one); ``BodyError`` for a chunked, malformed,
+        oversized, slow or short body."""
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
             self.close_connection = True
             raise BodyError(411, "chunked request bodies are not accepted: send a Content-Length")

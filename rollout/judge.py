@@ -39,6 +39,7 @@ def one_line(text: str) -> str:
 
 
 def judge_prompt(prompt: str, reference: str, candidates: Sequence[str]) -> str:
+    """The judge's prompt: the step's prompt, the reference action and the numbered candidates, each on one line."""
     listing = "\n".join(f"{n}. {one_line(c)}" for n, c in enumerate(candidates, start=1))
     return JUDGE_PROMPT.format(prompt=prompt, reference=one_line(reference), candidates=listing)
 
@@ -144,6 +145,7 @@ class StepJudge:
                     f.truncate(len(text[: len(text) - len(line)].encode("utf-8")))
 
     def key(self, text: str) -> str:
+        """The cache key of a judge prompt for this judge's model."""
         return hashlib.sha256(f"{self.model}\n{text}".encode()).hexdigest()
 
     def _remember(self, key: str, scores: list[int]) -> None:

@@ -38,10 +38,12 @@ class RecordingError(ValueError):
 
 
 def task_dir_name(task_id: str) -> str:
+    """The directory name of a task's episodes (``/`` replaced by ``__``)."""
     return task_id.replace("/", "__")
 
 
 def episode_dir(out_dir: str, task_id: str, run: int) -> str:
+    """The directory of run ``run`` of task ``task_id`` in a collection."""
     return os.path.join(out_dir, "episodes", task_dir_name(task_id), f"{run:03d}")
 
 
@@ -63,6 +65,7 @@ class EpisodeWriter:
         return os.path.join(self.dir, rel), rel
 
     def step(self, record: dict) -> None:
+        """Append one step record to ``steps.jsonl`` (flushed) and to the running digest."""
         line = json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n"
         self._steps.write(line)
         self._steps.flush()
@@ -70,17 +73,21 @@ class EpisodeWriter:
         self.num_steps += 1
 
     def finish(self, summary: dict) -> None:
+        """Close the steps file and write ``summary.json`` sealed with the steps' sha256; ``ValueError`` for an unknown
+        status."""
         if summary.get("status") not in STATUSES:
             raise ValueError(f"bad episode status {summary.get('status')!r}")
         self._steps.close()
         write_json_atomic(os.path.join(self.dir, "summary.json"), {**summary, "steps_sha256": self._digest.hexdigest()})
 
     def close(self) -> None:
+        """Close the steps file if still open (an episode never finished has no summary)."""
         if not self._steps.closed:
             self._steps.close()
 
 
 def read_summary(path: str) -> dict | None:
+    """The episode's ``summary.json``, or None when it has none; ``RecordingError`` when it is not valid JSON."""
     f = os.path.join(path, "summary.json")
     if not os.path.exists(f):
         return None
@@ -125,12 +132,15 @@ def set_aside(out_dir: str, path: str, problem: str) -> str:
 
 @dataclasses.dataclass
 class EpisodeRecord:
+    """A recorded episode: its directory, summary and step records."""
+
     path: str
     summary: dict
     steps: list[dict]
 
     @property
     def task_id(self) -> str:
+        """The episode's task id."""
         return self.summary["task_id"]
 
 
@@ -187,6 +197,7 @@ def iter_episodes(out_dir: str, include_errored: bool = False, verify: bool = Fa
 
 
 def write_tasks(out_dir: str, tasks: list[Task]) -> None:
+    """Write the collection's tasks to ``tasks.jsonl`` (atomically)."""
     write_text_atomic(
         os.path.join(out_dir, "tasks.jsonl"),
         "".join(json.dumps(t.to_json(), ensure_ascii=False, sort_keys=True) + "\n" for t in tasks),
@@ -194,6 +205,7 @@ def write_tasks(out_dir: str, tasks: list[Task]) -> None:
 
 
 def read_tasks(out_dir: str) -> list[Task]:
+    """The tasks of a collection's ``tasks.jsonl``."""
     with open(os.path.join(out_dir, "tasks.jsonl"), encoding="utf-8") as f:
         return [Task.from_json(json.loads(line)) for line in f if line.strip()]
 

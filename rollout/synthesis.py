@@ -64,6 +64,8 @@ def common_suffix(titles: Iterable[str]) -> str:
 
 
 def page_name(title: str, suffix: str) -> str:
+    """A page's title with whitespace collapsed and the site's title ``suffix`` removed (unless the title is the suffix
+    alone)."""
     title = " ".join(title.split())
     return title[: -len(suffix)].strip() if suffix and title.endswith(suffix) and title != suffix else title
 
@@ -401,6 +403,8 @@ class EndpointDescriber:
         self.endpoint, self.model, self.max_tokens = ChatEndpoint(base_url), model, max_tokens
 
     def describe(self, plan: Sequence[dict], final: dict) -> str:
+        """One imperative sentence describing the task that ``plan`` (steps naming elements by role and name) achieved,
+        ending on the page ``final``; ``ValueError`` for an empty answer."""
         steps = "\n".join(json.dumps(s, ensure_ascii=False) for s in plan)
         prompt = (
             "A user did these steps on a website (elements named by role and name):\n"
@@ -425,6 +429,9 @@ class EndpointDescriber:
 # ---------------------------------------------------------------- the browser: explore and verify
 @dataclasses.dataclass(frozen=True)
 class SynthConfig:
+    """How synthesis explores and verifies: the work directory, exploration runs and steps per start URL, parallel
+    contexts, seed, and the family and split of the written tasks; ``ValueError`` for invalid values."""
+
     work_dir: str  # exploration and verification recordings go here (resumable)
     runs: int = 20  # exploration episodes per start URL
     max_steps: int = 6  # per exploration episode
@@ -442,6 +449,7 @@ class SynthConfig:
 
 
 def write_tasks(path: str, tasks: Sequence[dict]) -> str:
+    """Write ``tasks`` as a JSONL task file (the task-file fields only, atomically); ``path``."""
     from tgpo_jax.files import write_text_atomic
 
     write_text_atomic(

@@ -67,6 +67,9 @@ def command_to_action(command: Command, scroll_px: int = SCROLL_PX) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class BrowserGymAction:
+    """A step's BrowserGym action: the action string (the command text as written when not ``ok``), whether it is valid,
+    and why not."""
+
     action: str  # the BrowserGym action string; when not ok, the command text as the model wrote it
     ok: bool  # False: no valid command, so no BrowserGym action (the step's error says why)
     problem: str | None = None  # not ok: the parse error's kind, or "no_command"

@@ -77,6 +77,8 @@ _STEP_TGPO = {"final": bool}
 
 @dataclasses.dataclass(frozen=True)
 class Trajectory:
+    """One exported trajectory: its episode line and its step lines, in order."""
+
     episode: dict  # the episode line
     steps: tuple[dict, ...]  # its step lines, in order
 

@@ -73,6 +73,9 @@ def site_relative(url: str, origin: str) -> str:
 
 
 def normalize_url(url: str, essential: Mapping[str, Sequence[str]] | None = None) -> str:
+    """The URL as a node key: scheme and host lower-cased, default port, fragment and session path parameters dropped,
+    tracking and session query parameters dropped (only the ``essential`` ones of the path kept when given), the rest
+    sorted."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     host = (parts.hostname or "").lower()

@@ -33,6 +33,8 @@ _FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
 
 
 class RequestError(Exception):
+    """A request the API refuses: the message, HTTP status and OpenAI error fields (type, param, code)."""
+
     def __init__(
         self,
         message: str,
@@ -45,6 +47,7 @@ class RequestError(Exception):
         self.message, self.status, self.param, self.type, self.code = message, status, param, type_, code
 
     def body(self) -> dict:
+        """The OpenAI-style error response body."""
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
@@ -68,6 +71,9 @@ def _number(body: dict, key: str, kind, default, lo=None, hi=None):
 
 
 class ModelServer:
+    """An OpenAI-compatible HTTP server over a ``Sampler``: ``/v1/models``, chat and text completions, with log-probs of
+    the sampled tokens. Non-loopback hosts need ``allow_remote`` (``ValueError`` otherwise)."""
+
     def __init__(
         self,
         sampler,
@@ -122,6 +128,7 @@ class ModelServer:
 
     # ------------------------------------------------------------------ lifecycle
     def bind(self) -> BoundedHTTPServer:
+        """Bind the listening socket (once) and return the HTTP server; port 0 takes a free port."""
         if self._httpd is None:
             server = self
 
@@ -136,6 +143,7 @@ class ModelServer:
 
     @property
     def base_url(self) -> str:
+        """``http://host:port`` of the bound server."""
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> str:
@@ -147,6 +155,7 @@ class ModelServer:
         return self.base_url
 
     def serve_forever(self) -> None:
+        """Serve in the calling thread until the server is shut down, then close it."""
         httpd = self.bind()
         log.info("serving %s at %s/v1", self.model_name, self.base_url)
         try:
@@ -155,6 +164,7 @@ class ModelServer:
             httpd.server_close()
 
     def stop(self) -> None:
+        """Shut the server down (its thread too, when started with ``start``) and close the socket."""
         if self._httpd is not None:
             if self._thread is not None:  # shutdown() waits for a running serve_forever loop
                 self._httpd.shutdown()
@@ -171,6 +181,7 @@ class ModelServer:
 
     # ------------------------------------------------------------------ endpoints
     def models(self) -> dict:
+        """The ``/v1/models`` response: the one served model."""
         return {
             "object": "list",
             "data": [{"id": self.model_name, "object": "model", "created": self.created, "owned_by": "tgpo-jax"}],
@@ -245,6 +256,7 @@ class ModelServer:
         return out
 
     def chat(self, body: dict) -> dict:
+        """Answer a ``/v1/chat/completions`` body (text messages only); ``RequestError`` for an invalid request."""
         from tgpo_jax.models.tokenizer import chat_ids
 
         params = self._common(body)
@@ -293,6 +305,8 @@ class ModelServer:
         return self._response("chat.completion", "chatcmpl", choice, len(prompt), len(c.tokens))
 
     def completion(self, body: dict) -> dict:
+        """Answer a ``/v1/completions`` request body (one prompt, as text or token ids); ``RequestError`` for an invalid
+        request."""
         params = self._common(body)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):

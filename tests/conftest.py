@@ -23,10 +23,11 @@ import pytest  # noqa: E402
 def pytest_configure(config):
     # The fast tier (the default `-m "not slow"`) compiles its CPU programs with LLVM's optimiser off: they are tiny
     # and run once or a few times, and compiling them was two thirds of that tier's CPU time. The slow tier keeps the
-    # default level: its training runs are bound by running the programs (BUILD_NOTES.md). Set here, not
-    # at import, because the tier is known only once pytest has read its options; XLA reads the flags when the
-    # backend starts, which is below. Not with an accelerator plugin installed (found as jax finds them: the
-    # `jax_plugins` entry points and namespace package): the flag would reach its kernels too.
+    # default level: its training runs are bound by running the programs (BUILD_NOTES.md,
+    # "The fast tier at LLVM level 0, in two processes"). Set here, not at import, because the tier is known only once
+    # pytest has read its options; XLA reads the flags when the backend starts, which is below. Not with an accelerator
+    # plugin installed (found as jax finds them: the `jax_plugins` entry points and namespace package): the flag would
+    # reach its kernels too.
     import importlib.metadata
     import importlib.util
 

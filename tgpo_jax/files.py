@@ -40,6 +40,7 @@ def atomic_path(path: str) -> Iterator[str]:
 
 
 def write_text_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` as UTF-8 atomically (a temporary file, then a rename)."""
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
         f.write(text)
 

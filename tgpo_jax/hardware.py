@@ -33,6 +33,7 @@ def cpu_flags() -> str:
 
 
 def cpu_has_bf16_units(flags: frozenset[str] | None = None) -> bool:
+    """Whether the CPU (or the given set of CPU flags) has bf16 arithmetic units."""
     fl = _flag_set() if flags is None else flags
     return bool(fl) and any(x in fl for x in BF16_UNITS)
 

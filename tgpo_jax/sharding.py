@@ -29,8 +29,9 @@ PARTITION_RULES: tuple[tuple[str, P], ...] = (
     (r"^layers/down_proj$", P(None, "tensor", "fsdp")),  # [L, F, D]
     # LoRA factors of a weight [L, *in, *out] (A [L, *in, r], B [L, r, *out]): split over fsdp x tensor on every mesh,
     # tensor on the head / MLP axis where the weight has it, r never. Replicated, they and their Adam moments were
-    # whole on every chip (41.9 M adapter parameters at rank 16 on Llama-3.1-8B; BUILD_NOTES.md). A tuple
-    # splits one dimension over both axes, the first major (spec_for drops the last that does not divide).
+    # whole on every chip (41.9 M adapter parameters at rank 16 on Llama-3.1-8B; BUILD_NOTES.md,
+    # "LoRA factors split over the mesh"). A tuple splits one dimension over both axes, the first major (spec_for drops
+    # the last that does not divide).
     (r"^layers/(q|k|v|gate|up)_proj_lora_a$", P(None, ("fsdp", "tensor"), None)),  # [L, D, r]
     (r"^layers/(q|k|v)_proj_lora_b$", P(None, None, "tensor", "fsdp")),  # [L, r, H|K, Dh]
     (r"^layers/(gate|up)_proj_lora_b$", P(None, None, ("tensor", "fsdp"))),  # [L, r, F]
@@ -83,6 +84,7 @@ def spec_for(path: str, shape: Sequence[int], mesh: Mesh, rules=PARTITION_RULES)
 
 
 def sharding_for(path: str, shape: Sequence[int], mesh: Mesh | None):
+    """The sharding of parameter ``path`` with ``shape`` on ``mesh`` (the first device without a mesh)."""
     if mesh is None:
         return jax.sharding.SingleDeviceSharding(jax.devices()[0])
     return NamedSharding(mesh, spec_for(path, shape, mesh))
@@ -95,10 +97,12 @@ def put(array: np.ndarray, sharding) -> jax.Array:
 
 
 def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
+    """A batch array's sharding: the leading axis over the data-parallel axes, the other ``ndim - 1`` replicated."""
     return NamedSharding(mesh, P(BATCH_AXES, *([None] * (ndim - 1))))
 
 
 def check_batch_divides(batch_size: int, mesh: Mesh) -> None:
+    """Raise ``ValueError`` unless ``batch_size`` divides over the mesh's data x fsdp devices."""
     n = mesh.shape["data"] * mesh.shape["fsdp"]
     if batch_size % n:
         raise ValueError(

@@ -36,6 +36,9 @@ REWARD_KEYS = ("r_acc", "r_format", "r_red", "r_subgoal", "r")
 
 @dataclasses.dataclass(frozen=True)
 class TreeConfig:
+    """How episodes become a merged tree and its values: the state merge rule and guards, the reward weight ``alpha``,
+    the Q aggregate and the optimal length used by R_red; ``ValueError`` for out-of-range settings."""
+
     merge: str = "either"  # "either": URL and (action sequence or pHash); "strict": URL and sequence and pHash
     phash_threshold: int = 0  # pHashes within this Hamming distance are equal
     guard: bool = True  # never merge states whose task check (success, progress) differs
@@ -81,6 +84,7 @@ def canonical(step: dict) -> str:
 
 
 def changed_something(step: dict) -> bool:
+    """Whether a recorded step changed the page: the URL or the DOM changed, or a scroll moved as expected."""
     eff = step.get("effect")
     if not eff:
         return False
@@ -111,6 +115,7 @@ def action_sequences(ep, states: Sequence[dict]) -> list[tuple[str, ...]]:
 
 
 def hamming(a: str, b: str) -> int:
+    """Hamming distance between two hex-encoded hashes (pHashes)."""
     return bin(int(a, 16) ^ int(b, 16)).count("1")
 
 

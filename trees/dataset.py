@@ -58,6 +58,9 @@ STEP_KEYS = (
 
 @dataclasses.dataclass(frozen=True)
 class BuildConfig:
+    """How a node dataset is built: the tree config, admitted splits, shards, how prompts are rebuilt, which verifier
+    gives R_acc and where the branch values come from."""
+
     tree: TreeConfig = TreeConfig()
     splits: tuple[str, ...] = ("train",)  # task splits admitted; test tasks never reach training data
     num_shards: int = 4
@@ -95,6 +98,7 @@ class BuildConfig:
             raise ValueError("verifier='judge' needs judge_url and judge_model")
 
     def make_verifier(self):
+        """The step verifier the config names: the vision judge, or the built-in checks."""
         from trees.verify import JudgeVerifier, builtin_verifier
 
         if self.verifier == "judge":
@@ -102,6 +106,7 @@ class BuildConfig:
         return builtin_verifier
 
     def to_json(self) -> dict:
+        """The config as a JSON-safe dict."""
         return dataclasses.asdict(self)
 
 
@@ -204,6 +209,8 @@ def _tokenizer(path: str):
 
 
 def step_prompt(task: Task | None, ep: EpisodeRecord, t: int, cfg: BuildConfig) -> list[dict]:
+    """The chat messages the policy saw before step ``t`` of ``ep``: the recorded ones, else rebuilt from the task,
+    history and observation as the config says."""
     step = ep.steps[t]
     recorded = (step.get("policy_info") or {}).get("messages")
     if recorded:
@@ -231,7 +238,8 @@ def copy_spans(branches: Sequence[Branch], task: Task | None, kinds: dict[str, s
     Why the combobox's name: a thought that sets an option repeats it (``Set combobox "size"[6] to size [20 oz]``,
     docs/method.md §1), and with a dozen names in the data a small model wrote the commonest one, "color", whatever
     the combobox; swapped names (copy-swap, ``tgpo_jax.data.augment``) make copying the only rule that fits them.
-    (Measured: the from-scratch default still writes "color" about as often; BUILD_NOTES.md.)"""
+    (Measured: the from-scratch default still writes "color" about as often;
+    BUILD_NOTES.md, "Copy-swap augmentation".)"""
     from rollout.commands import parse_output
     from rollout.core import ActionError
 
@@ -259,6 +267,8 @@ def node_records(
     cfg: BuildConfig,
     kinds: dict[str, str] | None = None,
 ) -> list[NodeRecord]:
+    """The node records of a merged task graph: per node that has branches, the prompt at its representative state and a
+    ``Branch`` per action taken there."""
     by_node = defaultdict(list)
     for key, b in graph.branches.items():
         if cfg.include_invalid or not b.command.startswith("INVALID "):

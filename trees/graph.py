@@ -13,12 +13,17 @@ import math
 
 @dataclasses.dataclass(frozen=True, order=True)
 class StateRef:
+    """A recorded state: episode index within the task, and step index ``t`` (state s_t)."""
+
     episode: int  # index into the task's episode list
     step: int  # t: state s_t
 
 
 @dataclasses.dataclass
 class Node:
+    """A node of the merged tree: the states merged into it, its representative's URL, pHash, screenshot and task check,
+    and the episodes that ended there."""
+
     id: str  # "n0" is the root; END nodes are "<node id>/end"
     norm_url: str
     url: str  # the representative state's URL
@@ -32,6 +37,7 @@ class Node:
 
     @property
     def is_goal(self) -> bool:
+        """Whether a successful episode ended here."""
         return self.success_ends > 0
 
 
@@ -67,6 +73,9 @@ class BranchValue:
 
 @dataclasses.dataclass
 class TaskGraph:
+    """A task's merged tree: nodes, edges, the node of every state, the branch values, merge statistics and per-step
+    rewards."""
+
     task_id: str
     root: str
     nodes: dict[str, Node]
@@ -77,4 +86,5 @@ class TaskGraph:
     rewards: dict = dataclasses.field(default_factory=dict)  # StateRef of a step -> its reward components
 
     def out_edges(self, node: str) -> list[Edge]:
+        """Edges leaving ``node``."""
         return [e for e in self.edges if e.src == node]

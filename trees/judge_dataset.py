@@ -23,6 +23,9 @@ from trees.judge_pairs import ScoredStep, judge_records
 
 @dataclasses.dataclass(frozen=True)
 class JudgeDataConfig:
+    """How the judge-scored dataset is sampled and paired: candidates per step, the DPO mode, the DPO-1 score threshold
+    and the token limit per candidate; ``ValueError`` for invalid values."""
+
     k: int = 10  # candidates per step
     mode: str = "dpo3"  # dpo1 / dpo2 / dpo3
     threshold: float = 80.0  # DPO-1: candidates scored below this are rejected
@@ -36,6 +39,8 @@ class JudgeDataConfig:
 def sample_candidates(
     endpoint: ChatEndpoint, model: str, prompt: Sequence[dict], k: int, max_tokens: int, seed: int
 ) -> list[str]:
+    """``k`` sampled answers of ``model`` to ``prompt`` (seeds ``seed``, ``seed + 1``, ...); an unreadable answer counts
+    as an empty candidate."""
     out = []
     for j in range(k):
         answer = endpoint.post(

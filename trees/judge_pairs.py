@@ -46,6 +46,9 @@ class ScoredStep:
 
 @dataclasses.dataclass(frozen=True)
 class JudgePair:
+    """A preference pair from judge scores: the step key, chosen and rejected text, their scores and the kind (``dpo1``
+    or ``dpo2``)."""
+
     key: str
     chosen: str
     rejected: str
@@ -66,6 +69,8 @@ def merged(step: ScoredStep, canonical: Callable[[str], str]) -> list[tuple[str,
 def dpo1_pairs(
     step: ScoredStep, canonical: Callable[[str], str] = command_key, threshold: float = DPO1_THRESHOLD
 ) -> list[JudgePair]:
+    """DPO-1 pairs of a scored step: the recorded action over each distinct candidate scored below ``threshold`` whose
+    command differs from it."""
     ref = canonical(step.reference)
     return [
         JudgePair(step.key, step.reference, text, None, score, "dpo1")
@@ -77,6 +82,8 @@ def dpo1_pairs(
 def dpo2_pairs(
     step: ScoredStep, canonical: Callable[[str], str] = command_key, min_gap: float = 1.0
 ) -> list[JudgePair]:
+    """DPO-2 pairs of a scored step: every ordered pair of distinct candidates whose scores differ by at least
+    ``min_gap``; ``ValueError`` for ``min_gap <= 0``."""
     if min_gap <= 0:
         raise ValueError(f"min_gap={min_gap}: must be > 0 (equal scores give no preference)")
     cands = merged(step, canonical)
@@ -183,6 +190,7 @@ class ReferenceJudge:
         self.calls = self.malformed = self.hits = 0
 
     def score(self, page: str, reference: str, candidates: Sequence[str]) -> list[int]:
+        """Score 100 for each candidate whose canonical command is the reference's, else 0."""
         self.calls += 1
         ref = self.canonical(reference)
         return [100 if self.canonical(c) == ref else 0 for c in candidates]

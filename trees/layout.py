@@ -68,6 +68,8 @@ def _first_appearance(graph: TaskGraph) -> list[str]:
 
 
 class Box:
+    """A node's box in the drawing: its layer, position, size and thumbnail."""
+
     __slots__ = ("node", "x", "y", "w", "h", "thumb", "layer")
 
     def __init__(self, node: Node, layer: int, w: float, h: float, thumb):
@@ -108,6 +110,7 @@ def layout(graph: TaskGraph, thumb_width: int, thumb: Callable[[Node], tuple | N
 
 # ---------------------------------------------------------------- edge geometry
 def bezier_point(p, t: float):
+    """The point at ``t`` in [0, 1] of the cubic Bezier curve with control points ``p``."""
     (x0, y0), (x1, y1), (x2, y2), (x3, y3) = p
     u = 1 - t
     a, b, c, d = u * u * u, 3 * u * u * t, 3 * u * t * t, t * t * t
@@ -115,6 +118,8 @@ def bezier_point(p, t: float):
 
 
 def arrowhead(p, size: float) -> str:
+    """An SVG path of a filled arrowhead of ``size`` at the end of the Bezier curve ``p``, pointing along its last
+    direction."""
     (x3, y3) = p[3]
     for q in (p[2], p[1], p[0]):
         dx, dy = x3 - q[0], y3 - q[1]

@@ -20,6 +20,7 @@ from trees.dataset import BuildConfig, step_prompt
 
 
 def load_tree(path: str) -> dict:
+    """A search tree saved as JSON; ``ValueError`` when the file is not one (no nodes or config)."""
     with open(path, encoding="utf-8") as f:
         tree = json.load(f)
     if not isinstance(tree, dict) or not isinstance(tree.get("nodes"), list) or "config" not in tree:

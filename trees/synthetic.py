@@ -466,6 +466,7 @@ def _write_fast(out_dir: str, task_id: str, run: int, steps: list[dict], summary
 
 
 def synthetic_tasks(num_tasks: int, seed: int = 0) -> tuple[list[Task], list[_Site]]:
+    """``num_tasks`` synthetic training tasks and their random sites, seeded by ``seed``."""
     tasks, sites = [], []
     for i in range(num_tasks):
         site = _Site(i, random.Random(f"site:{seed}:{i}"))

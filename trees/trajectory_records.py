@@ -31,6 +31,8 @@ from trees.dataset import BuildConfig, step_prompt
 
 @dataclasses.dataclass(frozen=True)
 class TrajectoryConfig:
+    """Limits of the trajectory-pair dataset: pairs per task, steps per pair; ``ValueError`` for out-of-range values."""
+
     max_pairs: int = 4  # per task
     max_steps: int = 16  # steps of a pair after the shared ones are left out, both sides together
 

@@ -56,6 +56,8 @@ class JudgeVerifier:
         self.unparsed = 0
 
     def __call__(self, step: dict, before: dict, after: dict, episode_path: str | None = None) -> bool:
+        """Whether the step did what it meant to, as the judge reads the before and after screenshots (cached per pHash
+        pair and command); the built-in check when the screenshots or a readable verdict are missing."""
         shots = [before.get("screenshot"), after.get("screenshot")]
         if episode_path is None or not all(shots):
             return builtin_verifier(step, before, after)

@@ -35,8 +35,8 @@ weights of a standard Llama-shaped model instead, so training only has to learn 
   argument starts (after ``CLICK``, after the id in ``SELECT [6] [``) the nearest match then wins the one-token ties
   among every ``[`` of the prompt, and the nearest is the thought just written; elsewhere (the thought copying from
   the task) matching stays position-invariant. Measured with the planted weights alone and the thought given
-  (BUILD_NOTES.md): TYPE commands copy the thought's text in 120 of 120 held-out steps at recency 12 (0 recency:
-  27), CLICK commands the thought's id in 310 of 310 at recency 20 (12: 206).
+  (BUILD_NOTES.md, "Id pieces and a gated recency term"): TYPE commands copy the thought's text in 120 of 120
+  held-out steps at recency 12 (0 recency: 27), CLICK commands the thought's id in 310 of 310 at recency 20 (12: 206).
 
 After planting, ``...A B ... A`` predicts ``B`` (tests/test_copy_circuit.py measures it on random sequences). The
 result is an ordinary checkpoint: it trains, exports to Hugging Face format and loads in transformers like any other.
@@ -56,6 +56,9 @@ MAX_LOW_ANGLE = 1.0  # radians the fastest "position-invariant" rotary pair may 
 
 @dataclasses.dataclass(frozen=True)
 class CircuitConfig:
+    """The planted circuit's sizes and gains: embedding subspace width, the previous-token and induction heads'
+    amplitudes, the copy and output scales, and the optional bigram, trigram and gated-recency terms."""
+
     de: int = 32  # embedding subspace width (the ``prev`` subspace has the same width)
     prev_scale: float = 13.0  # previous-token head: query/key amplitude per rotary pair
     prev_pairs: int = 6  # highest-frequency rotary pairs the previous-token head uses

@@ -55,12 +55,15 @@ class CheckError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Selector:
+    """An element selector: a CSS selector, or an ARIA role with an exact name or a name pattern."""
+
     css: str | None = None
     role: str | None = None
     name: str | None = None
     name_regex: str | None = None
 
     def describe(self) -> str:
+        """The selector as error messages and logs show it."""
         if self.css is not None:
             return f"css {self.css!r}"
         named = f" {self.name!r}" if self.name is not None else f" ~{self.name_regex!r}" if self.name_regex else ""
@@ -69,6 +72,9 @@ class Selector:
 
 @dataclasses.dataclass(frozen=True)
 class ElementLeaf:
+    """A check leaf on an element matching a selector: it exists, or its text, attribute, form value or checked state
+    matches."""
+
     selector: Selector
     test: str = "exists"  # exists | text | attribute | form_value | checked
     pattern: str | None = None  # text / attribute value / form value regex
@@ -78,11 +84,16 @@ class ElementLeaf:
 
 @dataclasses.dataclass(frozen=True)
 class UrlLeaf:
+    """A check leaf: the page's URL matches ``pattern``."""
+
     pattern: str
 
 
 @dataclasses.dataclass(frozen=True)
 class JsonLeaf:
+    """A check leaf: a JSON endpoint of the site holds a value at ``path`` (equal to ``equals``, or matching
+    ``matches``)."""
+
     url: str  # absolute (resolved against the task's start URL when parsed)
     path: tuple[str, ...]
     equals: Any = None
@@ -92,6 +103,9 @@ class JsonLeaf:
 
 @dataclasses.dataclass(frozen=True)
 class AnswerLeaf:
+    """A check leaf on the agent's STOP answer: it matches ``pattern``, or is the text of an element matching
+    ``selector``; ``expected`` is the reference for token F1."""
+
     pattern: str | None = None  # {"answer": RE}
     selector: Selector | None = None  # {"answer_from": SEL}
     expected: str | None = None  # {"answer": RE, "expected": "text"}: the reference for token F1
@@ -99,6 +113,8 @@ class AnswerLeaf:
 
 @dataclasses.dataclass(frozen=True)
 class Node:
+    """An inner check node: ``all``, ``any`` or ``not`` of its parts."""
+
     kind: str  # all | any | not
     parts: tuple["Check", ...]
 
@@ -248,6 +264,7 @@ def leaves(check: Check) -> list[Check]:
 
 
 def css_selectors(check: Check) -> list[str]:
+    """The CSS selectors of a check's element and answer leaves (for the browser to validate)."""
     return [
         leaf.selector.css
         for leaf in leaves(check)
@@ -256,6 +273,7 @@ def css_selectors(check: Check) -> list[str]:
 
 
 def asks_answer(check: Check) -> bool:
+    """Whether the check reads the agent's STOP answer."""
     return any(isinstance(leaf, AnswerLeaf) for leaf in leaves(check))
 
 
@@ -293,6 +311,7 @@ def normalise(text: str) -> str:
 
 
 def json_urls(check: Check) -> list[str]:
+    """The URLs of a check's JSON leaves."""
     return [leaf.url for leaf in leaves(check) if isinstance(leaf, JsonLeaf)]
 
 

@@ -167,6 +167,7 @@ TEST_SEED_BASE = 10_000
 
 
 def package_dir() -> str:
+    """The installed ``miniwob`` package's directory; ``ImportError`` when it is not installed."""
     spec = importlib.util.find_spec("miniwob")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("the `miniwob` package is not installed (pip install miniwob)")
@@ -174,6 +175,7 @@ def package_dir() -> str:
 
 
 def html_dir() -> str:
+    """The ``html/`` directory of the installed ``miniwob`` package (the served task pages)."""
     return os.path.join(package_dir(), "html")
 
 
@@ -219,6 +221,7 @@ class NoOracleError(ValueError):
 
 
 def no_oracle_message(names) -> str:
+    """The error message naming MiniWoB++ tasks that have no scripted oracle, and which policies can run them."""
     names = sorted(set(names))
     shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
     return (
@@ -241,6 +244,9 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 class MiniWoBEnv(Environment):
+    """The MiniWoB++ tasks served from the installed package: a task per (task name, seed), the package's own reward as
+    the check, and scripted oracles for some tasks."""
+
     name = "miniwob"
 
     def __init__(
@@ -269,6 +275,7 @@ class MiniWoBEnv(Environment):
 
     # ------------------------------------------------------------ serving
     def start(self) -> str:
+        """Serve the package's pages on loopback (idempotent); the origin."""
         with self._lock:
             if self._httpd is None:
                 handler = functools.partial(_QuietHandler, directory=html_dir())
@@ -280,6 +287,7 @@ class MiniWoBEnv(Environment):
         return self.origin
 
     def stop(self) -> None:
+        """Stop serving."""
         with self._lock:
             if self._httpd is not None:
                 self._httpd.shutdown()
@@ -289,6 +297,7 @@ class MiniWoBEnv(Environment):
 
     @property
     def origin(self) -> str:
+        """The origin the pages are served at (starting the server if needed)."""
         if self._httpd is None:
             self.start()
         host, port = self._httpd.server_address[:2]
@@ -296,6 +305,7 @@ class MiniWoBEnv(Environment):
 
     # ------------------------------------------------------------ tasks
     def tasks(self, split: str) -> list[Task]:
+        """The tasks of ``split``: every task name with the split's seeds; ``ValueError`` for another split."""
         if split == "train":
             seeds = range(self.train_seeds)
         elif split == "test":
@@ -319,6 +329,7 @@ class MiniWoBEnv(Environment):
 
     # ------------------------------------------------------------ episodes
     async def reset(self, context, page, task: Task, episode_key: str) -> None:
+        """Load the task page, seed it with the task's seed and start its episode without a time limit."""
         seed = int(task.goal["seed"])
         await page.goto(self.origin + task.start_path, wait_until="load")
         await page.wait_for_function("() => typeof core !== 'undefined' && core.cover_div !== null", timeout=10_000)
@@ -337,9 +348,12 @@ class MiniWoBEnv(Environment):
         await set_ignored_attributes(page, ["data-tampered"])
 
     async def utterance(self, page) -> str:
+        """The task's instruction as the page shows it."""
         return await page.evaluate("() => core.getUtterance()")
 
     async def check(self, page, task: Task, episode_key: str) -> CheckResult:
+        """Success (raw reward at least the threshold once done), the reward mapped to [0, 1], and a progress key; off
+        the task page, a failure."""
         try:
             done, raw = await page.evaluate("() => [!!WOB_DONE_GLOBAL, Number(WOB_RAW_REWARD_GLOBAL)]")
         except Exception:  # navigated away from the task page
@@ -353,9 +367,11 @@ class MiniWoBEnv(Environment):
 
     # ------------------------------------------------------------ oracle
     def require_oracle(self, tasks) -> None:
+        """Raise ``NoOracleError`` naming the tasks without a scripted oracle."""
         require_oracle(tasks)
 
     def oracle(self, task: Task, obs: Observation, memory: dict) -> Command:
+        """The next command of the task's scripted plan (STOP when the plan is done)."""
         name = task.family
         _require_plan(name)
         q = query_text(obs)

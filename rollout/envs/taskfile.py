@@ -55,16 +55,20 @@ class TaskFileError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class PlanStep:
+    """One step of a task's plan: the command, the target element's role and name, and its argument."""
+
     do: str
     role: str | None = None
     name: str | None = None
     arg: str | None = None  # text / option / url / direction / answer
 
     def command(self, element_id: str | None = None) -> Command:
+        """The step as a ``Command`` on the element with id ``element_id``."""
         return Command(self.do, element_id, self.arg if self.do != "STOP" else (self.arg or ""))
 
 
 def parse_plan(spec: Any, where: str) -> tuple[PlanStep, ...]:
+    """A task's plan from its JSON list of steps; ``TaskFileError`` naming ``where`` and the step for a bad one."""
     if not isinstance(spec, list) or not spec:
         raise TaskFileError(f"{where}: expected a non-empty list of steps")
     out = []
@@ -248,6 +252,7 @@ class TaskFileEnv(Environment):
 
     # ------------------------------------------------------------ serving (the user's site: only checked)
     def start(self) -> str:
+        """Check once that every start URL is reachable and every CSS selector valid; the origin."""
         if not self._started:
             check_reachable(t.goal["start_url"] for t in self._tasks)
             check_css(css for c in self._checks.values() for css in checks.css_selectors(c))
@@ -255,6 +260,7 @@ class TaskFileEnv(Environment):
         return self._origin
 
     def stop(self) -> None:
+        """Nothing to stop: the site is served elsewhere."""
         pass
 
     @property
@@ -263,11 +269,13 @@ class TaskFileEnv(Environment):
         return self._origin
 
     def allowed_origins(self, task: Task | None = None) -> tuple[str, ...]:
+        """The origins ``task`` may navigate to (every task's, without a task)."""
         if task is not None:
             return tuple(task.goal["allow_origins"])
         return tuple(sorted({o for t in self._tasks for o in t.goal["allow_origins"]}))
 
     def tasks(self, split: str) -> list[Task]:
+        """The file's tasks of ``split``; ``ValueError`` for another split."""
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', not {split!r}")
         return [t for t in self._tasks if t.split == split]
@@ -277,10 +285,13 @@ class TaskFileEnv(Environment):
         return self._checks[task.task_id]
 
     async def reset(self, context, page, task: Task, episode_key: str) -> None:
+        """Open the task's start URL (the harness's fresh context is the site's fresh state)."""
         # A fresh context per episode (the harness's) is the site's fresh state: no cookies, no storage.
         await page.goto(task.goal["start_url"], wait_until="domcontentloaded")
 
     async def check(self, page, task: Task, episode_key: str, answer: str | None = None) -> CheckResult:
+        """The task's check on the live page (with the STOP ``answer`` when given): success, the share of a top-level
+        ``all``'s parts that hold as score, the leaves' values as progress, and the target elements' ids."""
         check = self._check(task)
         ok, values = await checks.evaluate(check, page, answer)
         # partial credit: the share of a top-level "all"'s parts that hold (0 for any other root)
@@ -311,6 +322,7 @@ class TaskFileEnv(Environment):
 
     # ------------------------------------------------------------ the plan as an oracle
     def require_oracle(self, tasks) -> None:
+        """Raise ``TaskFileError`` naming the tasks that have no plan."""
         ids = [t.task_id for t in tasks if t.task_id not in self._plans]
         if ids:
             raise TaskFileError(

@@ -7,7 +7,7 @@ Waits end on events with hard caps, never on fixed sleeps:
   ``Timeouts.still_ms`` and no request is pending (capped by ``still_cap_ms``): a page still adding content can move
   the target under the click (Sphinx's search page appends its results one by one, then writes its summary line
   above them). A policy that thinks for longer than that finds the page still and waits for nothing; the oracle
-  waits ~70 ms a command on the shop (BUILD_NOTES.md);
+  waits ~70 ms a command on the shop (BUILD_NOTES.md, "Waits: events, not sleeps");
 - if a navigation request started meanwhile, wait for its commit (``framenavigated``) or failure, then for the new
   document's ``domcontentloaded`` (each capped by ``navigation_ms``).
 
@@ -32,6 +32,9 @@ _ID = re.compile(r"^(?:(f\d+(?:_\d+)?)\.)?(\d+)$")
 
 @dataclasses.dataclass(frozen=True)
 class Effect:
+    """What a command did to the page: URL or DOM changed, a navigation happened, whether that is the change the command
+    should make, and a short description."""
+
     url_changed: bool
     dom_changed: bool
     navigated: bool
@@ -41,6 +44,9 @@ class Effect:
 
 @dataclasses.dataclass(frozen=True)
 class Timeouts:
+    """Time limits (ms) of an action, a navigation, the page settling after it, and the quiet window before an element
+    command."""
+
     action_ms: int = 5000
     navigation_ms: int = 10000
     settle_ms: int = 2000
@@ -442,4 +448,5 @@ async def _execute(page, command: Command, allowed_origins, timeouts: Timeouts) 
 
 
 def json_q(s: str) -> str:
+    """``s`` as a JSON string literal (non-ASCII kept), for quoting in page scripts."""
     return json.dumps(s, ensure_ascii=False)

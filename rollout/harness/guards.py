@@ -43,6 +43,7 @@ def origin_of(url: str) -> str | None:
 
 
 def norm_origins(allowed_origins) -> set[str]:
+    """The normalised origins of ``allowed_origins`` (entries that are not http(s) URLs dropped)."""
     out = set()
     for o in allowed_origins:
         n = origin_of(o)
@@ -52,6 +53,7 @@ def norm_origins(allowed_origins) -> set[str]:
 
 
 def is_allowed(url: str, allowed_origins) -> bool:
+    """Whether ``url``'s origin is one of ``allowed_origins``."""
     o = origin_of(url)
     return o is not None and o in norm_origins(allowed_origins)
 

@@ -30,6 +30,9 @@ class _Slot:
 
 
 class BrowserPool:
+    """One Chromium at a time, shared by episode contexts, relaunched after ``recycle_after`` episodes or a crash (an
+    async context manager)."""
+
     def __init__(self, *, recycle_after: int = 100, viewport: tuple[int, int] = (1024, 768), headless: bool = True):
         if recycle_after < 1:
             raise ValueError(f"recycle_after must be >= 1, got {recycle_after}")
@@ -85,6 +88,7 @@ class BrowserPool:
         return context
 
     async def release(self, context) -> None:
+        """Close ``context`` and release its browser slot (a retired browser closes with its last context)."""
         await _quiet_close(context)
         slot = self._owner.pop(id(context), None)
         if slot is not None:
@@ -97,6 +101,7 @@ class BrowserPool:
                 await _quiet_close(slot.browser)
 
     async def close(self) -> None:
+        """Close the browser and stop Playwright."""
         if self._slot is not None:
             await _quiet_close(self._slot.browser)
             self._slot = None

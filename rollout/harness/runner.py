@@ -29,6 +29,9 @@ class BrowserCrashed(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class HarnessConfig:
+    """How one episode runs: step limits, watchdog timeouts, the observation budget, screenshots, the viewport, action
+    timeouts and browser recycling."""
+
     max_steps: int = 30
     step_slack: int = 0  # > 0: a task with a known optimal length stops at min(max_steps, optimal + step_slack)
     step_timeout_s: float = 180.0  # watchdog over one step: policy + execute + observe + check
@@ -70,6 +73,7 @@ class HarnessConfig:
         return self.max_steps
 
     def timeouts(self) -> Timeouts:
+        """The ``Timeouts`` of the config's action, navigation, settle and quiet-window settings."""
         return Timeouts(
             action_ms=self.action_ms, navigation_ms=self.navigation_ms, settle_ms=self.settle_ms, still_ms=self.still_ms
         )

@@ -18,7 +18,7 @@ group the model writes must be a string the step offers, as it writes it:
   something the model did not decide;
 - each ``combobox "…"`` a thought names is one of the page's comboboxes, not one the trailing SELECT steps already
   set on this page. Why: the oracle sets each once per visit, and a model that set them again looped over them to
-  the step limit (BUILD_NOTES.md);
+  the step limit (BUILD_NOTES.md, "Valid-argument decoding");
 - a SELECT sets the value its own thought set (``… combobox "size"[6] to [M]``, ``… [6] combobox "size" to [M]``).
 
 A wording that names its settings in a form of its own (registered with ``setting_form``,
@@ -27,12 +27,13 @@ too (``OutputGrammar(setting_form=True)``; ``constraints_for`` reads the switch 
 
 - after a combobox's id and ``to`` come its own name and one of its options (``Set combobox "size"[6] to size
   [M]``). Why: the from-scratch model wrote another option's name there, so the value's copy started at that
-  option's place in the task (with the rule above, held-out SFT +10 points over two seeds' models, BUILD_NOTES.md);
+  option's place in the task (with the rule above, held-out SFT +10 points over two seeds' models; BUILD_NOTES.md,
+  "Valid-argument decoding");
 - a thought that starts with ``Set`` is one of those settings (``Set <role> "<name>"``), so it starts so only
   while the page has a combobox left to set, and its command is a SELECT. Why: with every combobox set, a model
   that had not fitted the product page's last decision still began ``Set combobox`` and, with no name left to
   write, went on in free text (``Set combobox lookflavor keyboard] into …``) to a command the thought never
-  decided (BUILD_NOTES.md).
+  decided (BUILD_NOTES.md, "Valid-argument decoding").
 
 Which string, which element and which verb remain the model's choice (the likeliest allowed token at each step,
 the same as WebShop's baselines choosing among the page's available actions). Used only at decoding (evaluation,
@@ -132,6 +133,8 @@ def _set_here(history, elements) -> frozenset[str]:
 
 
 def step_strings(request: PolicyRequest) -> StepStrings:
+    """What the request's step offers: the page's element ids, each combobox's options and name, the comboboxes just set
+    here, and the strings the task quotes."""
     els = request.observation.elements
     return StepStrings(
         ids=frozenset(e.id for e in els),
@@ -157,7 +160,8 @@ class OutputGrammar:
         self.options = {i: _Pool(o, split) for i, o in strings.options.items()}
         self.names, self.split = strings.names, split
         # the comboboxes a thought may name: the page's, less those set on this page already (the oracle sets each
-        # once per visit; a model that set one again looped over them to the step limit, BUILD_NOTES.md)
+        # once per visit; a model that set one again looped over them to the step limit; BUILD_NOTES.md,
+        # "Valid-argument decoding")
         self.boxes = _Pool(n for n in set(strings.names.values()) if n not in strings.set_here)
         # a combobox left to set: a named one not set here, or one with no name (the name check cannot apply)
         self.settable = bool(self.boxes.strings) or any(i not in strings.names for i in strings.options)
@@ -247,7 +251,7 @@ class OutputGrammar:
         """After a combobox's id and ``to`` (``Set combobox "size"[6] to ``), the thought names that combobox again
         and one of its options (``size [M]``), as the ``setting_form`` wording does. Why: the from-scratch model wrote
         another option's name there (``"count"[8] to color [``), and the value's copy then starts at that option's
-        place in the task (BUILD_NOTES.md)."""
+        place in the task (BUILD_NOTES.md, "Valid-argument decoding")."""
         for m in self._SET.finditer(text):
             name = self.names.get(m.group(1))
             if not name:
@@ -345,10 +349,12 @@ class OutputGrammar:
         return text, None
 
     def viable(self, text: str) -> bool:
+        """Whether ``text`` can still become a valid thought and command for this step."""
         thought, body = self._split(text)
         return self._thought(thought) and (body is None or self._command(body, *self._decided(thought))[0])
 
     def complete(self, text: str) -> bool:
+        """Whether ``text`` is a complete valid thought and command (EOS may follow)."""
         thought, body = self._split(text)
         return body is not None and self._thought(thought) and all(self._command(body, *self._decided(thought)))
 
@@ -375,6 +381,7 @@ class GrammarConstraint:
         self.text = ""
 
     def allows(self, token: int) -> bool:
+        """Whether ``token`` may come next: EOS when the text is complete, other tokens when the text stays viable."""
         if token in self.eos:
             return self.grammar.complete(self.text)
         if token in self.special or token >= len(self.pieces):
@@ -382,6 +389,7 @@ class GrammarConstraint:
         return self.grammar.viable(self.text + self.pieces[token])
 
     def advance(self, token: int) -> None:
+        """Append ``token``'s text to the output so far."""
         if token < len(self.pieces) and token not in self.eos:
             self.text += self.pieces[token]
 

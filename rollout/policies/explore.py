@@ -22,6 +22,8 @@ _TEXT = ("textbox", "searchbox")
 
 @dataclasses.dataclass(frozen=True)
 class ExploreConfig:
+    """The explorer's probabilities (type, submit, stop) and limits; ``ValueError`` for out-of-range values."""
+
     type: float = 0.3  # type a word into a text field (when the page has one)
     submit: float = 0.8  # after typing, click the button that follows the field
     stop: float = 0.35  # stop after min_steps, per step
@@ -48,6 +50,9 @@ def page_words(obs: Observation, min_len: int) -> list[str]:
 
 
 class ExplorePolicy:
+    """The random explorer (see the module docstring): seeded by its seed, the collection seed, the episode and the
+    step."""
+
     name = "explore"
 
     def __init__(self, cfg: ExploreConfig = ExploreConfig(), seed: int = 0):
@@ -58,6 +63,7 @@ class ExplorePolicy:
         return random.Random(f"{self.seed}/{request.seed}/{request.episode_key}/{request.step}")
 
     async def act(self, request: PolicyRequest) -> PolicyOutput:
+        """One random step: stop, submit what was typed, type a page word into a field, or click or select something."""
         obs, rng, cfg = request.observation, self._rng(request), self.cfg
         usable = [e for e in obs.elements if e.interactive and not e.disabled]
         last = _parsed(request.history[-1].command) if request.history else None
@@ -82,6 +88,7 @@ class ExplorePolicy:
         return _out("nothing to do here", "STOP []")
 
     async def close(self) -> None:
+        """Nothing to release."""
         pass
 
 

@@ -46,6 +46,9 @@ def request_seed(request: PolicyRequest) -> int:
 
 
 class OpenAIPolicy:
+    """A policy that asks an OpenAI-compatible chat endpoint for each step (text, text and screenshot, or screenshot
+    only); ``ValueError`` for an unknown ``observation``."""
+
     def __init__(
         self,
         base_url: str,
@@ -95,6 +98,7 @@ class OpenAIPolicy:
         )
 
     def payload(self, request: PolicyRequest, messages: list[dict] | None = None) -> dict:
+        """The chat completions request body of a step, with the screenshot as ``observation`` says."""
         messages = messages if messages is not None else self.text_messages(request)
         if self.observation == "both":
             messages = [messages[0], {"role": "user", "content": with_screenshot(messages[1]["content"], request)}]
@@ -123,6 +127,7 @@ class OpenAIPolicy:
 
     # ------------------------------------------------------------------ Policy protocol
     async def act(self, request: PolicyRequest) -> PolicyOutput:
+        """Ask the endpoint for the step's output; ``PolicyError`` when it cannot answer."""
         messages = self.text_messages(request)
         body = self.payload(request, messages)
         t0 = time.perf_counter()
@@ -130,6 +135,7 @@ class OpenAIPolicy:
         return self._output(resp, body, time.perf_counter() - t0, messages)
 
     async def close(self) -> None:
+        """Nothing to release."""
         return None
 
     # ------------------------------------------------------------------ HTTP

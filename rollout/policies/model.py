@@ -61,6 +61,9 @@ class _Pending:
 
 
 class ModelPolicy:
+    """The project's own model as a policy: concurrent ``act`` calls batched into one sampling call (see the module
+    docstring)."""
+
     def __init__(
         self,
         sampler,
@@ -129,6 +132,7 @@ class ModelPolicy:
 
     # ------------------------------------------------------------------ Policy protocol
     async def act(self, request: PolicyRequest) -> PolicyOutput:
+        """Queue the request for the next batch and wait for its output; ``PolicyError`` once closed."""
         if self._closed:
             raise PolicyError(f"policy {self.name!r} is closed")
         loop = asyncio.get_running_loop()
@@ -141,6 +145,7 @@ class ModelPolicy:
         return await fut
 
     async def close(self) -> None:
+        """Stop the batcher; requests still queued fail with ``PolicyError``."""
         self._closed = True
         if self._worker is not None and not self._worker.done():
             self._worker.cancel()

@@ -23,7 +23,8 @@ collection seed and the episode key — not on scheduling or the number of paral
   on the page the press leads to, a failure;
 - ``wrong_sort``: where the plan clicks an item in a results list and the task asks for no order (the shop's webshop
   and multi_cart), a sort link instead (``Environment.wrong_sort``), always undone: the results page then holds the
-  item and the sort as two branches (a trained model sorts there and loops, BUILD_NOTES.md).
+  item and the sort as two branches (a trained model sorts there and loops; BUILD_NOTES.md,
+  "The noisy oracle and its mistakes").
 So runs of one task succeed and fail on shared states, which is what the tree needs.
 """
 
@@ -42,6 +43,8 @@ from rollout.policies.thoughts import DEFAULT, thought_writer
 
 @dataclasses.dataclass(frozen=True)
 class OracleNoise:
+    """Per-step probabilities of the noisy oracle's mistakes (module docstring); ``ValueError`` outside [0, 1]."""
+
     wrong_choice: float = 0.0
     loop: float = 0.0
     malformed: float = 0.0
@@ -104,6 +107,7 @@ class OraclePolicy:
         return st
 
     async def act(self, request: PolicyRequest) -> PolicyOutput:
+        """The plan's next command, or one of the configured mistakes, with a thought in the configured wording."""
         st = self._state(request.episode_key, request.step)
         rng, obs, n = st["rng"], request.observation, self.noise
         # always the same number of draws: the stream never depends on the branch (a fifth only with recover > 0,
@@ -196,7 +200,9 @@ class OraclePolicy:
         return Command("CLICK", links[rng.randrange(len(links))].id)
 
     async def close(self) -> None:
+        """Forget every episode's state."""
         self._episodes.clear()
 
     def forget(self, episode_key: str) -> None:
+        """Forget the state of episode ``episode_key``."""
         self._episodes.pop(episode_key, None)

@@ -64,13 +64,14 @@ POLICY_FILE = "policy.json"  # next to a model: its prompt ({"prompt_style", "bu
 #                                                          the shop's task wording it trained on ("item_names")
 # where an element's id stands in a page line: "before" its role (as the harness renders it: ``[7] button "Buy Now"``)
 # or right after its name's closing quote (``button "Buy Now"[7]``), as the oracle's thought names an element. A lever
-# for from-scratch models (BUILD_NOTES.md): the planted copy circuit matches the two tokens before a copy,
-# here the name's last word and its quote; with a space before the id (``"Buy Now" [7]``), that space was a piece of
-# its own, and the pair (quote, space) is the same on every line
+# for from-scratch models (BUILD_NOTES.md, "Ids right after the quoted name"): the planted copy circuit matches the two
+# tokens before a copy, here the name's last word and its quote; with a space before the id (``"Buy Now" [7]``), that
+# space was a piece of its own, and the pair (quote, space) is the same on every line
 PAGE_IDS = ("before", "after")
 # how a page too long for the budget is cut: "end" (its text from the end) or "text_first" (its text-only lines from the
 # end up first, so the elements the agent acts on stay: at the default's 384 tokens a multi_cart product page's
-# comboboxes and buttons were cut off in 88 of 188 steps, 15 with text_first; BUILD_NOTES.md)
+# comboboxes and buttons were cut off in 88 of 188 steps, 15 with text_first; BUILD_NOTES.md,
+# "The page cut keeps the elements")
 PAGE_CUTS = ("end", "text_first")
 DEFAULT_THOUGHT_CHARS = 160  # characters of each earlier step's thought kept in the history (0: commands only)
 
@@ -137,6 +138,7 @@ def text_lines(page: str) -> list[int]:
 
 
 def without_lines(page: str, drop) -> str:
+    """``page`` without the lines whose indices are in ``drop``."""
     drop = set(drop)
     return "\n".join(line for i, line in enumerate(page.split("\n")) if i not in drop)
 

@@ -21,6 +21,7 @@ class ScriptedPolicy:
         self.name = name
 
     async def act(self, request: PolicyRequest) -> PolicyOutput:
+        """The script's output for this step, or STOP past its end."""
         script = self.script[request.task.task_id] if isinstance(self.script, dict) else self.script
         if request.step >= len(script):
             return PolicyOutput("Thought: the script is over.\nCommand: STOP []")
@@ -28,6 +29,7 @@ class ScriptedPolicy:
         return PolicyOutput(item(request.observation) if callable(item) else item)
 
     async def close(self) -> None:
+        """Nothing to release."""
         pass
 
 
@@ -42,6 +44,7 @@ class GoldOrRandom:
         self.gold, self.essential, self.p_gold = gold, essential, p_gold
 
     async def act(self, request):
+        """The gold command at a gold state with probability ``p_gold``, else a click on a random link or button."""
         from rollout.search.replay import state_key
 
         rng = random.Random(hashlib.sha256(f"{request.episode_key}/{request.step}".encode()).digest())
@@ -56,6 +59,7 @@ class GoldOrRandom:
         )
 
     async def close(self):
+        """Nothing to release."""
         pass
 
 

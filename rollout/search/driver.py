@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class SearchConfig:
+    """The search's budget and constants: simulations per task, proposals per expanded node, the UCB1 constant and the
+    blend weight alpha; ``ValueError`` for out-of-range values."""
+
     simulations: int = 8  # episodes per task
     k: int = 3  # proposals per expanded node (distinct commands kept)
     c: float = 1.0  # UCB1 exploration constant
@@ -44,9 +47,13 @@ class SearchConfig:
 
 
 class Critic(Protocol):
+    """Ranks a node's proposed outputs for the search's critic value Q-hat."""
+
     def rank(
         self, task: str, page: str, candidates: Sequence[str], logprobs: Sequence[float | None] = ()
-    ) -> tuple[list[int], int]: ...
+    ) -> tuple[list[int], int]:
+        """(candidate indices best first, number of malformed critic answers) for the proposals at a page; ``logprobs``
+        are the proposer's."""
 
 
 class LogprobCritic:
@@ -56,11 +63,13 @@ class LogprobCritic:
     def rank(
         self, task: str, page: str, candidates: Sequence[str], logprobs: Sequence[float | None] = ()
     ) -> tuple[list[int], int]:
+        """Candidate indices by descending log-prob (unknown last, then proposal order), and no malformed answers."""
         lp = [x if x is not None else float("-inf") for x in logprobs] or [0.0] * len(candidates)
         return sorted(range(len(candidates)), key=lambda i: (-lp[i], i)), 0
 
 
 def command_of(text: str) -> str:
+    """The canonical command of an output, or the stripped text when it holds no valid command."""
     try:
         return parse_output(text)[1].render()
     except ActionError:
@@ -231,6 +240,7 @@ class TaskSearch:
 
 
 def tree_path(out_dir: str, task_id: str) -> str:
+    """The JSON file of task ``task_id``'s search tree in a collection."""
     return os.path.join(out_dir, "search", task_dir_name(task_id) + ".json")
 
 

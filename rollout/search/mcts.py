@@ -53,6 +53,7 @@ class SearchNode:
 
     @property
     def expanded(self) -> bool:
+        """Whether the node has edges (its proposals were made)."""
         return bool(self.edges)
 
 
@@ -118,6 +119,7 @@ class NodePair:
 
     @property
     def gap(self) -> float:
+        """Q of the chosen edge minus Q of the rejected one."""
         return self.q_chosen - self.q_rejected
 
 

@@ -39,11 +39,15 @@ def key_of(norm_url: str, observation: str) -> str:
 
 
 def state_key(obs: Observation, essential=None) -> str:
+    """The state key of a live observation (its normalised URL and rendered text), as ``key_of`` gives for a recorded
+    step."""
     return key_of(normalize_url(obs.shown_url, essential), render_observation(obs))
 
 
 @dataclasses.dataclass
 class Restored:
+    """A state restored by replay: the page at it, its browser context, the observation and the state key."""
+
     page: object  # the Playwright page, at the node's state
     context: object  # release it with ``pool.release(context)``
     obs: Observation

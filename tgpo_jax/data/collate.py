@@ -34,6 +34,9 @@ LAYOUTS = ("packed", "plain")
 
 @dataclasses.dataclass(frozen=True)
 class CollateConfig:
+    """How node records become fixed-shape examples: the training method, the row layout (packed or plain), the length
+    limits, and the numbers of slots, pairs and KTO items per example."""
+
     method: str = "tgpo"
     layout: str = "packed"
     max_len: int = 1024  # L: row length
@@ -76,14 +79,17 @@ class CollateConfig:
 
     @property
     def num_slots(self) -> int:
+        """Slots per example: the branches kept per node, plus one for the KL estimate when it is used."""
         return self.max_branches + int(self.uses_kl)
 
     @property
     def uses_kl(self) -> bool:
+        """Whether examples carry a mismatched completion for KTO's KL estimate (KTO and KTO-Tree with ``kl_slot``)."""
         return self.method in ("kto", "kto_tree") and self.kl_slot
 
     @property
     def rows(self) -> int:
+        """Token rows per example: 1 packed (the prompt once, then every branch), else one row per slot."""
         return 1 if self.layout == "packed" else self.num_slots
 
 
@@ -124,6 +130,8 @@ def action_ids(action: str, tokenizer) -> list[int]:
 
 
 def empty_example(cfg: CollateConfig) -> dict[str, np.ndarray]:
+    """An all-padding example for ``cfg``: the arrays every example has, with their shapes ([rows, max_len] per token,
+    [slots], [pairs], [items]) and dtypes."""
     r, length, s = cfg.rows, cfg.max_len, cfg.num_slots
     return {
         "tokens": np.zeros((r, length), np.int32),
@@ -256,4 +264,5 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def stack(examples: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Stack examples (dicts of arrays with the same keys) into one batch along a new leading axis."""
     return {k: np.stack([e[k] for e in examples]) for k in examples[0]}

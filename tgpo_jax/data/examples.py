@@ -20,6 +20,9 @@ WEIGHT_SIGMAS = ("branch", "occurrence")  # readings of sigma in the TGPO weight
 
 @dataclasses.dataclass(frozen=True)
 class PairConfig:
+    """Which branch pairs, KTO items and SFT items a node yields, and how pairs are weighted; ``ValueError`` on
+    inconsistent settings."""
+
     margin: float = 0.0  # a pair needs Q_w - Q_l > margin (strict: ties never make a pair)
     weight_eps: float = 1e-6  # sigma guard: w = |dQ| / max(sigma, eps)
     weight_clip: float | None = None  # upper clip of w, applied per pair before any normalisation
@@ -66,6 +69,8 @@ def pair_config(d) -> PairConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Pair:
+    """A preference pair of a node: the chosen and rejected branch indices, TGPO's weight and the Q difference."""
+
     chosen: int  # branch index
     rejected: int  # branch index
     weight: float  # TGPO weight |dQ| / sigma (clipped if configured); DPO ignores it
@@ -101,7 +106,8 @@ def preference_pairs(node: NodeRecord, cfg: PairConfig = PairConfig()) -> list[P
     branch that one run takes first and undoes (a detour, an undone wrong click) has a suffix that holds the other
     branch's suffix too, and the mean of the longer suffix is the higher one whenever that shared tail is worse than
     the undone steps; the pair then prefers the detour, which the graph's distances say is the longer way
-    (docs/method.md §5; BUILD_NOTES.md: 30 of 36 such pairs, 3 of 217 of the other way).
+    (docs/method.md §5; BUILD_NOTES.md, "Pair rules: the chosen branch no farther from a goal": 30 of 36 such pairs, 3
+    of 217 of the other way).
 
     ``distance_strict``: and a pair of branches equally far from a goal is dropped (two ways of one length: the
     graph calls neither the better step, and their Q differ by the undone steps' per-step rewards only). Branches

@@ -46,16 +46,22 @@ class DatasetError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class ShardInfo:
+    """One shard file of a dataset: its basename, record count and sha256."""
+
     file: str  # basename inside the dataset directory
     num_records: int
     sha256: str
 
     def to_dict(self) -> dict[str, Any]:
+        """The shard's fields as a JSON-safe dict."""
         return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
 class Manifest:
+    """A dataset's ``manifest.json``: schema version, format, creation time, shards, counts, the builder's config and
+    free-form statistics."""
+
     schema_version: int
     format: str
     created: str  # ISO 8601, UTC
@@ -66,6 +72,7 @@ class Manifest:
     extra: Mapping[str, Any]  # free-form stats, e.g. label-conflict rate
 
     def to_dict(self) -> dict[str, Any]:
+        """The manifest as a JSON-safe dict (the inverse of ``from_dict``)."""
         return {
             "schema_version": self.schema_version,
             "format": self.format,
@@ -79,6 +86,7 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Manifest":
+        """A manifest from its ``to_dict`` form (``config`` and ``extra`` default to empty)."""
         shards = tuple(
             ShardInfo(file=s["file"], num_records=int(s["num_records"]), sha256=s["sha256"]) for s in d["shards"]
         )
@@ -96,6 +104,7 @@ class Manifest:
 
 # ---------------------------------------------------------------------------------------------- writing
 def shard_name(name: str, i: int, n: int) -> str:
+    """The file name of shard ``i`` of ``n`` of the dataset ``name``."""
     return f"{name}-{i:05d}-of-{n:05d}{SHARD_SUFFIX}"
 
 
@@ -288,6 +297,7 @@ class DatasetReader:
         return r
 
     def read_bytes(self, i: int) -> bytes:
+        """The raw bytes of record ``i`` (over all shards, in order)."""
         k, j = self._locate(i)
         return self._read(k, j)
 
@@ -320,6 +330,7 @@ class DatasetReader:
         return k, g - self._starts[k]
 
     def close(self) -> None:
+        """Close the open shard readers."""
         for r in self._readers.values():
             r.close()
         self._readers.clear()

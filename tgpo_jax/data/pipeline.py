@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class DatasetStats:
+    """Counts of a training dataset: nodes, examples, pairs, desirable and undesirable KTO items, and the mean pair
+    weight."""
+
     num_nodes: int
     num_examples: int
     num_pairs: int
@@ -161,6 +164,7 @@ def make_dataset(
 
 
 def steps_per_epoch(source, batch_size: int) -> int:
+    """Whole batches of ``batch_size`` in ``source``; ``ValueError`` when it holds less than one batch."""
     n = len(source) // batch_size
     if n == 0:
         raise ValueError(f"dataset has {len(source)} examples, fewer than one batch of {batch_size}")

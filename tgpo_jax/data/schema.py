@@ -32,6 +32,9 @@ class SchemaError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Branch:
+    """One action taken at a node: the trained completion, its canonical command, its value Q and rewards, and the
+    counts of trajectories and step occurrences that take it."""
+
     action: str  # the policy's whole output for the step (thought + command): the trained completion
     command: str  # canonical command (docs/method.md §2), element ids replaced by stable descriptors
     q: float  # branch value Q(s, a) (docs/method.md §4)
@@ -55,6 +58,7 @@ class Branch:
     returns: tuple[float, ...] | None = None
 
     def validate(self, where: str) -> None:
+        """Raise ``SchemaError`` (naming ``where``) if a field is out of range or the counts disagree."""
         if not isinstance(self.action, str) or not self.action:
             raise SchemaError(f"{where}: action must be a non-empty string")
         if not isinstance(self.command, str):
@@ -94,6 +98,8 @@ class Branch:
 
 @dataclasses.dataclass(frozen=True)
 class NodeRecord:
+    """A training record: one merged-tree node of a task, its prompt and its branches with their values."""
+
     task_id: str
     node_id: str
     prompt: Sequence[Mapping[str, str]]  # chat messages [{"role", "content"}], ending before the action
@@ -103,6 +109,7 @@ class NodeRecord:
     schema_version: int = SCHEMA_VERSION
 
     def validate(self) -> "NodeRecord":
+        """Check the record and its branches; itself, or ``SchemaError``."""
         where = f"node {self.task_id}/{self.node_id}"
         if self.schema_version not in READABLE_VERSIONS:
             raise SchemaError(
@@ -124,13 +131,17 @@ class NodeRecord:
 
     # ------------------------------------------------------------------ serialisation
     def to_json(self) -> dict[str, Any]:
+        """The record as a JSON-safe dict."""
         return dataclasses.asdict(self)
 
     def to_bytes(self) -> bytes:
+        """The record as UTF-8 JSON with sorted keys (NaN and infinities refused), as stored in a shard."""
         return json.dumps(self.to_json(), ensure_ascii=False, sort_keys=True, allow_nan=False).encode("utf-8")
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "NodeRecord":
+        """A validated record from its JSON dict (schema version 1 or 2, read as version 2); ``SchemaError`` if it does
+        not match."""
         version = d.get("schema_version")
         if version not in READABLE_VERSIONS:
             raise SchemaError(
@@ -155,6 +166,8 @@ class NodeRecord:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "NodeRecord":
+        """A validated record from its stored bytes; ``SchemaError`` for bytes that are not a JSON object or a valid
+        record."""
         try:
             d = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:

@@ -20,6 +20,8 @@ FILLER = ["link", "button", "heading", "listitem", "img", "text", "menu", "searc
 def synthetic_nodes(
     n: int, seed: int = 0, *, num_branches: int = 3, observation_words: int = 0, task_prefix: str = "task"
 ) -> list[NodeRecord]:
+    """``n`` deterministic toy node records (seeded by ``seed``): add an item to the cart, one correct click (Q 1), one
+    scroll (Q 0.4) and wrong clicks (Q 0), with ``observation_words`` filler entries on the page."""
     rng = random.Random(seed)
     out = []
     for i in range(n):

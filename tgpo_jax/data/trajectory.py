@@ -129,6 +129,8 @@ class TrajectoryExamples:
         return self.example(i)
 
     def example(self, i: int, rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
+        """The collated example of trajectory pair ``i`` (modulo the number of pairs), with its reference log-probs when
+        a table is loaded; ``rng`` is unused."""
         i = int(i) % len(self)
         c, r = self.pairs[i]
         out = build_trajectory_example(

@@ -29,6 +29,9 @@ class UnsupportedModelError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
+    """The architecture of a decoder-only transformer (Llama, Qwen2, Qwen3), its token ids, dtypes, and the training
+    options that shape the model (remat, trained layers, LoRA, attention kernel)."""
+
     model_type: str  # llama | qwen2 | qwen3
     vocab_size: int
     hidden_size: int
@@ -100,6 +103,7 @@ class ModelConfig:
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
+        """The end-of-sequence ids as a tuple (empty when there is none)."""
         if self.eos_token_id is None:
             return ()
         if isinstance(self.eos_token_id, int):
@@ -107,11 +111,14 @@ class ModelConfig:
         return tuple(self.eos_token_id)
 
     def replace(self, **kw) -> "ModelConfig":
+        """A copy with the given fields replaced."""
         return dataclasses.replace(self, **kw)
 
     # ------------------------------------------------------------------ Hugging Face config.json
     @classmethod
     def from_hf_dict(cls, hf: Mapping[str, Any], **overrides) -> "ModelConfig":
+        """The config of a Hugging Face ``config.json`` dict, with ``overrides`` applied; ``UnsupportedModelError`` for
+        an architecture or option this model does not implement."""
         model_type = hf.get("model_type")
         if model_type not in SUPPORTED:
             arch = hf.get("architectures")
@@ -159,6 +166,7 @@ class ModelConfig:
 
     @classmethod
     def from_json_file(cls, path: str, **overrides) -> "ModelConfig":
+        """The config of a Hugging Face ``config.json`` file; ``FileNotFoundError`` when it is missing."""
         if not os.path.exists(path):
             raise FileNotFoundError(f"no config.json at {path}")
         with open(path) as f:
@@ -258,6 +266,8 @@ SCRATCH_PRESETS = {
 
 
 def scratch_config(preset: str, vocab_size: int, **overrides) -> ModelConfig:
+    """The config of the from-scratch preset ``preset`` with ``vocab_size`` tokens; ``ValueError`` for an unknown
+    preset."""
     if preset not in SCRATCH_PRESETS:
         raise ValueError(f"model.scratch={preset!r}: expected one of {sorted(SCRATCH_PRESETS)}")
     return tiny_config(vocab_size=vocab_size, **{**SCRATCH_PRESETS[preset], **overrides})

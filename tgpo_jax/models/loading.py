@@ -39,6 +39,7 @@ def bundled_smollm2_path() -> str:
 
 
 def resolve_path(path: str) -> str:
+    """The checkpoint path ``path`` stands for: the bundled SmolLM2 file for its aliases, else ``path`` itself."""
     if path in BUNDLED_ALIASES:
         return bundled_smollm2_path()
     return path
@@ -85,6 +86,7 @@ def _unflatten(flat: dict[str, object]) -> dict:
 
 
 def abstract_model(cfg: ModelConfig) -> Transformer:
+    """A ``Transformer`` for ``cfg`` with shapes and dtypes only (nothing allocated)."""
     return nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(params=0)))
 
 

@@ -29,6 +29,9 @@ from tgpo_jax.models.transformer import KVCache, Transformer, causal_mask, posit
 
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
+    """How to sample: temperature (0 greedy), top-k (0 off), top-p (1 off), token limit, stop strings and seed;
+    ``ValueError`` for out-of-range values."""
+
     temperature: float = 1.0  # 0 = greedy
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
@@ -43,6 +46,8 @@ class SamplingParams:
 
 @dataclasses.dataclass
 class Completion:
+    """One sampled completion: its tokens and their log-probs, the decoded text and why sampling ended."""
+
     tokens: list[int]  # sampled tokens, including the EOS / stop-completing token
     logprobs: list[float]  # model log-prob of each sampled token
     text: str  # decoded text, EOS and stop string removed
@@ -70,9 +75,11 @@ def sample_logits(logits: jax.Array, rng: jax.Array, temperature: float, top_k: 
 class TokenConstraint(Protocol):
     """Which tokens may come next in one row (EOS ids included); ``advance`` records the token taken."""
 
-    def allows(self, token: int) -> bool: ...
+    def allows(self, token: int) -> bool:
+        """Whether ``token`` may come next."""
 
-    def advance(self, token: int) -> None: ...
+    def advance(self, token: int) -> None:
+        """Record that ``token`` was taken."""
 
 
 def _filtered_probs(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
@@ -140,6 +147,9 @@ def _bucket(n: int, size: int) -> int:
 
 
 class Sampler:
+    """Batched sampling from a ``Transformer`` with a KV cache: prompts padded to buckets, decoding in jitted chunks,
+    optional per-row token constraints."""
+
     def __init__(self, model: Transformer, tokenizer=None, *, chunk: int = 16, bucket: int = 64):
         self.cfg = model.cfg
         self.tokenizer = tokenizer
@@ -156,7 +166,7 @@ class Sampler:
     # The jitted steps take ``self`` as a static argument, so jit's cache is keyed by it. Keyed by what the compiled
     # code depends on (the architecture and the model config), not by the instance: a new Sampler over other weights
     # of the same model reuses the steps compiled for the last one. The pipeline evaluates 3-18 models in one
-    # process, and each evaluation met 13+ prompt shapes of ~3 s of compiling each (BUILD_NOTES.md).
+    # process, and each evaluation met 13+ prompt shapes of ~3 s of compiling each (BUILD_NOTES.md, "The sampler").
     def _jit_key(self):
         return self.graphdef, self.cfg, self.pad_id
 
@@ -242,7 +252,7 @@ class Sampler:
         return carry, toks.T, logps.T, emitted.T  # [B, steps]
 
     # cache and key mask donated: without it every token copied the whole cache (constrained decoding feeds one
-    # token per call; 1.4-1.5x a step on the large preset's model, BUILD_NOTES.md)
+    # token per call; 1.4-1.5x a step on the large preset's model; BUILD_NOTES.md, "The sampler")
     @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2, 3))
     def _feed(self, weights, cache, key_valid, pos, index, tok):
         """One token per row (``tok`` [B], chosen on the host) -> the next logits [B, V] and the advanced cache."""
@@ -381,6 +391,8 @@ class Sampler:
         constraints: Sequence[TokenConstraint] | None = None,
         row_seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
+        """Sample a completion per prompt (token ids) and decode it, the EOS token and anything from a stop string on
+        removed; ``ValueError`` without a tokenizer."""
         if self.tokenizer is None:
             raise ValueError("generate() decodes text and needs a tokenizer; use generate_ids() without one")
         out = []

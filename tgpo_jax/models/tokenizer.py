@@ -22,6 +22,8 @@ CHAT_SPECIAL = ["<|im_start|>", "<|im_end|>"]
 
 
 class TokenizerNotFoundError(FileNotFoundError):
+    """No tokenizer at the given path."""
+
     pass
 
 

@@ -45,6 +45,8 @@ BIASES = ("q_bias", "k_bias", "v_bias", "o_bias")
 
 
 def layer_param_names(cfg: ModelConfig) -> list[str]:
+    """Names of the per-layer weights ``cfg`` has: projections and norms, plus the biases and q/k norms its architecture
+    uses."""
     names = ["attn_norm", "q_proj", "k_proj", "v_proj", "o_proj", "mlp_norm", "gate_proj", "up_proj", "down_proj"]
     if cfg.qkv_bias:
         names += ["q_bias", "k_bias", "v_bias"]
@@ -61,14 +63,15 @@ class KVCache(NamedTuple):
     Layouts chosen for XLA:CPU's dots (its YNNPACK fusions): a decode step's scores read a layer's keys as [K, S, Dh]
     and its output reads the values as [K, Dh, S], each with the contracted axis minor. In the [B, S, K, Dh] layout
     the step copied and transposed every layer's cache (the values' transpose alone was 13 of the 105 thread-ms of a
-    bf16 step of SmolLM2-135M at batch 8, BUILD_NOTES.md); as bf16 the cache, a loop carry, was
-    copied to bits for the layer scan every step (``as_bits``)."""
+    bf16 step of SmolLM2-135M at batch 8; BUILD_NOTES.md, "bf16 decode: bit slices and the cache's layout"); as bf16 the
+    cache, a loop carry, was copied to bits for the layer scan every step (``as_bits``)."""
 
     k: jax.Array  # [L, B, K, S, Dh]
     v: jax.Array  # [L, B, K, Dh, S]
 
     @classmethod
     def zeros(cls, cfg: ModelConfig, batch: int, length: int) -> "KVCache":
+        """An empty cache for ``batch`` rows of ``length`` positions."""
         z = as_bits(jnp.zeros((cfg.num_layers, batch, cfg.num_kv_heads, length, cfg.head_dim), jnp.dtype(cfg.dtype)))
         return cls(z, z.swapaxes(-1, -2))
 
@@ -116,6 +119,7 @@ def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.A
 
 
 def rms_norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
+    """RMS-normalise ``x`` over its last axis (in float32) and scale by ``w``; the result has ``x``'s dtype."""
     xf = x.astype(jnp.float32)
     xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
     return w.astype(x.dtype) * xf.astype(x.dtype)
@@ -139,9 +143,9 @@ def attention(q, k, v, mask, impl: str = "dense"):
 
     ``impl`` dense: float32 scores [B,K,G,T,S] materialised (and kept for the backward pass unless remat);
     blocked: the same per block of ``ATTENTION_BLOCK`` queries over only the keys up to the block's end, which skips
-    the half of the scores a causal mask hides (about half the time on the CPU: BUILD_NOTES.md). It needs
-    T == S and a mask under which no query sees a later position: every mask the project builds (``causal_mask``,
-    ``segment_mask``, the sampler's prefill) is such.
+    the half of the scores a causal mask hides (about half the time on the CPU: BUILD_NOTES.md,
+    "Blocked attention on the CPU"). It needs T == S and a mask under which no query sees a later position: every mask
+    the project builds (``causal_mask``, ``segment_mask``, the sampler's prefill) is such.
     cudnn / xla: ``jax.nn.dot_product_attention`` with the same boolean mask (cuDNN turns it into an additive bias
     and never stores the scores). The tree layouts' masks are not causal-plus-padding, so the mask is passed whole."""
     if impl in ("cudnn", "xla"):
@@ -220,8 +224,8 @@ def as_bits(tree):
 
     Why: XLA:CPU slices a bf16 scan input by converting the whole stacked array to float32 once, outside the loop,
     and each iteration's slice back to bf16, so a bf16 decode step read its weights and KV cache as float32: in a
-    step of SmolLM2-135M the projections took twice the time of the same dots alone (BUILD_NOTES.md). An integer
-    slice is a plain copy of the bits."""
+    step of SmolLM2-135M the projections took twice the time of the same dots alone (BUILD_NOTES.md,
+    "bf16 decode: bit slices and the cache's layout"). An integer slice is a plain copy of the bits."""
     return jax.tree.map(lambda a: jax.lax.bitcast_convert_type(a, jnp.uint16) if a.dtype in HALF else a, tree)
 
 
@@ -296,6 +300,9 @@ class Layers(nnx.Module):
 
 
 class Transformer(nnx.Module):
+    """A decoder-only transformer (Llama / Qwen2 / Qwen3) with stacked layers, optional LoRA adapters and a KV cache for
+    decoding."""
+
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
         pdt = jnp.dtype(cfg.param_dtype)
@@ -429,6 +436,7 @@ def init_model(cfg: ModelConfig, seed: int = 0) -> Transformer:
 
 
 def param_count(model: Transformer) -> int:
+    """Number of parameters (``nnx.Param`` entries) of ``model``."""
     return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 

@@ -30,6 +30,9 @@ class CheckpointError(ValueError):
 # our layout -> HF layout and back. ``shape`` is our parameter's shape (without the layer axis).
 @dataclasses.dataclass(frozen=True)
 class Transform:
+    """A tensor's layout change: ``to_ours(array, shape)`` from the HF layout to our parameter's shape, ``to_hf(array)``
+    back."""
+
     to_ours: Callable[[np.ndarray, tuple], np.ndarray]
     to_hf: Callable[[np.ndarray], np.ndarray]
 
@@ -44,6 +47,8 @@ FLAT = Transform(lambda a, s: a.reshape(s), lambda a: a.reshape(-1))  # biases/n
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
+    """A checkpoint tensor: its HF name, our parameter path and the layout transform between them."""
+
     hf: str  # HF tensor name; "{i}" for the layer index
     ours: str  # our parameter path, "/"-joined
     transform: Transform
@@ -130,12 +135,15 @@ class SafetensorsSource:
         self.description = directory
 
     def keys(self) -> Iterable[str]:
+        """Names of the tensors in the checkpoint."""
         return self._where.keys()
 
     def shape(self, name: str) -> tuple:
+        """The shape of tensor ``name``, without reading it."""
         return tuple(self._handles[self._where[name]].get_slice(name).get_shape())
 
     def get(self, name: str) -> np.ndarray:
+        """Tensor ``name`` as a numpy array."""
         return self._handles[self._where[name]].get_tensor(name)
 
 
@@ -206,6 +214,7 @@ class GGUFSource:
         self.description = path
 
     def config(self, **overrides) -> ModelConfig:
+        """The ``ModelConfig`` read from the GGUF metadata, with ``overrides`` applied."""
         m, a = self.metadata, self.arch
         heads = int(m[f"{a}.attention.head_count"])
         d = int(m[f"{a}.embedding_length"])
@@ -236,13 +245,17 @@ class GGUFSource:
         return self._cfg
 
     def keys(self) -> Iterable[str]:
+        """Names of the tensors in the checkpoint (HF names)."""
         return self._tensors.keys()
 
     def shape(self, name: str) -> tuple:
+        """The shape of tensor ``name`` in HF order."""
         # GGUF stores dims innermost-first; HF order is the reverse
         return tuple(int(x) for x in reversed(self._tensors[name].shape))
 
     def get(self, name: str) -> np.ndarray:
+        """Tensor ``name`` dequantized to float32 in HF layout (Llama's q/k projections un-permuted for HF's rotary
+        layout)."""
         import gguf
 
         t = self._tensors[name]

@@ -26,6 +26,9 @@ class CheckpointDamaged(RuntimeError):
 
 
 class Checkpointer:
+    """Orbax checkpoints of a run: the train state with a JSON sidecar (step, data iterator state, extras), keeping the
+    last ``keep``."""
+
     def __init__(self, directory: str, *, keep: int = 3, async_save: bool = True, keep_period: int | None = None):
         self.directory = os.path.abspath(directory)
         options = ocp.CheckpointManagerOptions(
@@ -34,9 +37,11 @@ class Checkpointer:
         self.manager = ocp.CheckpointManager(self.directory, options=options)
 
     def latest_step(self) -> int | None:
+        """The newest saved step, or None."""
         return self.manager.latest_step()
 
     def all_steps(self) -> list[int]:
+        """All saved steps, ascending."""
         return sorted(self.manager.all_steps())
 
     def save(
@@ -47,6 +52,8 @@ class Checkpointer:
         extra: dict | None = None,
         force: bool = True,
     ) -> None:
+        """Save ``state`` at ``step`` with the data iterator's state and ``extra`` in the metadata (asynchronously when
+        so configured)."""
         meta = {"step": int(step), "data_state": _jsonable(data_state), **(extra or {})}
         self.manager.save(
             step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=force
@@ -99,9 +106,11 @@ class Checkpointer:
         self.manager.reload()
 
     def wait(self) -> None:
+        """Block until pending saves are written."""
         self.manager.wait_until_finished()
 
     def close(self) -> None:
+        """Finish pending saves and close the manager."""
         self.manager.wait_until_finished()
         self.manager.close()
 

@@ -41,6 +41,7 @@ class TrainingDiverged(RuntimeError):
 
 
 def maybe_initialize_distributed(cfg) -> None:
+    """Set the number of CPU devices and start ``jax.distributed`` when ``cfg.distributed`` asks for it (once)."""
     d = cfg.distributed
     if d.local_device_count:  # fake CPU devices per process (tests, CPU demos); must precede backend start
         jax.config.update("jax_num_cpu_devices", int(d.local_device_count))
@@ -53,6 +54,7 @@ def maybe_initialize_distributed(cfg) -> None:
 
 
 def collate_config(cfg) -> CollateConfig:
+    """The ``CollateConfig`` of a training config."""
     d = cfg.data
     pairs = ex.pair_config(d)
     return CollateConfig(
@@ -77,8 +79,8 @@ def with_loss_positions(local: dict) -> dict:
     tokens only, as narrow as the batch allows), on one device; on several the batch as it is. Why not there: with
     the batch sharded over two CPU devices the step hung in an all-reduce (tests/test_distributed.py): the two
     devices of one execution wait at different all-reduces; it reproduced with the persistent compilation cache's
-    0.2 s threshold that the tests set and not in one run without it (BUILD_NOTES.md); the cause is
-    not found yet."""
+    0.2 s threshold that the tests set and not in one run without it (BUILD_NOTES.md,
+    "Chunked log-probs on the loss positions only"); the cause is not found yet."""
     if jax.device_count() > 1:
         return local
     return {**local, "loss_pos": loss_positions(local["slot"])}
@@ -149,6 +151,8 @@ def model_overrides(m) -> dict:
 
 
 def build_model(cfg, mesh, tokenizer):
+    """The model the config names, sharded on ``mesh``: loaded from ``model.path``, or a from-scratch preset initialised
+    by ``model.init``; ``ValueError`` when neither is given."""
     m = cfg.model
     overrides = model_overrides(m)
     if m.path:
@@ -214,6 +218,8 @@ def _eval(trainer, state, source, cfg, mesh) -> dict:
 
 @dataclasses.dataclass
 class TrainResult:
+    """What ``train`` returns to callers in the same process: the summary, the final state and the trainer."""
+
     summary: dict  # JSON-safe: the final and eval metrics, as written to <output_dir>/summary.json
     state: dict  # the final train state (params, optimiser state, step)
     trainer: Trainer  # its jitted steps, for callers that keep evaluating the state

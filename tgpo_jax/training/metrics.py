@@ -15,6 +15,8 @@ log = logging.getLogger(__name__)
 
 
 class MetricsWriter:
+    """Writes scalar metrics to ``<directory>/metrics.jsonl`` and TensorBoard (on process 0 by default)."""
+
     def __init__(self, directory: str, enabled: bool | None = None):
         self.enabled = jax.process_index() == 0 if enabled is None else enabled
         self.path = os.path.join(directory, "metrics.jsonl")
@@ -26,6 +28,7 @@ class MetricsWriter:
             self._tb = SummaryWriter(os.path.join(directory, "tensorboard"))
 
     def write(self, step: int, metrics: dict, prefix: str = "train") -> dict:
+        """Record ``metrics`` at ``step`` under ``prefix/``; the row of prefixed float values."""
         row = {f"{prefix}/{k}": _scalar(v) for k, v in metrics.items()}
         if self.enabled:
             with open(self.path, "a") as f:
@@ -36,10 +39,12 @@ class MetricsWriter:
         return row
 
     def flush(self) -> None:
+        """Flush the TensorBoard writer."""
         if self._tb is not None:
             self._tb.flush()
 
     def close(self) -> None:
+        """Close the TensorBoard writer."""
         if self._tb is not None:
             self._tb.close()
 

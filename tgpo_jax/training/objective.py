@@ -14,6 +14,9 @@ REFERENCE_MODES = ("live", "precomputed", "behaviour", "none")
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
+    """The training objective: method, beta, DPO variant, reference mode and the auxiliary SFT / NLL terms;
+    ``ValueError`` for settings the method does not take."""
+
     method: str = "tgpo"  # sft | dpo | tgpo | kto | kto_tree | traj_dpo (Agent Q's trajectory-level baseline)
     beta: float = 0.1
     dpo_loss_type: str = "sigmoid"  # sigmoid | ipo | hinge | robust (DPO only; TGPO is weighted sigmoid)

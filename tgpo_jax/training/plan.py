@@ -131,6 +131,7 @@ def shard_bytes(tree) -> int:
 
 
 def count_params(tree) -> int:
+    """Number of elements over all leaves of ``tree`` (arrays or ShapeDtypeStructs)."""
     return sum(int(np.prod(x.shape, dtype=np.int64)) for x in jax.tree.leaves(tree))
 
 
@@ -259,6 +260,7 @@ class Target:
 
     @property
     def n_devices(self) -> int:
+        """Number of devices in the mesh."""
         return int(self.mesh.devices.size)
 
 

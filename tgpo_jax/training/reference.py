@@ -34,6 +34,8 @@ def weights_fingerprint(params) -> str:
 
 
 def fingerprint(trainer, source: NodeExamples, model_id: str) -> str:
+    """The key a reference log-prob table is stored under: a hash of the reference weights, tokenizer, collation, weight
+    scale, dataset shards and LoRA setting."""
     tok = source.tokenizer
     vocab = hashlib.sha256(json.dumps(sorted(tok.get_vocab().items())).encode()).hexdigest()[:16]
     shards = [s.sha256 for s in source.reader.manifest.shards]

@@ -68,6 +68,8 @@ def _mesh_for(cfg):
 
 
 class RestoredRun(NamedTuple):
+    """A model rebuilt from a run's checkpoint, with its tokenizer, the run's config and the step restored."""
+
     model: Any  # Transformer, with its LoRA adapters if the run trained them
     tokenizer: Any
     cfg: ml_collections.ConfigDict

@@ -25,6 +25,8 @@ from tgpo_jax.training.objective import LossConfig, objective, reference_slots
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
+    """The optimizer (AdamW or SGD), its learning-rate schedule, clipping and gradient accumulation."""
+
     optimizer: str = "adamw"  # adamw | sgd (plain gradient descent: an update linear in the gradient)
     learning_rate: float = 1e-5
     warmup_steps: int = 0
@@ -40,6 +42,7 @@ class OptimConfig:
 
 
 def make_schedule(cfg: OptimConfig):
+    """The learning-rate schedule: linear warmup, then cosine, linear or constant; ``ValueError`` for another."""
     warm = max(cfg.warmup_steps, 0)
     decay = max(cfg.total_steps - warm, 1)
     end = cfg.learning_rate * cfg.end_lr_fraction
@@ -57,6 +60,8 @@ def make_schedule(cfg: OptimConfig):
 
 
 def make_optimizer(cfg: OptimConfig):
+    """The optax optimizer of ``cfg``: optional global-norm clipping, then AdamW or SGD with the schedule;
+    ``ValueError`` for another optimizer."""
     parts = [optax.clip_by_global_norm(cfg.clip_norm)] if cfg.clip_norm > 0 else []
     if cfg.optimizer == "adamw":
         parts.append(optax.adamw(make_schedule(cfg), b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay))
@@ -129,6 +134,7 @@ class Trainer:
         )
 
     def init_state(self, seed: int = 0) -> dict[str, Any]:
+        """A fresh train state (step, a copy of the initial parameters, optimizer state, RNG key data), sharded."""
         params = jax.tree.map(jnp.copy, self.initial_params)  # the state owns (and donates) its own buffers
         repl = NamedSharding(self.mesh, P())
         opt_state = jax.jit(self.tx.init, out_shardings=self.state_shardings()["opt_state"])(params)
@@ -141,6 +147,7 @@ class Trainer:
         }
 
     def model(self, params, frozen=None) -> Transformer:
+        """The ``Transformer`` of ``params`` with the frozen weights (the trainer's own unless ``frozen`` is given)."""
         return nnx.merge(self.graphdef, params, self.frozen if frozen is None else frozen)
 
     # ------------------------------------------------------------------ loss
@@ -236,11 +243,13 @@ class Trainer:
         )
 
     def train_step(self, state, batch):
+        """One optimizer step on ``batch`` (compiled on first use); the new state and the metrics."""
         if self._train is None:
             self._train = self.jit_train_step(state, batch)
         return self._train(state, self.ref_params, self.update_mask, self.frozen, batch)
 
     def eval_step(self, state, batch):
+        """The loss and metrics of the state's parameters on ``batch`` (its first micro-batch), without updating."""
         if self._eval is None:
             self._eval = jax.jit(lambda p, r, f, b: self._loss(p, r, jax.tree.map(lambda x: x[0], b), f))
         loss, metrics = self._eval(state["params"], self.ref_params, self.frozen, batch)

@@ -18,6 +18,8 @@ COLORS = ("black", "white", "blue", "red", "green", "gray", "navy", "pink", "bei
 
 @dataclasses.dataclass(frozen=True)
 class Leaf:
+    """A leaf of the shop's taxonomy (English): breadcrumb, product type, attributes, option pools, price range."""
+
     path: tuple[str, str, str]  # breadcrumb levels, English
     ptype: str  # product-type phrase, English ("running shoes")
     attrs: tuple[str, ...]
@@ -306,6 +308,9 @@ def all_terms() -> set[str]:
 
 @dataclasses.dataclass(frozen=True)
 class Product:
+    """A catalogue product (localised): title, category, type, attributes, options with their values, price, rating,
+    reviews, description and brand."""
+
     id: int
     title: str
     category: tuple[str, ...]  # breadcrumb levels (localised)
@@ -321,12 +326,15 @@ class Product:
 
     @property
     def breadcrumb(self) -> str:
+        """The category levels joined as a breadcrumb."""
         return " › ".join(self.category)
 
     def option_values(self, slug: str) -> tuple[str, ...]:
+        """The values of option ``slug`` (empty when the product has no such option)."""
         return dict(self.options).get(slug, ())
 
     def default_options(self) -> dict[str, str]:
+        """Option slug -> its default (first) value."""
         return {k: v[0] for k, v in self.options}
 
     def to_score_dict(self) -> dict:
@@ -363,6 +371,7 @@ class Catalog:
         return self.by_id[pid]
 
     def option_label(self, slug: str) -> str:
+        """The option's label in the catalogue's locale."""
         return self.tr(slug)
 
     def _build(self, seed: int, n: int) -> list[Product]:
@@ -433,4 +442,5 @@ def _join_en(items: Sequence[str]) -> str:
 
 
 def option_summary(options: Mapping[str, str], tr=lambda s: s, sep: str = ", ") -> str:
+    """``name: value`` pairs of chosen options joined by ``sep``, names passed through ``tr``."""
     return sep.join(f"{tr(k)}: {v}" for k, v in options.items())

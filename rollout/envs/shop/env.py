@@ -44,23 +44,27 @@ class ShopEnv(Environment):
 
     # -------------------------------------------------------------- serving
     def start(self) -> str:
+        """Start the shop's server (idempotent); the origin."""
         if self._server is None:
             self._server = ShopServer(self.catalog, self.searcher, self.locale)
         return self._server.origin
 
     def stop(self) -> None:
+        """Stop the server."""
         if self._server is not None:
             self._server.close()
             self._server = None
 
     @property
     def origin(self) -> str:
+        """The server's origin; ``RuntimeError`` before ``start``."""
         if self._server is None:
             raise RuntimeError("ShopEnv is not started; call start() first")
         return self._server.origin
 
     @property
     def server(self) -> ShopServer:
+        """The running ``ShopServer``; ``RuntimeError`` before ``start``."""
         if self._server is None:
             raise RuntimeError("ShopEnv is not started; call start() first")
         return self._server
@@ -74,10 +78,12 @@ class ShopEnv(Environment):
 
     # -------------------------------------------------------------- catalogue
     def search(self, query: str, sort: str = "relevance", page: int = 1) -> SearchPage:
+        """One page of search results for ``query`` in the given order, as the site shows it."""
         return self.searcher.page(query, sort, page)
 
     # -------------------------------------------------------------- tasks
     def tasks(self, split: str) -> list[Task]:
+        """The tasks of ``split`` (made once, then cached); ``ValueError`` for another split."""
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', not {split!r}")
         if split not in self._tasks:
@@ -87,6 +93,7 @@ class ShopEnv(Environment):
     # -------------------------------------------------------------- episodes
     @staticmethod
     def session_id(episode_key: str) -> str:
+        """The session id of the episode ``episode_key`` (stable: the same key, the same session)."""
         return hashlib.sha1(f"shop-session:{episode_key}".encode()).hexdigest()
 
     def new_session(self, episode_key: str) -> str:
@@ -94,34 +101,43 @@ class ShopEnv(Environment):
         return self.server.state.new(self.session_id(episode_key))
 
     async def reset(self, context, page, task: Task, episode_key: str) -> None:
+        """A fresh session for the episode, its cookie set in ``context``, and ``page`` at the task's start."""
         sid = self.new_session(episode_key)
         await context.add_cookies([{"name": "sid", "value": sid, "url": self.origin}])
         await page.goto(self.origin + task.start_path, wait_until="domcontentloaded")
 
     def check_session(self, task: Task, sid: str) -> CheckResult:
+        """The task check on session ``sid``'s cart and orders."""
         cart, orders = self.server.state.snapshot(sid)
         return check_state(self, task, cart, orders)
 
     async def check(self, page, task: Task, episode_key: str) -> CheckResult:
+        """The task check on the episode's session."""
         return self.check_session(task, self.session_id(episode_key))
 
     def progress(self, sid: str) -> str:
+        """The progress key of session ``sid``'s cart and orders."""
         return progress_key(*self.server.state.snapshot(sid))
 
     # -------------------------------------------------------------- plans
     def oracle(self, task: Task, obs: Observation, memory: dict) -> Command:
+        """The next command of the task's optimal plan (``Planner.oracle``)."""
         return self._planner.oracle(task, obs, memory)
 
     def mistake(self, task: Task, obs: Observation, memory: dict, rng) -> Command | None:
+        """A realistic wrong choice at this state, or None (``Planner.mistake``)."""
         return self._planner.mistake(task, obs, memory, rng)
 
     def wrong_button(self, task: Task, obs: Observation, memory: dict, undo: bool) -> Command | None:
+        """A press of the other settling button, or None (``Planner.wrong_button``)."""
         return self._planner.wrong_button(task, obs, memory, undo)
 
     def wrong_sort(self, task: Task, obs: Observation, memory: dict, rng) -> Command | None:
+        """A click on a sort link where the task asks for no order, or None (``Planner.wrong_sort``)."""
         return self._planner.wrong_sort(task, obs, memory, rng)
 
     def typed_strings(self, task: Task) -> dict[str, str]:
+        """The strings the task's solution types or names, with their kinds."""
         return typed_strings(task, self.catalog)
 
     def essential_query_params(self) -> Mapping[str, Sequence[str]]:

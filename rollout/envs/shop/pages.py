@@ -72,11 +72,13 @@ SORT_KEYS = {
 
 
 def labels(locale: str) -> dict[str, str]:
+    """The site's UI strings for ``locale`` (``zh`` or English)."""
     return dict(locale_zh.LABELS) if locale == "zh" else dict(LABELS_EN)
 
 
 # ---------------------------------------------------------------- URLs (defaults omitted: one URL per page)
 def search_url(q: str, sort: str = "relevance", page: int = 1) -> str:
+    """The results page URL of query ``q`` in order ``sort`` at page ``page`` (defaults left out)."""
     params = [("q", q)]
     if sort and sort != "relevance":
         params.append(("sort", sort))
@@ -86,12 +88,14 @@ def search_url(q: str, sort: str = "relevance", page: int = 1) -> str:
 
 
 def item_url(pid: int, q: str | None = None, sort: str = "relevance", page: int = 1) -> str:
+    """The product page URL of ``pid``, carrying the search it was reached from when ``q`` is given."""
     if q is None:
         return f"/item/{pid}"
     return f"/item/{pid}?" + search_url(q, sort, page).split("?", 1)[1]
 
 
 def options_query(pid: int, options: dict[str, str], extra: list[tuple[str, str]] | None = None) -> str:
+    """The query string of an add / buy request: the item id, its chosen options, then ``extra``."""
     return urlencode([("item", str(pid))] + list(options.items()) + list(extra or []))
 
 
@@ -112,6 +116,7 @@ table{border-collapse:collapse}td,th{padding:6px 10px;border-bottom:1px solid #d
 
 
 def layout(L: dict, title: str, body: str, q: str = "", locale: str = "en") -> str:
+    """A whole page: the header (home link, search form, cart link) around ``body``, titled ``title``."""
     return (
         f'<!DOCTYPE html><html lang="{locale}"><head><meta charset="utf-8"><title>{escape(title)}</title>'
         f'<style>{_CSS}</style></head><body><header><a href="/">{escape(L["home"])}</a>'
@@ -123,14 +128,17 @@ def layout(L: dict, title: str, body: str, q: str = "", locale: str = "en") -> s
 
 
 def money(L: dict, x: float) -> str:
+    """A price with the locale's currency sign and two decimals."""
     return f"{L['currency']}{x:.2f}"
 
 
 def home(L, locale) -> str:
+    """The home page."""
     return layout(L, L["site"], f"<h1>{escape(L['site'])}</h1><p>{escape(L['welcome'])}</p>", locale=locale)
 
 
 def results(L, locale, catalog, sp) -> str:
+    """A search results page: sort links, one entry per product of ``sp`` (a ``SearchPage``) and the pager."""
     q = sp.query
     sorts = "".join(
         f'<a href="{escape(search_url(q, s, 1))}"{_CUR if s == sp.sort else ""}>{escape(L[k])}</a>'
@@ -154,15 +162,19 @@ def results(L, locale, catalog, sp) -> str:
     body = f'<p>{head}</p><nav class="sorts">{sorts}</nav>{"".join(items)}<nav class="pager">{" ".join(pager)}</nav>'
     # a sorted list says so in its title: the policy's prompt always keeps the title line, and without a word that
     # only a sorted page has, the SFT model did not tell the page after its sort click from the one before it
-    # (BUILD_NOTES.md: the step after the sort fitted on 5 of 47 training steps, then 45 of 47)
+    # (BUILD_NOTES.md, "Titles that say the page's state": the step after the sort fitted on 5 of 47 training steps,
+    # then 45 of 47)
     title = f"{L['search']}: {q}" + (f" ({L['sorted']})" if sp.sort != "relevance" else "")
     return layout(L, title, body, q=q, locale=locale)
 
 
 def item(L, locale, catalog, p, q: str | None, sort: str, page: int) -> str:
+    """A product page: its options as comboboxes, the Buy Now and Add to cart buttons, features and description. The
+    title says when every option has been set this visit."""
     # the page title says when every combobox has been set this visit (a product without options says so at once):
     # the policy's prompt always keeps the title line, the "chosen" marks are text that a long page loses, and without
-    # it the SFT model did not tell the product page after its last SELECT from the one before (BUILD_NOTES.md)
+    # it the SFT model did not tell the product page after its last SELECT from the one before (BUILD_NOTES.md,
+    # "Titles that say the page's state")
     done = f"{p.title} ({L['all_chosen']})"
     mark = (
         f"this.nextElementSibling.textContent={json.dumps(L['chosen'])};"
@@ -209,6 +221,7 @@ def _opts_text(catalog, options: dict) -> str:
 
 
 def added(L, locale, catalog, p, options: dict, q: str | None) -> str:
+    """The page after adding ``p`` to the cart: its options, a link to the cart and one back to the search."""
     cont = search_url(q) if q else "/"
     body = (
         f"<h1>{escape(L['added'].format(title=p.title))}</h1>"
@@ -220,6 +233,8 @@ def added(L, locale, catalog, p, options: dict, q: str | None) -> str:
 
 
 def cart(L, locale, catalog, lines) -> str:
+    """The cart page: a row per cart line with a remove button, the total and a checkout link (or a note that the cart
+    is empty)."""
     if not lines:
         body = (
             f"<h1>{escape(L['cart_title'])}</h1><p>{escape(L['cart_empty'])}</p>"
@@ -248,6 +263,7 @@ def cart(L, locale, catalog, lines) -> str:
 
 
 def checkout(L, locale, catalog, lines, error: bool) -> str:
+    """The checkout page: the cart's lines and the name / address form (with an error note when ``error``)."""
     if not lines:
         body = (
             f"<h1>{escape(L['checkout_title'])}</h1><p>{escape(L['cart_empty'])}</p>"
@@ -274,6 +290,7 @@ def checkout(L, locale, catalog, lines, error: bool) -> str:
 
 
 def order(L, locale, catalog, n: int, order) -> str:
+    """The confirmation page of order ``n``."""
     items = "".join(
         f"<li>{escape(catalog[ln.item].title)}"
         f"{' (' + escape(_opts_text(catalog, dict(ln.options))) + ')' if ln.options else ''}"
@@ -294,6 +311,7 @@ def order(L, locale, catalog, n: int, order) -> str:
 
 
 def message(L, locale, title: str, text: str = "") -> str:
+    """A page with a heading, a line of text and a link home."""
     return layout(
         L,
         title,

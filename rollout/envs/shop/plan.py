@@ -52,6 +52,9 @@ def _one(obs: Observation, role: str, *names: str):
 
 
 class Planner:
+    """The shop's oracle plans and mistakes for its task families, closed loop over observations (see the module
+    docstring)."""
+
     def __init__(self, env):
         self.env = env
         self.L = pages.labels(env.locale)
@@ -59,6 +62,7 @@ class Planner:
 
     # -------------------------------------------------------------- shared steps
     def search(self, obs: Observation, query: str) -> Command:
+        """The next step of searching ``query`` from the current page: go home, type the query, or press Search."""
         box = _one(obs, "textbox", self.L["search"], self.L["search_placeholder"])
         if box is None:
             home = _one(obs, "link", self.L["home"])
@@ -85,6 +89,7 @@ class Planner:
         return self.search(obs, query)
 
     def option_slug(self, pid: int, name: str) -> str | None:
+        """The slug of product ``pid``'s option whose label is ``name`` (case-insensitive), or None."""
         for slug, _ in self.cat[pid].options:
             if self.cat.option_label(slug).strip().lower() == name.strip().lower():
                 return slug
@@ -94,9 +99,10 @@ class Planner:
         """Set every option the task names, in page order, once per visit, even one that already shows the wanted
         value, then press ``button``. Why every one: whether to choose is then a fact of the task and the page (a
         named option, a combobox not yet set this visit), not a comparison of the combobox's value with the task's,
-        which a small model did not learn (docs/method.md §1; BUILD_NOTES.md: 3 of 55 held-out SELECT
-        steps right when the plan set only the options that differed). The page marks each combobox set this visit
-        (``text "chosen"``, ``pages.item``), so a SELECT of the shown value is a change of state, not a self-loop."""
+        which a small model did not learn (docs/method.md §1; BUILD_NOTES.md, "Every named option set once per visit": 3
+        of 55 held-out SELECT steps right when the plan set only the options that differed). The page marks each
+        combobox set this visit (``text "chosen"``, ``pages.item``), so a SELECT of the shown value is a change of
+        state, not a self-loop."""
         chosen = memory.setdefault("chosen", [])
         for e in obs.elements:
             if e.role != "combobox":
@@ -114,17 +120,21 @@ class Planner:
         return {s: v for s, v in options.items() if v in self.cat[pid].option_values(s)}
 
     def would_score(self, task: Task, pid: int, options: dict) -> float:
+        """WebShop's score of buying product ``pid`` with ``options`` (defaults for the rest) against the goal."""
         p = self.cat[pid]
         chosen = p.default_options() | self.valid_options(pid, options)
         return webshop_score(p.to_score_dict(), chosen, task.goal, self.cat.type_phrases).total
 
     @staticmethod
     def page_item(obs: Observation) -> int | None:
+        """The product id of the product page the observation shows, or None on another page."""
         m = re.fullmatch(r"/item/(\d+)", _url(obs)[0])
         return int(m.group(1)) if m else None
 
     # -------------------------------------------------------------- memory
     def init(self, task: Task, memory: dict) -> None:
+        """Put the task's commitments into ``memory`` (the target item and options, or the items to add) unless already
+        there."""
         g = task.goal
         if task.family == "webshop":
             memory.setdefault("item", int(g["target"]))
@@ -163,6 +173,7 @@ class Planner:
 
     # -------------------------------------------------------------- oracle
     def oracle(self, task: Task, obs: Observation, memory: dict) -> Command:
+        """The next command of the task's optimal plan from this observation (STOP when done)."""
         self.observe(task, obs, memory)
         path, qs = _url(obs)
         g = task.goal
@@ -228,11 +239,11 @@ class Planner:
     def wrong_button(self, task: Task, obs: Observation, memory: dict, undo: bool) -> Command | None:
         """The other of the product page's two buttons where the plan presses its own: "Add to cart" for webshop's
         "Buy Now", "Buy Now" for procedure's and multi_cart's "Add to cart" (the confusion a trained model makes:
-        it presses the button of another family, BUILD_NOTES.md). Undoable in webshop (its check reads
-        the first order, not the cart) and procedure (it reads the cart, not the orders); not in multi_cart, whose
-        check reads the first order. Undone: the page is loaded again after ``GO_BACK`` (the shop's pages are
-        ``no-store``), so the plan starts a new visit and sets the options again; committed: the plan stops on the
-        page the press leads to."""
+        it presses the button of another family; BUILD_NOTES.md, "The noisy oracle and its mistakes"). Undoable in
+        webshop (its check reads the first order, not the cart) and procedure (it reads the cart, not the orders); not
+        in multi_cart, whose check reads the first order. Undone: the page is loaded again after ``GO_BACK`` (the shop's
+        pages are ``no-store``), so the plan starts a new visit and sets the options again; committed: the plan stops on
+        the page the press leads to."""
         self.observe(task, obs, memory)
         plan = self.oracle(task, obs, copy.deepcopy(memory))
         own = {"webshop": "buy_now"}.get(task.family, "add_to_cart")
@@ -252,8 +263,8 @@ class Planner:
     def wrong_sort(self, task: Task, obs: Observation, memory: dict, rng) -> Command | None:
         """A sort link where the plan clicks a product on a results page of a task without a sort (webshop,
         multi_cart): undone at once, so the results page holds the product and the sort as two branches (the held-out
-        webshop failures of a trained model sort and go back, BUILD_NOTES.md). Procedure tasks sort by plan,
-        and their wrong sort is ``mistake``'s."""
+        webshop failures of a trained model sort and go back; BUILD_NOTES.md, "The noisy oracle and its mistakes").
+        Procedure tasks sort by plan, and their wrong sort is ``mistake``'s."""
         if task.family not in ("webshop", "multi_cart") or _url(obs)[0] != "/search":
             return None
         self.observe(task, obs, memory)
@@ -267,6 +278,8 @@ class Planner:
         return Command("CLICK", rng.choice(links).id) if links else None
 
     def mistake(self, task: Task, obs: Observation, memory: dict, rng) -> Command | None:
+        """A realistic wrong choice at this state (another product or option), committing ``memory`` to it; None where
+        the state offers none."""
         self.observe(task, obs, memory)
         path, qs = _url(obs)
         fam, g = task.family, task.goal

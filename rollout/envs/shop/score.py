@@ -28,6 +28,9 @@ from typing import Iterable, Mapping
 
 @dataclasses.dataclass(frozen=True)
 class Score:
+    """WebShop's reward of a purchase (``total``) and its parts: type and price rewards, matched attributes and options,
+    title score, and whether the query and category match."""
+
     total: float
     r_type: float
     r_price: float
@@ -65,6 +68,7 @@ def _norm(s: str) -> str:
 
 
 def type_reward(purchased: Mapping, goal: Mapping, vocab: Iterable[str]) -> tuple[float, float, bool, bool]:
+    """WebShop's type reward of ``purchased`` against ``goal``: (r_type, title score, query match, category match)."""
     vocab = list(vocab)
     query_match = _norm(purchased.get("query", "")) == _norm(goal.get("query", "")) and bool(goal.get("query"))
     pc = {x.strip() for x in purchased["product_category"].split("›")}

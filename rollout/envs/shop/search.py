@@ -27,6 +27,8 @@ _RUN = re.compile(rf"[{_CJK}]+|[a-z0-9]+")
 
 
 def tokenize(text: str, locale: str = "en") -> list[str]:
+    """Search tokens of ``text``: lower-case words minus stop words, or for Chinese each CJK run's characters and
+    character bigrams."""
     text = text.lower()
     if locale == "zh":
         out: list[str] = []
@@ -52,6 +54,7 @@ class BM25Index:
         self._bm25.index([tokenize(d, locale) or [""] for d in docs], show_progress=False)
 
     def scores(self, query: str) -> np.ndarray:
+        """The BM25 score of every document for ``query`` (zeros when it has no tokens)."""
         toks = tokenize(query, self.locale)
         if not toks:
             return np.zeros(self.n, dtype=np.float32)
@@ -71,6 +74,8 @@ class BM25Index:
 
 @dataclasses.dataclass(frozen=True)
 class SearchPage:
+    """One page of search results: the query, sort, page number, page count, total results and the product ids shown."""
+
     query: str
     sort: str
     page: int  # 1-based, clamped to [1, num_pages]
@@ -85,6 +90,8 @@ def search_doc(p) -> str:
 
 
 class ShopSearch:
+    """The shop's search: BM25 over the catalogue, at most ``max_results`` results, sorted and paged."""
+
     def __init__(self, catalog, max_results: int = 50):
         self.catalog = catalog
         self.max_results = max_results
@@ -92,6 +99,7 @@ class ShopSearch:
         self._ids = [p.id for p in catalog.products]
 
     def results(self, query: str, sort: str = "relevance") -> list[int]:
+        """Product ids matching ``query`` in the order ``sort`` (relevance for an unknown sort)."""
         if sort not in SORTS:
             sort = "relevance"
         ids = [self._ids[i] for i in self.index.rank(query, self.max_results)]
@@ -105,6 +113,7 @@ class ShopSearch:
         return ids
 
     def page(self, query: str, sort: str = "relevance", page: int = 1) -> SearchPage:
+        """Page ``page`` (clamped to the pages there are) of the results of ``query`` in the order ``sort``."""
         sort = sort if sort in SORTS else "relevance"
         ids = self.results(query, sort)
         n_pages = max(1, math.ceil(len(ids) / PAGE_SIZE))

@@ -33,16 +33,21 @@ MAX_SESSIONS = 20000
 
 @dataclasses.dataclass(frozen=True)
 class Line:
+    """A cart or order line: product id, chosen options and quantity."""
+
     item: int
     options: tuple[tuple[str, str], ...]  # (slug, value) in the product's option order
     qty: int = 1
 
     def key(self) -> str:
+        """The line as a canonical string (item, options, quantity)."""
         return f"{self.item}:" + ",".join(f"{k}={v}" for k, v in self.options) + f"x{self.qty}"
 
 
 @dataclasses.dataclass(frozen=True)
 class Order:
+    """A placed order: its number, lines, shipping name and address, and whether it came from the cart or Buy Now."""
+
     n: int
     lines: tuple[Line, ...]
     name: str = ""
@@ -52,6 +57,8 @@ class Order:
 
 @dataclasses.dataclass
 class Session:
+    """One session's cart and orders, and when it was last used."""
+
     cart: list[Line] = dataclasses.field(default_factory=list)
     orders: list[Order] = dataclasses.field(default_factory=list)
     used: float = dataclasses.field(default_factory=time.monotonic)
@@ -66,6 +73,7 @@ class ShopState:
         self.ttl, self.max_sessions = ttl, max_sessions
 
     def new(self, sid: str | None = None) -> str:
+        """Start an empty session (under ``sid`` when given, replacing any there, else a random id); its id."""
         sid = sid or secrets.token_hex(16)
         with self.lock:
             self._expire()
@@ -92,11 +100,13 @@ class ShopState:
             return True
 
     def snapshot(self, sid: str) -> tuple[tuple[Line, ...], tuple[Order, ...]]:
+        """A consistent copy of session ``sid``'s cart and orders (empty for an unknown session)."""
         with self.lock:
             s = self.sessions.get(sid)
             return ((), ()) if s is None else (tuple(s.cart), tuple(s.orders))
 
     def add(self, sid: str, line: Line) -> None:
+        """Add ``line`` to session ``sid``'s cart, raising the quantity of a line with the same item and options."""
         with self.lock:
             cart = self.sessions[sid].cart
             for i, ln in enumerate(cart):
@@ -106,6 +116,7 @@ class ShopState:
             cart.append(line)
 
     def remove(self, sid: str, index: int) -> None:
+        """Remove cart line ``index`` of session ``sid`` (an index out of range does nothing)."""
         with self.lock:
             cart = self.sessions[sid].cart
             if 0 <= index < len(cart):
@@ -127,6 +138,9 @@ class ShopState:
 
 
 class ShopServer:
+    """The shop's HTTP server on a background thread: the pages of ``pages`` over the catalogue, search and session
+    state."""
+
     def __init__(self, catalog, search, locale: str = "en", host: str = "127.0.0.1", port: int = 0):
         self.catalog, self.search, self.locale = catalog, search, locale
         self.L = pages.labels(locale)
@@ -142,14 +156,17 @@ class ShopServer:
 
     @property
     def server_address(self):
+        """The bound (host, port)."""
         return self.httpd.server_address
 
     @property
     def origin(self) -> str:
+        """``http://host:port`` of the server."""
         host, port = self.httpd.server_address[:2]
         return f"http://{host}:{port}"
 
     def close(self) -> None:
+        """Shut the server down and join its thread."""
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join(timeout=5)

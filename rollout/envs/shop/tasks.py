@@ -148,6 +148,7 @@ WEBSHOP_MAX_RANK = 3  # the target is among the first three results: on screen w
 
 
 def product_split(seed: int, pid: int) -> str:
+    """The split (``train`` or ``test``, about one in six) product ``pid`` belongs to for shop seed ``seed``."""
     h = int(hashlib.sha1(f"shop-split-{seed}-{pid}".encode()).hexdigest(), 16)
     return "test" if h % 6 == 0 else "train"
 
@@ -197,14 +198,17 @@ class TaskMaker:
         self.pools = {s: [p for p in catalog.products if product_split(seed, p.id) == s] for s in ("train", "test")}
 
     def task_id(self, family: str, split: str, i: int) -> str:
+        """The id of task ``i`` of ``family`` in ``split`` (with the locale and a non-zero seed in it)."""
         loc = "-zh" if self.zh else ""
         sd = f"-s{self.seed}" if self.seed else ""
         return f"shop{loc}{sd}-{family}-{split}-{i:04d}"
 
     def in_split(self, text: str, split: str) -> bool:
+        """Whether the typed string ``text`` belongs to ``split``."""
         return string_split(self.seed, text) == split
 
     def make(self, split: str) -> list[Task]:
+        """Every task of ``split``, the families interleaved (any prefix is a mix of families)."""
         fams = [getattr(self, f"_{f}")(split) for f in FAMILIES]
         out = []
         for i in range(max(len(f) for f in fams)):  # interleave: any prefix is a mix of families
@@ -423,6 +427,8 @@ def _same(a: str, b: str) -> bool:
 
 
 def check_state(env, task: Task, cart: Sequence, orders: Sequence) -> CheckResult:
+    """The task check of ``task`` on a session's cart and orders: success, score and progress key; ``ValueError`` for an
+    unknown family."""
     goal, key = task.goal, progress_key(cart, orders, task.family)
     if task.family == "webshop":
         if not orders:
