@@ -246,3 +246,49 @@ def test_token_boundaries_keep_a_copy_in_the_strings_own_tokens(spm_tokenizer):
     first = min(k for k in split(s) if k > 0)
     assert g.viable("Thought: [" + s[:first]) and g.viable("Thought: [" + s + "]")
     assert not g.viable("Thought: [" + s[:inner])
+
+
+SORTS = (
+    "URL: /search?q=mug\nTitle: Search: mug\n"
+    '[5] link "Sort: Relevance"\n[6] link "Sort: Price low to high"\n[7] link "Sort: Price high to low"\n'
+    '[9] link "Mug \\"Oak\\""\ntext "$3.10"\n[12] button "Go"\n[13] button "Go"\n'
+)
+
+
+def test_element_refs_map_each_role_and_name_to_its_ids():
+    from rollout.policies.prompt import element_refs
+
+    assert element_refs(SORTS) == {
+        'link "Sort: Relevance"': {"5"},
+        'link "Sort: Price low to high"': {"6"},
+        'link "Sort: Price high to low"': {"7"},
+        'link "Mug \\"Oak\\""': {"9"},
+        'button "Go"': {"12", "13"},  # a repeated button: either id
+    }
+
+
+@pytest.mark.parametrize(
+    "text,viable,complete",
+    [
+        # the id after a role and name is that element's (the sort link beside it is not)
+        ('Thought: Sort as the task asks: click link "Sort: Price low to high"[6', True, False),
+        ('Thought: Sort as the task asks: click link "Sort: Price low to high"[7', False, False),
+        ('Thought: Sort as the task asks: click link "Sort: Price low to high"[6].\nCommand: CLICK [6]', True, True),
+        ('Thought: Click link "Sort: Price high to low"[7].\nCommand: CLICK [7]', True, True),
+        ('Thought: Click link "Mug \\"Oak\\""[9].\nCommand: CLICK [9]', True, True),  # an escaped quote in the name
+        ('Thought: Click link "Mug \\"Oak\\""[5', False, False),
+        ('Thought: Click button "Go"[13].\nCommand: CLICK [13]', True, True),  # either of a repeated button
+        ('Thought: Click button "Go"[1', True, False),  # an open group: a prefix of 12 and 13
+        ('Thought: Click button "Go"[5', False, False),
+        # a role and name the page does not show: the id is left to the other rules
+        ('Thought: Click link "Sort: Price"[7].\nCommand: CLICK [7]', True, True),
+        # ids before the role: not this rule's
+        ('Thought: Click [7] link "Sort: Price low to high".\nCommand: CLICK [7]', True, True),
+    ],
+)
+def test_an_id_after_an_elements_name_is_that_elements(text, viable, complete):
+    task = Task("t", "shop", "procedure", "Search for [mug], sort by price from low to high", "/", 5, "test")
+    ids = ("5", "6", "7", "9", "12", "13")
+    page = Observation("/search?q=mug", "Search: mug", SORTS, tuple(Element(i, "link", "x") for i in ids))
+    g = OutputGrammar(step_strings(PolicyRequest(task, page, (), 0, "t/0", 0)))
+    assert g.viable(text) is viable and g.complete(text) is complete

@@ -19,7 +19,11 @@ group the model writes must be a string the step offers, as it writes it:
 - each ``combobox "…"`` a thought names is one of the page's comboboxes, not one the trailing SELECT steps already
   set on this page. Why: the oracle sets each once per visit, and a model that set them again looped over them to
   the step limit (BUILD_NOTES.md, "Valid-argument decoding");
-- a SELECT sets the value its own thought set (``… combobox "size"[6] to [M]``, ``… [6] combobox "size" to [M]``).
+- a SELECT sets the value its own thought set (``… combobox "size"[6] to [M]``, ``… [6] combobox "size" to [M]``);
+- an element the thought names by role and name, its id after the name (``link "Sort: Price low to high"[6]``,
+  as a page with ``page_ids="after"`` shows it), gets the id of a page element of that role and name. Why: a model
+  that chose the right element by its name still wrote a neighbour's id after it (the sort link beside the one it
+  named), and the command then acted on that id.
 
 A wording that names its settings in a form of its own (registered with ``setting_form``,
 ``rollout/policies/thoughts.py``: the from-scratch copy model's, ``thoughts=scratch_copy``) is held to that form
@@ -49,6 +53,7 @@ from typing import Callable, Iterable
 
 from rollout.commands import parse_command
 from rollout.core import COMMANDS, ActionError, PolicyRequest
+from rollout.policies.prompt import element_refs
 from rollout.policies.thoughts import DEFAULT, thoughts as registered_thoughts
 
 # element id groups and free-text groups per verb ("id", then the argument's kind)
@@ -75,6 +80,7 @@ class StepStrings:
     typed: frozenset[str]  # the task's quoted strings
     names: dict[str, str] = dataclasses.field(default_factory=dict)  # element id -> name, for those with options
     set_here: frozenset[str] = frozenset()  # the comboboxes the last steps' SELECTs set on this page (their names)
+    refs: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)  # 'role "name"' -> its elements' ids
 
 
 class _Pool:
@@ -142,6 +148,7 @@ def step_strings(request: PolicyRequest) -> StepStrings:
         names={e.id: e.name for e in els if e.options and e.name},
         set_here=_set_here(request.history, els),
         typed=quoted_strings(request.task.instruction),
+        refs=element_refs(request.observation.text),
     )
 
 
@@ -158,7 +165,7 @@ class OutputGrammar:
         self.selects = _Pool(strings.options)  # SELECT acts on an element with options
         self.typed = _Pool(strings.typed, split) if strings.typed else None
         self.options = {i: _Pool(o, split) for i, o in strings.options.items()}
-        self.names, self.split = strings.names, split
+        self.names, self.split, self.refs = strings.names, split, strings.refs
         # the comboboxes a thought may name: the page's, less those set on this page already (the oracle sets each
         # once per visit; a model that set one again looped over them to the step limit; BUILD_NOTES.md,
         # "Valid-argument decoding")
@@ -205,6 +212,7 @@ class OutputGrammar:
         return (
             (group is None or group in self.any.ends)
             and self._boxes(text)
+            and self._refs(text)
             and (not self.setting_form or (self._setting(text) and self._set_lead(text)))
         )
 
@@ -242,6 +250,22 @@ class OutputGrammar:
             return True
         for m in re.finditer(r'combobox "([^"\n]*)("?)', text):
             if m.group(1) not in (self.boxes.strings if m.group(2) else self.boxes.prefixes):
+                return False
+        return True
+
+    # an element named by role and quoted name, then its id (closed or still open): ``link "Next >"[19]``
+    _REF = re.compile(r'(?<!\S)(\w+ "(?:[^"\\\n]|\\.)*")\[([^\[\]\n]*)(\]?)')
+
+    def _refs(self, text: str) -> bool:
+        """Each id written right after an element's role and name (``link "Next >"[19]``) is the id of a page element
+        of that role and name, or a prefix of one while the group is open. A role and name the page does not show
+        leave the id to the other rules."""
+        for m in self._REF.finditer(text):
+            ids = self.refs.get(m.group(1))
+            if ids is None:
+                continue
+            group, closed = m.group(2), bool(m.group(3))
+            if not (group in ids if closed else any(i.startswith(group) for i in ids)):
                 return False
         return True
 

@@ -126,6 +126,15 @@ def page_form(page: str, page_ids: str = "before") -> str:
     return _ELEMENT_LINE.sub(lambda m: f"{m['indent']}{m['what']}[{m['id']}]{m['rest']}", page)
 
 
+def element_refs(page: str) -> dict[str, frozenset[str]]:
+    """``role "name"`` as the page's element lines write it -> the ids of the elements so named (several where a page
+    repeats a button)."""
+    out: dict[str, set[str]] = {}
+    for m in _ELEMENT_LINE.finditer(page):
+        out.setdefault(m["what"], set()).add(m["id"])
+    return {what: frozenset(ids) for what, ids in out.items()}
+
+
 _ELEMENT_START = re.compile(r"\s*\[\d+\] ")
 
 
