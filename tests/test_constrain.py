@@ -206,8 +206,12 @@ def test_constraints_take_the_setting_form_from_the_registered_wording(spm_token
     page = Observation("/item/1", "Mug", "", (Element("6", "combobox", "size", options=("S", "M")),))
     req = PolicyRequest(task, page, (), 0, "t/0", 0)
     eos = (spm_tokenizer.eos_token_id,)
-    assert not constraints_for([req], spm_tokenizer, eos)[0].grammar.setting_form  # plain, the default
-    assert constraints_for([req], spm_tokenizer, eos, "scratch_copy")[0].grammar.setting_form
+    plain, copy = (
+        constraints_for([req], spm_tokenizer, eos)[0].grammar,
+        constraints_for([req], spm_tokenizer, eos, "scratch_copy")[0].grammar,
+    )
+    assert not plain.setting_form and copy.setting_form  # plain, the default
+    assert plain.name_ids and not copy.name_ids  # the copy wording's id decides, not the name before it
     with pytest.raises(ValueError, match=r"thoughts='nope': expected one of \[.*'plain'.*\]; a recipe registers"):
         constraints_for([req], spm_tokenizer, eos, "nope")
 
@@ -290,5 +294,8 @@ def test_an_id_after_an_elements_name_is_that_elements(text, viable, complete):
     task = Task("t", "shop", "procedure", "Search for [mug], sort by price from low to high", "/", 5, "test")
     ids = ("5", "6", "7", "9", "12", "13")
     page = Observation("/search?q=mug", "Search: mug", SORTS, tuple(Element(i, "link", "x") for i in ids))
-    g = OutputGrammar(step_strings(PolicyRequest(task, page, (), 0, "t/0", 0)))
+    strings = step_strings(PolicyRequest(task, page, (), 0, "t/0", 0))
+    g = OutputGrammar(strings)
     assert g.viable(text) is viable and g.complete(text) is complete
+    # without ``name_ids`` (the copy wording) an id after a name is any page id: every case here stays viable
+    assert OutputGrammar(strings, name_ids=False).viable(text)

@@ -57,4 +57,4 @@ def register() -> None:
 
     register_init(NAME, planted)
     register_freeze(NAME, freeze)
-    register_thoughts(thoughts.NAME, thoughts.thought, setting_form=True)
+    register_thoughts(thoughts.NAME, thoughts.thought, setting_form=True, name_ids=False)

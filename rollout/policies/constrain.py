@@ -20,10 +20,11 @@ group the model writes must be a string the step offers, as it writes it:
   set on this page. Why: the oracle sets each once per visit, and a model that set them again looped over them to
   the step limit (BUILD_NOTES.md, "Valid-argument decoding");
 - a SELECT sets the value its own thought set (``… combobox "size"[6] to [M]``, ``… [6] combobox "size" to [M]``);
-- an element the thought names by role and name, its id after the name (``link "Sort: Price low to high"[6]``,
-  as a page with ``page_ids="after"`` shows it), gets the id of a page element of that role and name. Why: a model
-  that chose the right element by its name still wrote a neighbour's id after it (the sort link beside the one it
-  named), and the command then acted on that id.
+- where the wording lets names decide (``name_ids``, registered with it), an element the thought names by role and
+  name, its id after the name (``link "Sort: Price low to high"[6]``, as a page with ``page_ids="after"`` shows
+  it), gets the id of a page element of that role and name. Why: a model that chose the right element by its name
+  still wrote a neighbour's id after it (the sort link beside the one it named), and the command then acted on that
+  id. Not for the copy wording: there the id is the decision, and a name before it may be another element's.
 
 A wording that names its settings in a form of its own (registered with ``setting_form``,
 ``rollout/policies/thoughts.py``: the from-scratch copy model's, ``thoughts=scratch_copy``) is held to that form
@@ -158,8 +159,8 @@ class OutputGrammar:
     the thoughts' wording names its settings as ``Set <role> "<name>"[id] to <name> [<option>]`` (the module's
     docstring)."""
 
-    def __init__(self, strings: StepStrings, split=None, setting_form: bool = False):
-        self.setting_form = setting_form
+    def __init__(self, strings: StepStrings, split=None, setting_form: bool = False, name_ids: bool = True):
+        self.setting_form, self.name_ids = setting_form, name_ids
         all_options = [o for opts in strings.options.values() for o in opts]
         self.ids, self.scroll = _Pool(strings.ids), _Pool(("UP", "DOWN"))
         self.selects = _Pool(strings.options)  # SELECT acts on an element with options
@@ -212,7 +213,7 @@ class OutputGrammar:
         return (
             (group is None or group in self.any.ends)
             and self._boxes(text)
-            and self._refs(text)
+            and (not self.name_ids or self._refs(text))
             and (not self.setting_form or (self._setting(text) and self._set_lead(text)))
         )
 
@@ -421,14 +422,19 @@ class GrammarConstraint:
 def constraints_for(requests, tokenizer, eos_ids: Iterable[int], thoughts: str = DEFAULT) -> list[GrammarConstraint]:
     """One grammar constraint per request, for ``Sampler.generate(..., constraints=...)``; ``thoughts``: the wording
     the model's thoughts were trained on (a name registered with ``rollout/policies/thoughts.py``), whose
-    ``setting_form`` switches the setting rules on."""
-    form = registered_thoughts(thoughts).setting_form
+    ``setting_form`` and ``name_ids`` switch their rules on."""
+    wording = registered_thoughts(thoughts)
     pieces = _piece_table(tokenizer)
     # control tokens (BOS, chat markers) never appear in an output; special tokens that are text (element id
     # pieces such as ``[7]``) do
     special = {t for t in getattr(tokenizer, "all_special_ids", ()) or () if not re.fullmatch(r"\[\d+\]", pieces[t])}
     split = token_bounds(tokenizer, pieces)
     return [
-        GrammarConstraint(OutputGrammar(step_strings(r), split, setting_form=form), pieces, eos_ids, special)
+        GrammarConstraint(
+            OutputGrammar(step_strings(r), split, setting_form=wording.setting_form, name_ids=wording.name_ids),
+            pieces,
+            eos_ids,
+            special,
+        )
         for r in requests
     ]

@@ -41,11 +41,14 @@ HINT = "a recipe registers more: recipes.register_all(), or recipes.get(name).re
 
 @dataclasses.dataclass(frozen=True)
 class Thoughts:
-    """A registered wording: its writer, and whether the valid-argument decoding holds a thought that sets a
-    combobox to that wording's own form (``constrain.OutputGrammar``'s ``setting_form``)."""
+    """A registered wording: its writer, whether the valid-argument decoding holds a thought that sets a combobox to
+    that wording's own form (``constrain.OutputGrammar``'s ``setting_form``), and whether an element's role and name
+    in a thought decide the id after them (``name_ids``; off where the id is the decision and the name may be
+    another element's)."""
 
     write: Callable[..., str]
     setting_form: bool = False
+    name_ids: bool = True
 
 
 # ---------------------------------------------------------------- what the task asks for
@@ -169,11 +172,11 @@ def plain(cmd: Command, obs: Observation | None, instruction: str = "", page_ids
 THOUGHTS: dict[str, Thoughts] = {"plain": Thoughts(plain)}
 
 
-def register_thoughts(name: str, fn: Callable[..., str], *, setting_form: bool = False) -> None:
+def register_thoughts(name: str, fn: Callable[..., str], *, setting_form: bool = False, name_ids: bool = True) -> None:
     """``thoughts=name`` words the oracle's thoughts with ``fn``; ``setting_form``: the valid-argument decoding holds
-    a setting thought to ``fn``'s form. Registering the same again is a no-op, another one under a taken name an
-    error."""
-    entry = Thoughts(fn, setting_form)
+    a setting thought to ``fn``'s form; ``name_ids``: it holds an id written after an element's role and name to
+    that element's. Registering the same again is a no-op, another one under a taken name an error."""
+    entry = Thoughts(fn, setting_form, name_ids)
     if THOUGHTS.get(name, entry) != entry:
         raise ValueError(
             f"thoughts={name!r} is registered already (by {THOUGHTS[name].write.__module__}); pick another name"
