@@ -260,7 +260,7 @@ SORTS = (
 
 
 def test_element_refs_map_each_role_and_name_to_its_ids():
-    from rollout.policies.prompt import element_refs
+    from rollout.policies.prompt import element_refs, page_form
 
     assert element_refs(SORTS) == {
         'link "Sort: Relevance"': {"5"},
@@ -269,6 +269,7 @@ def test_element_refs_map_each_role_and_name_to_its_ids():
         'link "Mug \\"Oak\\""': {"9"},
         'button "Go"': {"12", "13"},  # a repeated button: either id
     }
+    assert element_refs(page_form(SORTS, "after")) == element_refs(SORTS)  # the ids after the names
 
 
 @pytest.mark.parametrize(

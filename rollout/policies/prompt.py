@@ -126,12 +126,16 @@ def page_form(page: str, page_ids: str = "before") -> str:
     return _ELEMENT_LINE.sub(lambda m: f"{m['indent']}{m['what']}[{m['id']}]{m['rest']}", page)
 
 
+_ELEMENT_LINE_AFTER = re.compile(r'^[ \t]*(?P<what>\S+ "(?:[^"\\]|\\.)*")\[(?P<id>\d+)\]', re.M)
+
+
 def element_refs(page: str) -> dict[str, frozenset[str]]:
     """``role "name"`` as the page's element lines write it -> the ids of the elements so named (several where a page
-    repeats a button)."""
+    repeats a button); the page's ids before or after the names (``page_form``)."""
     out: dict[str, set[str]] = {}
-    for m in _ELEMENT_LINE.finditer(page):
-        out.setdefault(m["what"], set()).add(m["id"])
+    for rx in (_ELEMENT_LINE, _ELEMENT_LINE_AFTER):
+        for m in rx.finditer(page):
+            out.setdefault(m["what"], set()).add(m["id"])
     return {what: frozenset(ids) for what, ids in out.items()}
 
 
