@@ -2,7 +2,7 @@
 
 from setuptools import find_packages, setup
 
-# Ranges tested together on these machines (see BUILD_NOTES.md, "Dependencies: pinned ranges", and ../shared/STACK.md).
+# Ranges tested together on these machines (see ../shared/STACK.md).
 INSTALL_REQUIRES = [
     "jax>=0.10.2,<0.11",
     "jaxlib>=0.10.2,<0.11",

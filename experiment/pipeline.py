@@ -61,7 +61,7 @@ SPEC_DEFAULTS = {
     ("model", "train_layers"): 0,
 }
 # training settings removed from the configs after runs were made, at the value every run had them (the SFT loss
-# weightings tried for the from-scratch model and not kept; BUILD_NOTES.md, "SFT weightings tried, not kept"): a
+# weightings tried for the from-scratch model and not kept): a
 # training stage's spec still names them so, so the runs made while they existed keep their stages (a run made with
 # another value is reported changed)
 SPEC_RETIRED = {("data", "decision_weight"): 1.0, ("data", "head_weight"): 1.0, ("data", "head_words"): 1}

@@ -114,7 +114,7 @@ def comparisons(groups: Groups) -> list[stats.Comparison]:
 def family_comparisons(groups: Groups, pairs=None) -> dict[tuple[str, str], dict[str, stats.Comparison]]:
     """``pairs`` (default ``success_pairs``) within each task family ((A, B) -> family -> A − B): a method can gain
     on one family what it loses on another (on the large preset KTO's episode labels broke multi_cart's first step,
-    where the tree's labels kept it; BUILD_NOTES.md, "Plain KTO's multi_cart collapse"). Empty with fewer than two
+    where the tree's labels kept it). Empty with fewer than two
     families (the pooled table says it all)."""
     fams = families(groups)
     if len(fams) < 2:
@@ -224,8 +224,7 @@ class GradRow:
 def grad_norms(runs: Sequence[Sequence[dict]], clip: float) -> GradRow | None:
     """``runs``: each seed's metrics rows (``read_metrics``); None when no row logs ``train/grad_norm``. Why in the
     report: a method's terms are summed before the clip and AdamW, so a term whose gradient is ten times the SFT
-    term's sets the update's direction (docs/method.md §7; BUILD_NOTES.md,
-    "β 0.01 without the chosen-branch anchor")."""
+    term's sets the update's direction (docs/method.md §7)."""
     norms = [float(r["train/grad_norm"]) for rows in runs for r in rows if r.get("train/grad_norm") is not None]
     if not norms:
         return None

@@ -11,9 +11,9 @@ import sys
 
 from absl import app, flags
 
+from experiment.ledger import ROOT
 from experiment.ledger_table import load_entries, render
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 F = flags.FLAGS
 flags.DEFINE_string("results", os.path.join(ROOT, "results"), "the ledger's directory of <name>.json entries")
 flags.DEFINE_string("out", os.path.join(ROOT, "docs", "results.md"), "the page to write")

@@ -7,8 +7,8 @@ import os
 
 SYSTEM_CHROMIUM = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 # Debian's chromium-headless-shell: the same engine without the browser's UI layer. Headless, it does the same steps
-# for about half the CPU (bench/harness_overhead.py: 4.3 -> 8.0 steps/s with 4 contexts; BUILD_NOTES.md,
-# "Which Chromium"), and on 2 cores the browser is most of an evaluation's CPU. Headed runs need the full browser.
+# for about half the CPU (bench/harness_overhead.py: 4.3 -> 8.0 steps/s with 4 contexts), and on 2 cores the browser is
+# most of an evaluation's CPU. Headed runs need the full browser.
 SYSTEM_HEADLESS_SHELL = ("/usr/bin/chromium-headless-shell",)
 # Flags for a headless Chromium on a machine without network or GPU (see ../shared/STACK.md).
 CHROMIUM_ARGS = (

@@ -12,7 +12,7 @@ What a plain ``ThreadingHTTPServer`` lacks, and this adds:
   context opens several at once) fills the accept queue whenever the accepting thread waits for the CPU, and the
   kernel then drops the handshake's last packets, so a request stalls for the SYN-ACK retransmissions (1 + 2 + 4 + 8
   + 16 s): measured with 50 connections beside two busy loops, 69 of 1,200 requests took over 0.9 s and one 27.6 s
-  (the load tests' rare 30 s timeouts); with 128, none over 0.21 s (BUILD_NOTES.md, "A listen backlog of 128").
+  (the load tests' rare 30 s timeouts); with 128, none over 0.21 s.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # One persistent XLA cache for the whole suite and the processes it starts (pipelines, CLIs): a resumed or re-run
 # pipeline, a second test building the same train step, and the slow tier after the fast one load the compiled
-# programs instead of compiling them again (BUILD_NOTES.md, "a persistent XLA cache"). The key is the
+# programs instead of compiling them again. The key is the
 # program, the jax version and the XLA flags, so a stale entry is never used; the directory is git-ignored.
 os.environ.setdefault(
     "JAX_COMPILATION_CACHE_DIR",
@@ -23,8 +23,8 @@ import pytest  # noqa: E402
 def pytest_configure(config):
     # The fast tier (the default `-m "not slow"`) compiles its CPU programs with LLVM's optimiser off: they are tiny
     # and run once or a few times, and compiling them was two thirds of that tier's CPU time. The slow tier keeps the
-    # default level: its training runs are bound by running the programs (BUILD_NOTES.md,
-    # "The fast tier at LLVM level 0, in two processes"). Set here, not at import, because the tier is known only once
+    # default level: its training runs are bound by running the programs. Set here, not at import, because the tier is
+    # known only once
     # pytest has read its options; XLA reads the flags when the backend starts, which is below. Not with an accelerator
     # plugin installed (found as jax finds them: the `jax_plugins` entry points and namespace package): the flag would
     # reach its kernels too.

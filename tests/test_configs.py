@@ -125,8 +125,7 @@ def test_every_pipeline_preset_is_valid(preset):
 
     c = get_config(preset)
     validate(c)
-    # the shop presets that train the copy model write ids after names, others as rendered (BUILD_NOTES.md,
-    # "Ids right after the quoted name")
+    # the shop presets that train the copy model write ids after names, others as rendered
     assert c.page_ids == ("after" if preset in ("default", "large") else "before")
     # the copy model's presets word the oracle's thoughts for its circuit (its recipe's), the pretrained one plainly
     assert c.thoughts == ("plain" if preset == "smollm2" else "scratch_copy")
@@ -136,8 +135,7 @@ def test_every_pipeline_preset_is_valid(preset):
     assert c.sft.model.get("circuit_trigram", 0.0) == (0.5 if preset in ("default", "large") else 0.0)
     # SFT on the shop presets imitates the shortest successful branches, not the noisy oracle's undone wrong clicks
     assert c.sft.data.sft_shortest == (preset in ("default", "large", "smollm2"))
-    # the preference pairs' distance rules, agree and strict, on the shop presets (BUILD_NOTES.md,
-    # "Pair rules: the chosen branch no farther from a goal")
+    # the preference pairs' distance rules, agree and strict, on the shop presets
     for m in ("dpo", "tgpo"):
         assert c[m].data.distance_agree == (preset in ("default", "large", "smollm2"))
         assert c[m].data.distance_strict == (preset in ("default", "large", "smollm2"))

@@ -56,9 +56,8 @@ def test_export_loads_in_transformers(name, tmp_path, spm_tokenizer):
         ref = hf.eval()(torch.tensor(tokens)).logits.numpy()
     np.testing.assert_allclose(np.asarray(model(tokens)[0]), ref, atol=1e-4, rtol=0)
 
-    # transformers forces Qwen2Tokenizer for model_type qwen2 whatever tokenizer_config says (see
-    # BUILD_NOTES.md, "Weights, tokenizers, export"); a SentencePiece tokenizer therefore round-trips with the other
-    # families only.
+    # transformers forces Qwen2Tokenizer for model_type qwen2 whatever tokenizer_config says; a SentencePiece tokenizer
+    # therefore round-trips with the other families only.
     tok = AutoTokenizer.from_pretrained(out)
     text = "search for red shoes\nCLICK [12]"
     assert cfg.model_type == "qwen2" or (

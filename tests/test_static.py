@@ -2,7 +2,7 @@
 left behind by a refactor (a flag object renamed in one place) otherwise fails only when that line first runs,
 which for a benchmark's or a launcher's rarer branch may be in a user's hands. And no tracked Python file cites the
 development history (a stop or issue number): code, configs and tests say what a thing is and why in their own
-terms, and a measured reason names the BUILD_NOTES.md section by its title."""
+terms, and a measured reason cites the results ledger (``results/``)."""
 
 import ast
 import os

@@ -15,8 +15,7 @@ def test_hf_encoding_equals_sentencepiece(spm_tokenizer_dir, spm_tokenizer):
     sp = spm.SentencePieceProcessor(model_file=os.path.join(spm_tokenizer_dir, "tokenizer.model"))
     for text in TEXTS:
         ids = spm_tokenizer(text, add_special_tokens=False)["input_ids"]
-        # Known difference: HF's Metaspace adds no dummy prefix before leading whitespace (BUILD_NOTES.md,
-        # "Weights, tokenizers, export")
+        # Known difference: HF's Metaspace adds no dummy prefix before leading whitespace
         if text.startswith(" "):
             assert spm_tokenizer.decode(ids).strip() == text.strip()
             continue

@@ -29,8 +29,8 @@ PARTITION_RULES: tuple[tuple[str, P], ...] = (
     (r"^layers/down_proj$", P(None, "tensor", "fsdp")),  # [L, F, D]
     # LoRA factors of a weight [L, *in, *out] (A [L, *in, r], B [L, r, *out]): split over fsdp x tensor on every mesh,
     # tensor on the head / MLP axis where the weight has it, r never. Replicated, they and their Adam moments were
-    # whole on every chip (41.9 M adapter parameters at rank 16 on Llama-3.1-8B; BUILD_NOTES.md,
-    # "LoRA factors split over the mesh"). A tuple splits one dimension over both axes, the first major (spec_for drops
+    # whole on every chip (41.9 M adapter parameters at rank 16 on Llama-3.1-8B). A tuple splits one dimension over
+    # both axes, the first major (spec_for drops
     # the last that does not divide).
     (r"^layers/(q|k|v|gate|up)_proj_lora_a$", P(None, ("fsdp", "tensor"), None)),  # [L, D, r]
     (r"^layers/(q|k|v)_proj_lora_b$", P(None, None, "tensor", "fsdp")),  # [L, r, H|K, Dh]

@@ -238,8 +238,7 @@ def copy_spans(branches: Sequence[Branch], task: Task | None, kinds: dict[str, s
     Why the combobox's name: a thought that sets an option repeats it (``Set combobox "size"[6] to size [20 oz]``,
     docs/method.md §1), and with a dozen names in the data a small model wrote the commonest one, "color", whatever
     the combobox; swapped names (copy-swap, ``tgpo_jax.data.augment``) make copying the only rule that fits them.
-    (Measured: the from-scratch default still writes "color" about as often;
-    BUILD_NOTES.md, "Copy-swap augmentation".)"""
+    (Measured: the from-scratch default still writes "color" about as often.)"""
     from rollout.commands import parse_output
     from rollout.core import ActionError
 

@@ -44,7 +44,7 @@ def id_pieces(n: int) -> list[str]:
     (``SELECT [6] [red]``) by matching the tokens before it; with the id split into ``[``, digits and ``]``, ``[``
     opened ids and free text alike, and that match tied with every ``[`` of the prompt. As single pieces, ``▁[``
     opens only free text, and the ids are pieces that turn the circuit's recency term on
-    (``model.circuit_recency_after``; BUILD_NOTES.md, "Id pieces and a gated recency term")."""
+    (``model.circuit_recency_after``)."""
     return [f"[{i}]" for i in range(int(n))]
 
 

@@ -4,7 +4,7 @@ A web agent copies constantly (the quoted query into the search box, a product t
 form). Transformers copy with an *induction circuit* — a previous-token head whose output an induction head matches
 against ("find where the current token occurred before and predict what followed it") — but a small model trained
 from scratch does not form one within a CPU budget: measured on a held-out copy task, 0 % exact copies after 800
-steps of batch 32 (BUILD_NOTES.md, "Which model learns on a CPU"). This module writes the circuit into the initial
+steps of batch 32. This module writes the circuit into the initial
 weights of a standard Llama-shaped model instead, so training only has to learn *when* to copy:
 
 - the token embedding lives in a ``de``-dimensional subspace (unit rows) plus one constant dimension;
@@ -34,8 +34,8 @@ weights of a standard Llama-shaped model instead, so training only has to learn 
   unused rotary pair whose half turn spans the prompt) to its score wherever that flag is on. Where a command's
   argument starts (after ``CLICK``, after the id in ``SELECT [6] [``) the nearest match then wins the one-token ties
   among every ``[`` of the prompt, and the nearest is the thought just written; elsewhere (the thought copying from
-  the task) matching stays position-invariant. Measured with the planted weights alone and the thought given
-  (BUILD_NOTES.md, "Id pieces and a gated recency term"): TYPE commands copy the thought's text in 120 of 120
+  the task) matching stays position-invariant. Measured with the planted weights alone and the thought given:
+  TYPE commands copy the thought's text in 120 of 120
   held-out steps at recency 12 (0 recency: 27), CLICK commands the thought's id in 310 of 310 at recency 20 (12: 206).
 
 After planting, ``...A B ... A`` predicts ``B`` (tests/test_copy_circuit.py measures it on random sequences). The
@@ -247,7 +247,7 @@ def init_planted(cfg: ModelConfig, seed: int = 0, c: CircuitConfig = CircuitConf
 def frozen_mask(cfg: ModelConfig, c: CircuitConfig = CircuitConfig()) -> dict[str, np.ndarray]:
     """Path -> bool array, True where fine-tuning must leave the planted circuit alone (``model.freeze``).
 
-    Measured without it (BUILD_NOTES.md, "Which model learns on a CPU"): SFT on agent actions erodes the circuit —
+    Measured without it: SFT on agent actions erodes the circuit —
     induction accuracy on random repeats fell from 0.97 to 0.006 in 600 steps — because at most action tokens the
     copy prediction is wrong, and the cheapest fix for the loss is to silence copying everywhere. Frozen: the two
     heads (their query, key, value and output weights and their layers' input norms), the token embedding's

@@ -40,7 +40,7 @@ def explain(cmd: Command, obs: Observation | None, instruction: str = "") -> str
     "Address"[6] with address [text].``), a chosen option as the task names it (``color [red]``), after the combobox it
     sets (``Set combobox "color"[6] to color [red].``: the element is decided first, by the page, and its name then
     leads the value as in the task; with the value first the model named the commonest option, "color", and copied that
-    option's value into another combobox; BUILD_NOTES.md, "The combobox named before its value") and a sort link's id
+    option's value into another combobox) and a sort link's id
     right after the task's own words for the sort (``Click to sort by price from high to low [7].``) and a result's id
     right after its rank word (``To add the third item, click the third result [11].``; on a task that sorts both start
     with the results page's title, whose end says whether the list is sorted), so a thought repeats the page and the
@@ -49,12 +49,12 @@ def explain(cmd: Command, obs: Observation | None, instruction: str = "") -> str
     Why the sort's words: the thought then copies the sort the task asks for (``sort by`` is the task's own two
     tokens, so the copy circuit starts there) and writes the link's id right after the copied words, so the word that
     decides the id (``low`` / ``high`` / ``rating``) is one of the two tokens before it, which the planted
-    previous-token heads carry to the id's position (measured in BUILD_NOTES.md,
-    "The decision said right before the id": with the link named in between, 54 % of the training episodes' sort clicks
+    previous-token heads carry to the id's position (measured: with the link named in between, 54 % of the training
+    episodes' sort clicks
     were right after 1,000 SFT steps, chance; with the id right after, 83 %). Why the rank word: which result to open is
     then a fixed link from the rank word to the result's id (results follow the same header on every results page), and
     the thought says the rank word again two tokens before the id (``click the third result [11]``), where the planted
-    previous-token heads carry it (measured in BUILD_NOTES.md, "The decision said right before the id": rank word five
+    previous-token heads carry it (measured: rank word five
     tokens back, 30 % of training rank clicks right, chance; two tokens back, 89 %)."""
     el = obs.by_id(cmd.id) if (obs is not None and cmd.id) else None
     what = f"{el.role} {_quote(el.name)}[{el.id}]" if el is not None else (f"element {cmd.id}" if cmd.id else "")
@@ -66,8 +66,7 @@ def explain(cmd: Command, obs: Observation | None, instruction: str = "") -> str
     if lead and el is not None and el.name and el.name.lower().split()[-1] == lead.lower():
         # a form field whose label ends with the task's word for the value (checkout's "Full name" / "Address"):
         # the field first, decided by the page, then its word leads the value, as a combobox's name does (typed
-        # with the word first, one seed wrote `Type name [..] into textbox "Address"` on 7 of 16; BUILD_NOTES.md,
-        # "multi_cart's first successes")
+        # with the word first, one seed wrote `Type name [..] into textbox "Address"` on 7 of 16)
         return f"Fill {what} with {lead} [{cmd.arg}]."
     # the sort and rank thoughts only where the link is the task's sort or the result at the task's rank: a wrong
     # click (the noisy oracle's mistakes) gets the plain thought, so no thought says what its command does not do
@@ -108,7 +107,7 @@ def task_context(instruction: str, text: str) -> str:
     Why: the planted copy circuit (``recipes/scratch_copy/circuit.py``) starts a copy by matching the two tokens before
     the text. ``Type [`` matches every ``[`` of the task alike, so the copy of a multi-item task's
     second title started at a random bracket; ``Type item 2 [`` matches only the second item's (measured with the
-    planted weights alone on held-out steps, BUILD_NOTES.md, "Typed text led by the task's own words": 4 -> 76 of 80
+    planted weights alone on held-out steps: 4 -> 76 of 80
     multi_cart titles, 4 -> 20 of 20 webshop queries with ``model.circuit_bigram`` 0.7); the shop's tasks write
     ``second item [`` (the older wording, ``item_names="number"``, ``item 2 [``), matched alike."""
     i = instruction.find(f"[{text}]")
@@ -131,7 +130,7 @@ def done_context(instruction: str, obs: Observation | None, cmd: Command) -> str
     leads to: TYPE of that next item, or a CLICK where the list has ended. Otherwise "".
 
     Why: after adding an item the model typed the item it had just added again, to the step limit (multi_cart 0 of
-    33 held-out for every SFT seed; BUILD_NOTES.md, "multi_cart's first successes"): which item comes next is a decision
+    33 held-out for every SFT seed): which item comes next is a decision
     some 300 tokens away. Written this way the thought starts as a copy of the heading (``"Added`` are the page's own
     two pieces, where the planted copy circuit starts), the name's last word is followed by the task's continuation, and
     whether another item follows is the task's next piece (``];`` or ``].``), a copy too. The copy crosses the option
@@ -139,7 +138,7 @@ def done_context(instruction: str, obs: Observation | None, cmd: Command) -> str
     pieces ``] with`` after every name sent it to the first item's options. Only tasks that name their items
     ``second item [..]`` (the shop's wording) get this thought: the ordinal is one piece, so the three-piece match
     crosses ``]; second item [`` to the right name, while ``item 2`` (the older wording, ``item_names="number"``) splits
-    as ``▁item ▁ 2``, the same pieces after every name (BUILD_NOTES.md, "multi_cart's first successes")."""
+    as ``▁item ▁ 2``, the same pieces after every name."""
     if obs is None or cmd.name not in ("TYPE", "CLICK"):
         return ""
     items = [(m.group(1), m.end()) for m in _ITEM.finditer(instruction)]

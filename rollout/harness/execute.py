@@ -7,7 +7,7 @@ Waits end on events with hard caps, never on fixed sleeps:
   ``Timeouts.still_ms`` and no request is pending (capped by ``still_cap_ms``): a page still adding content can move
   the target under the click (Sphinx's search page appends its results one by one, then writes its summary line
   above them). A policy that thinks for longer than that finds the page still and waits for nothing; the oracle
-  waits ~70 ms a command on the shop (BUILD_NOTES.md, "Waits: events, not sleeps");
+  waits ~70 ms a command on the shop;
 - if a navigation request started meanwhile, wait for its commit (``framenavigated``) or failure, then for the new
   document's ``domcontentloaded`` (each capped by ``navigation_ms``).
 

@@ -130,7 +130,7 @@ PHASH_SIZE = 32
 async def capture_png(page, fast: bool = True) -> bytes:
     """The viewport as a PNG. ``fast``: Chromium's ``Page.captureScreenshot`` with ``optimizeForSpeed`` over a CDP
     session kept on the page. Its PNG is compressed less (about twice the bytes), so Chromium encodes it and the pHash
-    decodes it in about half the time (BUILD_NOTES.md, "Chromium's fast capture"), and it skips the caret-hiding
+    decodes it in about half the time, and it skips the caret-hiding
     ``<style>`` that ``page.screenshot`` adds to the page and removes for each shot: the helper's style sheet hides the
     caret instead (page_script.js, adopted by every snapshot). Same pixels as ``page.screenshot``
     (tests/test_harness_page.py). Falls back to ``page.screenshot`` where there is no CDP session (a browser other than

@@ -18,7 +18,7 @@ group the model writes must be a string the step offers, as it writes it:
   something the model did not decide;
 - each ``combobox "…"`` a thought names is one of the page's comboboxes, not one the trailing SELECT steps already
   set on this page. Why: the oracle sets each once per visit, and a model that set them again looped over them to
-  the step limit (BUILD_NOTES.md, "Valid-argument decoding");
+  the step limit;
 - a SELECT sets the value its own thought set (``… combobox "size"[6] to [M]``, ``… [6] combobox "size" to [M]``);
 - where the wording lets names decide (``name_ids``, registered with it), an element the thought names by role and
   name, its id after the name (``link "Sort: Price low to high"[6]``, as a page with ``page_ids="after"`` shows
@@ -32,13 +32,12 @@ too (``OutputGrammar(setting_form=True)``; ``constraints_for`` reads the switch 
 
 - after a combobox's id and ``to`` come its own name and one of its options (``Set combobox "size"[6] to size
   [M]``). Why: the from-scratch model wrote another option's name there, so the value's copy started at that
-  option's place in the task (with the rule above, held-out SFT +10 points over two seeds' models; BUILD_NOTES.md,
-  "Valid-argument decoding");
+  option's place in the task (with the rule above, held-out SFT +10 points over two seeds' models);
 - a thought that starts with ``Set`` is one of those settings (``Set <role> "<name>"``), so it starts so only
   while the page has a combobox left to set, and its command is a SELECT. Why: with every combobox set, a model
   that had not fitted the product page's last decision still began ``Set combobox`` and, with no name left to
   write, went on in free text (``Set combobox lookflavor keyboard] into …``) to a command the thought never
-  decided (BUILD_NOTES.md, "Valid-argument decoding").
+  decided.
 
 Which string, which element and which verb remain the model's choice (the likeliest allowed token at each step,
 the same as WebShop's baselines choosing among the page's available actions). Used only at decoding (evaluation,
@@ -168,8 +167,7 @@ class OutputGrammar:
         self.options = {i: _Pool(o, split) for i, o in strings.options.items()}
         self.names, self.split, self.refs = strings.names, split, strings.refs
         # the comboboxes a thought may name: the page's, less those set on this page already (the oracle sets each
-        # once per visit; a model that set one again looped over them to the step limit; BUILD_NOTES.md,
-        # "Valid-argument decoding")
+        # once per visit; a model that set one again looped over them to the step limit)
         self.boxes = _Pool(n for n in set(strings.names.values()) if n not in strings.set_here)
         # a combobox left to set: a named one not set here, or one with no name (the name check cannot apply)
         self.settable = bool(self.boxes.strings) or any(i not in strings.names for i in strings.options)
@@ -276,7 +274,7 @@ class OutputGrammar:
         """After a combobox's id and ``to`` (``Set combobox "size"[6] to ``), the thought names that combobox again
         and one of its options (``size [M]``), as the ``setting_form`` wording does. Why: the from-scratch model wrote
         another option's name there (``"count"[8] to color [``), and the value's copy then starts at that option's
-        place in the task (BUILD_NOTES.md, "Valid-argument decoding")."""
+        place in the task."""
         for m in self._SET.finditer(text):
             name = self.names.get(m.group(1))
             if not name:

@@ -23,8 +23,7 @@ collection seed and the episode key — not on scheduling or the number of paral
   on the page the press leads to, a failure;
 - ``wrong_sort``: where the plan clicks an item in a results list and the task asks for no order (the shop's webshop
   and multi_cart), a sort link instead (``Environment.wrong_sort``), always undone: the results page then holds the
-  item and the sort as two branches (a trained model sorts there and loops; BUILD_NOTES.md,
-  "The noisy oracle and its mistakes").
+  item and the sort as two branches (a trained model sorts there and loops).
 So runs of one task succeed and fail on shared states, which is what the tree needs.
 """
 

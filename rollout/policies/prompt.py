@@ -64,14 +64,13 @@ POLICY_FILE = "policy.json"  # next to a model: its prompt ({"prompt_style", "bu
 #                                                          the shop's task wording it trained on ("item_names")
 # where an element's id stands in a page line: "before" its role (as the harness renders it: ``[7] button "Buy Now"``)
 # or right after its name's closing quote (``button "Buy Now"[7]``), as the oracle's thought names an element. A lever
-# for from-scratch models (BUILD_NOTES.md, "Ids right after the quoted name"): the planted copy circuit matches the two
+# for from-scratch models: the planted copy circuit matches the two
 # tokens before a copy, here the name's last word and its quote; with a space before the id (``"Buy Now" [7]``), that
 # space was a piece of its own, and the pair (quote, space) is the same on every line
 PAGE_IDS = ("before", "after")
 # how a page too long for the budget is cut: "end" (its text from the end) or "text_first" (its text-only lines from the
 # end up first, so the elements the agent acts on stay: at the default's 384 tokens a multi_cart product page's
-# comboboxes and buttons were cut off in 88 of 188 steps, 15 with text_first; BUILD_NOTES.md,
-# "The page cut keeps the elements")
+# comboboxes and buttons were cut off in 88 of 188 steps, 15 with text_first)
 PAGE_CUTS = ("end", "text_first")
 DEFAULT_THOUGHT_CHARS = 160  # characters of each earlier step's thought kept in the history (0: commands only)
 

@@ -106,7 +106,7 @@ def preference_pairs(node: NodeRecord, cfg: PairConfig = PairConfig()) -> list[P
     branch that one run takes first and undoes (a detour, an undone wrong click) has a suffix that holds the other
     branch's suffix too, and the mean of the longer suffix is the higher one whenever that shared tail is worse than
     the undone steps; the pair then prefers the detour, which the graph's distances say is the longer way
-    (docs/method.md §5; BUILD_NOTES.md, "Pair rules: the chosen branch no farther from a goal": 30 of 36 such pairs, 3
+    (docs/method.md §5: 30 of 36 such pairs, 3
     of 217 of the other way).
 
     ``distance_strict``: and a pair of branches equally far from a goal is dropped (two ways of one length: the

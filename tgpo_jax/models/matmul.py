@@ -1,8 +1,8 @@
 """Projections whose dots accumulate in float32 in the forward *and* the backward pass.
 
 XLA:CPU runs a bf16 x bf16 dot that returns bf16 at about half the rate of the same dot asked for a float32 result
-(measured on an AVX512-BF16 EPYC: 2048x576x1536 at 191 vs 380 GFLOP/s; BUILD_NOTES.md,
-"Projections accumulate in float32"). ``proj`` asks for the float32 result and rounds it to the input dtype, which is
+(measured on an AVX512-BF16 EPYC: 2048x576x1536 at 191 vs 380 GFLOP/s). ``proj`` asks for the float32 result and rounds
+it to the input dtype, which is
 what the bf16 dot computes anyway (float32 accumulation, one rounding). Its backward does the same for both transposed
 dots, with the cotangent rounded to the compute dtype first, as a plain bf16 einsum's backward would see it; JAX's own
 transpose of a ``preferred_element_type=float32`` dot would instead multiply a float32 cotangent by a bf16 operand,

@@ -166,7 +166,7 @@ class Sampler:
     # The jitted steps take ``self`` as a static argument, so jit's cache is keyed by it. Keyed by what the compiled
     # code depends on (the architecture and the model config), not by the instance: a new Sampler over other weights
     # of the same model reuses the steps compiled for the last one. The pipeline evaluates 3-18 models in one
-    # process, and each evaluation met 13+ prompt shapes of ~3 s of compiling each (BUILD_NOTES.md, "The sampler").
+    # process, and each evaluation met 13+ prompt shapes of ~3 s of compiling each.
     def _jit_key(self):
         return self.graphdef, self.cfg, self.pad_id
 
@@ -252,7 +252,7 @@ class Sampler:
         return carry, toks.T, logps.T, emitted.T  # [B, steps]
 
     # cache and key mask donated: without it every token copied the whole cache (constrained decoding feeds one
-    # token per call; 1.4-1.5x a step on the large preset's model; BUILD_NOTES.md, "The sampler")
+    # token per call; 1.4-1.5x a step on the large preset's model)
     @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2, 3))
     def _feed(self, weights, cache, key_valid, pos, index, tok):
         """One token per row (``tok`` [B], chosen on the host) -> the next logits [B, V] and the advanced cache."""

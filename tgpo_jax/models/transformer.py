@@ -63,7 +63,7 @@ class KVCache(NamedTuple):
     Layouts chosen for XLA:CPU's dots (its YNNPACK fusions): a decode step's scores read a layer's keys as [K, S, Dh]
     and its output reads the values as [K, Dh, S], each with the contracted axis minor. In the [B, S, K, Dh] layout
     the step copied and transposed every layer's cache (the values' transpose alone was 13 of the 105 thread-ms of a
-    bf16 step of SmolLM2-135M at batch 8; BUILD_NOTES.md, "bf16 decode: bit slices and the cache's layout"); as bf16 the
+    bf16 step of SmolLM2-135M at batch 8); as bf16 the
     cache, a loop carry, was copied to bits for the layer scan every step (``as_bits``)."""
 
     k: jax.Array  # [L, B, K, S, Dh]
@@ -143,8 +143,8 @@ def attention(q, k, v, mask, impl: str = "dense"):
 
     ``impl`` dense: float32 scores [B,K,G,T,S] materialised (and kept for the backward pass unless remat);
     blocked: the same per block of ``ATTENTION_BLOCK`` queries over only the keys up to the block's end, which skips
-    the half of the scores a causal mask hides (about half the time on the CPU: BUILD_NOTES.md,
-    "Blocked attention on the CPU"). It needs T == S and a mask under which no query sees a later position: every mask
+    the half of the scores a causal mask hides (about half the time on the CPU). It needs T == S and a mask under which
+    no query sees a later position: every mask
     the project builds (``causal_mask``, ``segment_mask``, the sampler's prefill) is such.
     cudnn / xla: ``jax.nn.dot_product_attention`` with the same boolean mask (cuDNN turns it into an additive bias
     and never stores the scores). The tree layouts' masks are not causal-plus-padding, so the mask is passed whole."""
@@ -224,8 +224,8 @@ def as_bits(tree):
 
     Why: XLA:CPU slices a bf16 scan input by converting the whole stacked array to float32 once, outside the loop,
     and each iteration's slice back to bf16, so a bf16 decode step read its weights and KV cache as float32: in a
-    step of SmolLM2-135M the projections took twice the time of the same dots alone (BUILD_NOTES.md,
-    "bf16 decode: bit slices and the cache's layout"). An integer slice is a plain copy of the bits."""
+    step of SmolLM2-135M the projections took twice the time of the same dots alone. An integer slice is a plain copy
+    of the bits."""
     return jax.tree.map(lambda a: jax.lax.bitcast_convert_type(a, jnp.uint16) if a.dtype in HALF else a, tree)
 
 

@@ -6,7 +6,7 @@
 mask and sums token log-probs per slot (one completion each). With the batch's ``loss_pos`` (``loss_positions``:
 where each row's loss-carrying tokens are) the vocabulary projection runs on those positions only: a row is mostly
 prompt, and the projection with its log-softmax, computed again in the backward pass, is about a quarter of a
-training step's work when it runs on every position (BUILD_NOTES.md, "Chunked log-probs on the loss positions only").
+training step's work when it runs on every position.
 """
 
 from __future__ import annotations

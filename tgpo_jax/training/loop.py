@@ -79,8 +79,7 @@ def with_loss_positions(local: dict) -> dict:
     tokens only, as narrow as the batch allows), on one device; on several the batch as it is. Why not there: with
     the batch sharded over two CPU devices the step hung in an all-reduce (tests/test_distributed.py): the two
     devices of one execution wait at different all-reduces; it reproduced with the persistent compilation cache's
-    0.2 s threshold that the tests set and not in one run without it (BUILD_NOTES.md,
-    "Chunked log-probs on the loss positions only"); the cause is not found yet."""
+    0.2 s threshold that the tests set and not in one run without it; the cause is not found yet."""
     if jax.device_count() > 1:
         return local
     return {**local, "loss_pos": loss_positions(local["slot"])}

@@ -162,7 +162,7 @@ def results(L, locale, catalog, sp) -> str:
     body = f'<p>{head}</p><nav class="sorts">{sorts}</nav>{"".join(items)}<nav class="pager">{" ".join(pager)}</nav>'
     # a sorted list says so in its title: the policy's prompt always keeps the title line, and without a word that
     # only a sorted page has, the SFT model did not tell the page after its sort click from the one before it
-    # (BUILD_NOTES.md, "Titles that say the page's state": the step after the sort fitted on 5 of 47 training steps,
+    # (the step after the sort fitted on 5 of 47 training steps,
     # then 45 of 47)
     title = f"{L['search']}: {q}" + (f" ({L['sorted']})" if sp.sort != "relevance" else "")
     return layout(L, title, body, q=q, locale=locale)
@@ -173,8 +173,7 @@ def item(L, locale, catalog, p, q: str | None, sort: str, page: int) -> str:
     title says when every option has been set this visit."""
     # the page title says when every combobox has been set this visit (a product without options says so at once):
     # the policy's prompt always keeps the title line, the "chosen" marks are text that a long page loses, and without
-    # it the SFT model did not tell the product page after its last SELECT from the one before (BUILD_NOTES.md,
-    # "Titles that say the page's state")
+    # it the SFT model did not tell the product page after its last SELECT from the one before
     done = f"{p.title} ({L['all_chosen']})"
     mark = (
         f"this.nextElementSibling.textContent={json.dumps(L['chosen'])};"

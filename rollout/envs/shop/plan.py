@@ -99,7 +99,7 @@ class Planner:
         """Set every option the task names, in page order, once per visit, even one that already shows the wanted
         value, then press ``button``. Why every one: whether to choose is then a fact of the task and the page (a
         named option, a combobox not yet set this visit), not a comparison of the combobox's value with the task's,
-        which a small model did not learn (docs/method.md §1; BUILD_NOTES.md, "Every named option set once per visit": 3
+        which a small model did not learn (docs/method.md §1: 3
         of 55 held-out SELECT steps right when the plan set only the options that differed). The page marks each
         combobox set this visit (``text "chosen"``, ``pages.item``), so a SELECT of the shown value is a change of
         state, not a self-loop."""
@@ -239,7 +239,7 @@ class Planner:
     def wrong_button(self, task: Task, obs: Observation, memory: dict, undo: bool) -> Command | None:
         """The other of the product page's two buttons where the plan presses its own: "Add to cart" for webshop's
         "Buy Now", "Buy Now" for procedure's and multi_cart's "Add to cart" (the confusion a trained model makes:
-        it presses the button of another family; BUILD_NOTES.md, "The noisy oracle and its mistakes"). Undoable in
+        it presses the button of another family). Undoable in
         webshop (its check reads the first order, not the cart) and procedure (it reads the cart, not the orders); not
         in multi_cart, whose check reads the first order. Undone: the page is loaded again after ``GO_BACK`` (the shop's
         pages are ``no-store``), so the plan starts a new visit and sets the options again; committed: the plan stops on
@@ -263,7 +263,7 @@ class Planner:
     def wrong_sort(self, task: Task, obs: Observation, memory: dict, rng) -> Command | None:
         """A sort link where the plan clicks a product on a results page of a task without a sort (webshop,
         multi_cart): undone at once, so the results page holds the product and the sort as two branches (the held-out
-        webshop failures of a trained model sort and go back; BUILD_NOTES.md, "The noisy oracle and its mistakes").
+        webshop failures of a trained model sort and go back).
         Procedure tasks sort by plan, and their wrong sort is ``mistake``'s."""
         if task.family not in ("webshop", "multi_cart") or _url(obs)[0] != "/search":
             return None

@@ -378,7 +378,7 @@ def typed(text: str) -> str:
     """A string the agent must type, as the instruction writes it: in the brackets of the command that types it
     (``TYPE [id] [text]``). The token before the text is then the same in the task, the thought and the command,
     so a copy can start by induction ("what followed this token before?") instead of by a learned search for the
-    right quotation mark among the page's many (BUILD_NOTES.md, "Which model learns on a CPU")."""
+    right quotation mark among the page's many."""
     return f"[{text}]"
 
 
