@@ -16,6 +16,8 @@ or an option set that the task quotes says so, with the task's own words for it 
 for the second item [Oak Tea]: type it into [2] textbox "Search".``, ``The task asks for the size [M]: set [6]
 combobox "size" to [M].`` — which item comes next, which option and which checkout field the task gives are then in
 the thought, where a model reads them back (without them a pretrained model lost track of multi_cart's items).
+``page_first``: the same thought after the page's title and, where it says more, its first heading
+(``page_lead``), so the page's state is written before the decision that depends on it.
 
 A model that needs its own wording registers it from its recipe (``recipes/``) with ``register_thoughts``, and with
 it whether the valid-argument decoding holds that wording's settings to their form (``setting_form``,
@@ -168,8 +170,36 @@ def plain(cmd: Command, obs: Observation | None, instruction: str = "", page_ids
     }[cmd.name]
 
 
+# ---------------------------------------------------------------- the page-first wording
+_HEADING_LINE = re.compile(r'^heading "((?:[^"\\]|\\.)*)"', re.M)
+
+
+def page_lead(obs: Observation | None) -> str:
+    """``Page "<title>".``, with the page's first heading where it says what the title does not (``Page "Your
+    cart", heading "Added Oak Tea to your cart".``); "" without a page or a title.
+
+    Why: the title and the main heading are where a page says its state (``Search: mugs (sorted)``, ``Added Oak Tea
+    to your cart``), and a decision that depends on the state (sort again or open a result, which item comes next)
+    is then made right after the model wrote it out, not read from a line hundreds of tokens back."""
+    if obs is None or not obs.title.strip():
+        return ""
+    title = obs.title.strip()
+    m = _HEADING_LINE.search(obs.text)
+    heading = m.group(1).replace('\\"', '"').strip() if m else ""
+    if heading and heading.lower() not in title.lower():
+        return f'Page "{title}", heading "{heading}".'
+    return f'Page "{title}".'
+
+
+def page_first(cmd: Command, obs: Observation | None, instruction: str = "", page_ids: str = "before") -> str:
+    """The ``page_first`` writer: ``page_lead`` then the ``plain`` thought (``Page "Search: mugs (sorted)". The
+    task asks for the first item, and [9] link "Oak Mug" is the first result: click it.``)."""
+    lead = page_lead(obs)
+    return f"{lead} {plain(cmd, obs, instruction, page_ids)}" if lead else plain(cmd, obs, instruction, page_ids)
+
+
 # ---------------------------------------------------------------- the registry
-THOUGHTS: dict[str, Thoughts] = {"plain": Thoughts(plain)}
+THOUGHTS: dict[str, Thoughts] = {"plain": Thoughts(plain), "page_first": Thoughts(page_first)}
 
 
 def register_thoughts(name: str, fn: Callable[..., str], *, setting_form: bool = False, name_ids: bool = True) -> None:
