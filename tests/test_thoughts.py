@@ -14,6 +14,8 @@ from rollout.core import Command, Element, Observation, PolicyRequest, Task
 from rollout.policies.thoughts import (
     THOUGHTS,
     element_ref,
+    page_first,
+    page_lead,
     plain,
     register_thoughts,
     task_item,
@@ -241,3 +243,38 @@ def test_the_noisy_oracle_decides_alike_whatever_its_wording(golden):
             fixed = ("Going back", "Let me look", "I think the task")  # the policy's own words for its detours
             if not thought.startswith(fixed):
                 assert thought == plain(cmd, obs, task.instruction, "after")
+
+
+def test_page_first_writes_the_pages_state_before_the_plain_thought(golden):
+    """``page_first``: the page's title, its first heading only where the title does not say it (an escaped quote
+    read back), then the plain thought; on every recorded case the decoding accepts it with its command, and the
+    shop's state marks (a sorted list, an added item) stand before the decision."""
+    from rollout.policies.constrain import OutputGrammar, quoted_strings, step_strings
+
+    cart = Observation(
+        "http://shop/cart", "Your cart", 'heading "Added \\"Oak\\" Tea to your cart"\n[5] link "Checkout"', ()
+    )
+    assert page_lead(cart) == 'Page "Your cart", heading "Added "Oak" Tea to your cart".'
+    item = Observation("http://shop/item/3", "Oak Tea", 'heading "Oak Tea"\nheading "Features"', ())
+    assert page_lead(item) == 'Page "Oak Tea".' and page_lead(None) == ""
+    assert page_first(Command("CLICK", "10"), PAGE, TASK, "after") == (
+        'Page "Search: red mug (sorted)". The task asks for the second item, and link "Mug 1"[10] is the second '
+        "result: click it."
+    )
+    pages = [observation_of(p) for p in golden["pages"]]
+    marks = {"sorted": 0, "added": 0}
+    for page, ins, name, el, arg, _ in golden["cases"]:
+        if page is None:
+            continue
+        obs, instruction, cmd = pages[page], golden["instructions"][ins], command_of([name, el, arg])
+        thought = page_first(cmd, obs, instruction, "after")
+        assert thought == f"{page_lead(obs)} {plain(cmd, obs, instruction, 'after')}"
+        assert thought.startswith(f'Page "{obs.title}"')
+        marks["sorted"] += thought.startswith('Page "Search:') and "(sorted)" in thought.split(". ")[0]
+        marks["added"] += ', heading "Added ' in thought
+        if cmd.name == "TYPE" and cmd.arg not in quoted_strings(instruction):
+            continue
+        task = Task("t", "shop", "webshop", instruction, "/", 1, "train")
+        grammar = OutputGrammar(step_strings(PolicyRequest(task, obs, (), 0, "t/0", 0)))
+        assert grammar.complete(f"Thought: {thought}\nCommand: {cmd.render()}"), thought
+    assert marks["sorted"] > 3 and marks["added"] > 3, marks
