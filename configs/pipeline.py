@@ -64,8 +64,9 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
             num_test=12,  # first N held-out (test) tasks
         )
     )
-    # round 1's behaviour policy: a noisy oracle (its mistakes give the tree its branches), 'base', or any
-    # launch.evaluate --model value; rounds >= 2 collect with the previous round's policy (rounds.behaviour)
+    # round 1's behaviour policy: a noisy oracle (its mistakes give the tree its branches; its rates positional,
+    # 'oracle:0.15,0.1,0.05,0.02', or named, 'oracle:wrong_choice=0.15,loop=0.1'), 'base', or any launch.evaluate
+    # --model value; rounds >= 2 collect with the previous round's policy (rounds.behaviour)
     c.collect = ml_collections.ConfigDict(
         dict(
             policy="oracle:0.15,0.1,0.05,0.02",

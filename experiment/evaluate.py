@@ -49,24 +49,41 @@ REDUNDANCY_RULES = ("page", "strict", "either")
 
 # ---------------------------------------------------------------- policies
 def _parse_oracle(spec: str):
+    """The noise of ``oracle[:rates]``: named (``oracle:wrong_choice=0.15,loop=0.1``; the others 0) or positional
+    (``oracle:0.15,0.1,0.05,0.02``: four to eight rates in ``OracleNoise``'s field order)."""
+    import dataclasses
+
     from rollout.policies.oracle import OracleNoise
 
+    names = [f.name for f in dataclasses.fields(OracleNoise)]
     rates = spec.split(":", 1)[1] if ":" in spec else ""
     if not rates.strip():
         return OracleNoise()
     parts = [p.strip() for p in rates.split(",")]
-    if len(parts) not in (4, 5, 6, 7, 8):
-        raise ValueError(
-            f"--model={spec!r}: expected oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>"
-            f"[,<recover>[,<repeat>[,<wrong_button>[,<wrong_sort>]]]] "
-            f"(four to eight rates in [0, 1]), got "
-            f"{len(parts)} value(s)"
-        )
+    named = ["=" in p for p in parts]
+    if any(named) and not all(named):
+        raise ValueError(f"--model={spec!r}: oracle rates are all named (wrong_choice=0.15,...) or all positional")
     try:
-        values = [float(p) for p in parts]
+        if all(named):
+            pairs = [p.split("=", 1) for p in parts]
+            unknown = sorted({k.strip() for k, _ in pairs} - set(names))
+            if unknown:
+                raise ValueError(f"--model={spec!r}: unknown oracle rate(s) {unknown}; known: {', '.join(names)}")
+            keys = [k.strip() for k, _ in pairs]
+            if len(set(keys)) != len(keys):
+                raise ValueError(f"--model={spec!r}: an oracle rate is named twice")
+            return OracleNoise(**{k.strip(): float(v) for k, v in pairs})
+        if len(parts) not in (4, 5, 6, 7, 8):
+            raise ValueError(
+                f"--model={spec!r}: expected oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>"
+                f"[,<recover>[,<repeat>[,<wrong_button>[,<wrong_sort>]]]] (four to eight rates in [0, 1]) or named "
+                f"rates (oracle:wrong_choice=0.15,loop=0.1), got {len(parts)} value(s)"
+            )
+        return OracleNoise(*[float(p) for p in parts])
     except ValueError as e:
+        if str(e).startswith(("--model=", "oracle noise")):
+            raise
         raise ValueError(f"--model={spec!r}: oracle rates must be numbers ({e})") from None
-    return OracleNoise(*values)
 
 
 def trained_thoughts(saved: dict) -> str:

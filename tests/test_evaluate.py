@@ -165,6 +165,17 @@ def test_load_policy_dispatch_and_errors(shop, tmp_path):
     for bad in ("oracle:0.1,0.2", "oracle:0.1,0.2,0,0.05,0.5,0.3,0.1,0.2,0.3"):
         with pytest.raises(ValueError, match="four to eight rates"):
             load_policy(bad, params=p, env=shop)
+    named = load_policy("oracle:loop=0.2, wrong_sort=0.6,wrong_choice=0.1", params=p, env=shop).noise
+    assert named == OracleNoise(wrong_choice=0.1, loop=0.2, wrong_sort=0.6)
+    for bad, why in (
+        ("oracle:loop=0.2,0.1", "all named"),
+        ("oracle:lop=0.2", r"unknown oracle rate\(s\) \['lop'\]; known: wrong_choice, loop"),
+        ("oracle:loop=0.2,loop=0.3", "named twice"),
+        ("oracle:loop=x", "must be numbers"),
+        ("oracle:loop=1.5", r"loop=1.5 must be in \[0, 1\]"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            load_policy(bad, params=p, env=shop)
     missing = str(tmp_path / "no-such-run")
     with pytest.raises(FileNotFoundError, match="no-such-run.*nothing exists there.*training run directory"):
         load_policy(missing, params=p)
