@@ -171,7 +171,7 @@ def plain(cmd: Command, obs: Observation | None, instruction: str = "", page_ids
 
 
 # ---------------------------------------------------------------- the page-first wording
-_HEADING_LINE = re.compile(r'^heading "((?:[^"\\]|\\.)*)"', re.M)
+HEADING_LINE = re.compile(r'^heading "((?:[^"\\]|\\.)*)"', re.M)
 
 
 def page_lead(obs: Observation | None) -> str:
@@ -184,7 +184,7 @@ def page_lead(obs: Observation | None) -> str:
     if obs is None or not obs.title.strip():
         return ""
     title = obs.title.strip()
-    m = _HEADING_LINE.search(obs.text)
+    m = HEADING_LINE.search(obs.text)
     heading = m.group(1).replace('\\"', '"').strip() if m else ""
     if heading and heading.lower() not in title.lower():
         return f'Page "{title}", heading "{heading}".'

@@ -13,6 +13,7 @@ import math
 from typing import Iterable, Sequence
 
 from tgpo_jax.data.schema import NodeRecord
+from tgpo_jax.sections import from_section
 
 MEAN_TOL = 1e-9  # relative tolerance for "above the node's mean" (KTO-Tree)
 WEIGHT_SIGMAS = ("branch", "occurrence")  # readings of sigma in the TGPO weight (node_sigma)
@@ -52,19 +53,8 @@ class PairConfig:
 
 def pair_config(d) -> PairConfig:
     """A training config's ``data`` section (``configs/base.py``) as the pair rules, checked by ``PairConfig``: the
-    pipeline's validate builds it too, so a bad rule is refused before any stage runs."""
-    return PairConfig(
-        margin=d.margin,
-        weight_eps=d.weight_eps,
-        weight_clip=d.weight_clip or None,
-        weight_sigma=d.get("weight_sigma", "branch"),
-        kto_repeat_cap=d.kto_repeat_cap or None,
-        sft_repeat=d.sft_repeat,
-        sft_shortest=d.sft_shortest,
-        distance_agree=d.get("distance_agree", False),
-        distance_strict=d.get("distance_strict", False),
-        kto_reachable=d.get("kto_reachable", False),
-    )
+    pipeline's validate builds it too, so a bad rule is refused before any stage runs (0 clip or cap: none)."""
+    return from_section(PairConfig, d, weight_clip=d.weight_clip or None, kto_repeat_cap=d.kto_repeat_cap or None)
 
 
 @dataclasses.dataclass(frozen=True)

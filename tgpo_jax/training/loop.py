@@ -31,6 +31,7 @@ from tgpo_jax.training.logprobs import loss_positions
 from tgpo_jax.training.metrics import MetricsWriter, read_metrics
 from tgpo_jax.training.objective import LossConfig
 from tgpo_jax.training.registry import freeze_fn, init_fn
+from tgpo_jax.sections import from_section
 from tgpo_jax.training.step import OptimConfig, Trainer, to_global_batch
 
 log = logging.getLogger(__name__)
@@ -55,22 +56,13 @@ def maybe_initialize_distributed(cfg) -> None:
 
 def collate_config(cfg) -> CollateConfig:
     """The ``CollateConfig`` of a training config."""
-    d = cfg.data
-    pairs = ex.pair_config(d)
-    return CollateConfig(
+    return from_section(
+        CollateConfig,
+        cfg.data,
         method=cfg.method,
-        layout=d.layout,
-        max_len=d.max_len,
-        max_prompt_len=d.max_prompt_len,
-        max_completion_len=d.max_completion_len,
-        max_branches=d.max_branches,
-        max_pairs=d.max_pairs,
-        max_items=d.max_items,
-        kl_slot=d.kl_slot,
-        family_balance=d.get("family_balance", False),
-        pairs=pairs,
+        pairs=ex.pair_config(cfg.data),
         sft_slots=cfg.loss.sft_alpha > 0,
-        margin_decisions=not cfg.loss.get("margin_copies", True),
+        margin_decisions=not cfg.loss.margin_copies,
     )
 
 
@@ -101,39 +93,24 @@ def check_batch(cfg, mesh) -> None:
 
 def loss_config(cfg, desirable_weight: float = 1.0, undesirable_weight: float = 1.0) -> LossConfig:
     """``cfg.loss`` -> the Trainer's LossConfig (KTO's class weights given: the dataset's, or cfg's fixed ones)."""
-    lc = cfg.loss
-    return LossConfig(
+    return from_section(
+        LossConfig,
+        cfg.loss,
         method=cfg.method,
-        beta=lc.beta,
-        dpo_loss_type=lc.dpo_loss_type,
-        label_smoothing=lc.label_smoothing,
         desirable_weight=desirable_weight,
         undesirable_weight=undesirable_weight,
-        reference=lc.reference,
-        focal_gamma=lc.focal_gamma,
-        rpo_alpha=lc.rpo_alpha,
-        decision_window=lc.decision_window,
-        sft_alpha=lc.sft_alpha,
-        margin_copies=lc.get("margin_copies", True),
     )
 
 
 def optim_config(cfg, total_steps: int) -> OptimConfig:
-    """``cfg.optim`` -> the Trainer's OptimConfig for a run of ``total_steps``."""
+    """``cfg.optim`` -> the Trainer's OptimConfig for a run of ``total_steps`` (warmup_steps 0: warmup_fraction of
+    them)."""
     o = cfg.optim
-    return OptimConfig(
-        optimizer=o.optimizer,
-        learning_rate=o.learning_rate,
+    return from_section(
+        OptimConfig,
+        o,
         warmup_steps=o.warmup_steps or int(o.warmup_fraction * total_steps),
-        schedule=o.schedule,
         total_steps=total_steps,
-        end_lr_fraction=o.end_lr_fraction,
-        weight_decay=o.weight_decay,
-        b1=o.b1,
-        b2=o.b2,
-        eps=o.eps,
-        clip_norm=o.clip_norm,
-        grad_accum=o.grad_accum,
     )
 
 
@@ -142,10 +119,10 @@ def model_overrides(m) -> dict:
     return dict(
         dtype=compute_dtype(m.dtype),
         remat=m.remat,
-        train_layers=m.get("train_layers", 0),
+        train_layers=m.train_layers,
         lora_rank=m.lora_rank,
         lora_alpha=m.lora_alpha,
-        attention=m.get("attention", "auto"),
+        attention=m.attention,
     )
 
 
@@ -419,7 +396,7 @@ def check_resume(out_dir: str, cfg) -> None:
     has_ckpt = os.path.isdir(ck_dir) and any(n.isdigit() for n in os.listdir(ck_dir))
     if not has_ckpt or jax.process_index() != 0:
         return
-    if cfg.train.get("restart", False):
+    if cfg.train.restart:
         aside = os.path.join(out_dir, "replaced-" + time.strftime("%Y%m%dT%H%M%S", time.gmtime()))
         os.makedirs(aside)
         for name in ("checkpoints", "config.json", "metrics.jsonl", "summary.json", "reference"):
