@@ -14,6 +14,7 @@ from rollout.core import Command, Element, Observation, PolicyRequest, Task
 from rollout.policies.thoughts import (
     THOUGHTS,
     element_ref,
+    page_counted,
     page_first,
     page_lead,
     plain,
@@ -278,3 +279,34 @@ def test_page_first_writes_the_pages_state_before_the_plain_thought(golden):
         grammar = OutputGrammar(step_strings(PolicyRequest(task, obs, (), 0, "t/0", 0)))
         assert grammar.complete(f"Thought: {thought}\nCommand: {cmd.render()}"), thought
     assert marks["sorted"] > 3 and marks["added"] > 3, marks
+
+
+def test_page_counted_counts_the_results_up_to_the_asked_rank(golden):
+    """``page_counted``: a click on the result at the task's rank lists the results up to it, each with its ordinal,
+    the clicked one last; any other thought is ``page_first``'s; the decoding accepts each with its command."""
+    from rollout.policies.constrain import OutputGrammar, quoted_strings, step_strings
+
+    assert page_counted(Command("CLICK", "10"), PAGE, TASK, "after") == (
+        'Page "Search: red mug (sorted)". The task asks for the second item; the results are first link "Mug 0"[9], '
+        'second link "Mug 1"[10]: click it.'
+    )
+    assert page_counted(Command("CLICK", "11"), PAGE, TASK, "after") == page_first(
+        Command("CLICK", "11"), PAGE, TASK, "after"
+    )  # not the asked rank: no count
+    pages = [observation_of(p) for p in golden["pages"]]
+    counted = 0
+    for page, ins, name, el, arg, _ in golden["cases"]:
+        if page is None:
+            continue
+        obs, instruction, cmd = pages[page], golden["instructions"][ins], command_of([name, el, arg])
+        thought = page_counted(cmd, obs, instruction, "after")
+        if thought != page_first(cmd, obs, instruction, "after"):
+            counted += 1
+            ref = element_ref(obs.by_id(cmd.id), "after")
+            assert thought.endswith(f"{ref}: click it.") and thought.count("link ") >= 1, thought
+        if cmd.name == "TYPE" and cmd.arg not in quoted_strings(instruction):
+            continue
+        task = Task("t", "shop", "webshop", instruction, "/", 1, "train")
+        grammar = OutputGrammar(step_strings(PolicyRequest(task, obs, (), 0, "t/0", 0)))
+        assert grammar.complete(f"Thought: {thought}\nCommand: {cmd.render()}"), thought
+    assert counted > 5

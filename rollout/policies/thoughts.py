@@ -17,7 +17,8 @@ for the second item [Oak Tea]: type it into [2] textbox "Search".``, ``The task 
 combobox "size" to [M].`` — which item comes next, which option and which checkout field the task gives are then in
 the thought, where a model reads them back (without them a pretrained model lost track of multi_cart's items).
 ``page_first``: the same thought after the page's title and, where it says more, its first heading
-(``page_lead``), so the page's state is written before the decision that depends on it.
+(``page_lead``), so the page's state is written before the decision that depends on it. ``page_counted``: as
+``page_first``, with the results counted out up to the rank the task asks for (``counted_rank``).
 
 A model that needs its own wording registers it from its recipe (``recipes/``) with ``register_thoughts``, and with
 it whether the valid-argument decoding holds that wording's settings to their form (``setting_form``,
@@ -198,8 +199,36 @@ def page_first(cmd: Command, obs: Observation | None, instruction: str = "", pag
     return f"{lead} {plain(cmd, obs, instruction, page_ids)}" if lead else plain(cmd, obs, instruction, page_ids)
 
 
+def counted_rank(obs: Observation, nth: str, page_ids: str = "before") -> str:
+    """The results counted up to the rank the task asks for (``task_item``'s ``the third item``): ``The task asks
+    for the third item; the results are first link "A"[9], second link "B"[10], third link "C"[11]: click it.``
+
+    Why: a model that names the asked rank's result straight away picked the first result for the second and third
+    (procedure's held-out failures with ``page_first``); counted, each result is the next page line copied with the
+    next ordinal, and the last one written is the one to click."""
+    rank = ORDINALS_EN.index(nth.split()[1]) + 1
+    results = [e for e in obs.elements if is_result(e)][:rank]
+    listed = ", ".join(f"{ORDINALS_EN[i]} {element_ref(e, page_ids)}" for i, e in enumerate(results))
+    return f"The task asks for {nth}; the results are {listed}: click it."
+
+
+def page_counted(cmd: Command, obs: Observation | None, instruction: str = "", page_ids: str = "before") -> str:
+    """The ``page_counted`` writer: ``page_first``, with a click on the result at the task's rank counted out
+    (``counted_rank``)."""
+    el = obs.by_id(cmd.id) if (obs is not None and cmd.id) else None
+    nth = item_asked(cmd, obs, el, instruction) if cmd.name == "CLICK" else ""
+    if not nth:
+        return page_first(cmd, obs, instruction, page_ids)
+    lead = page_lead(obs)
+    return f"{lead} {counted_rank(obs, nth, page_ids)}" if lead else counted_rank(obs, nth, page_ids)
+
+
 # ---------------------------------------------------------------- the registry
-THOUGHTS: dict[str, Thoughts] = {"plain": Thoughts(plain), "page_first": Thoughts(page_first)}
+THOUGHTS: dict[str, Thoughts] = {
+    "plain": Thoughts(plain),
+    "page_first": Thoughts(page_first),
+    "page_counted": Thoughts(page_counted),
+}
 
 
 def register_thoughts(name: str, fn: Callable[..., str], *, setting_form: bool = False, name_ids: bool = True) -> None:
