@@ -276,7 +276,7 @@ def test_page_first_writes_the_pages_state_before_the_plain_thought(golden):
         if cmd.name == "TYPE" and cmd.arg not in quoted_strings(instruction):
             continue
         task = Task("t", "shop", "webshop", instruction, "/", 1, "train")
-        grammar = OutputGrammar(step_strings(PolicyRequest(task, obs, (), 0, "t/0", 0)))
+        grammar = OutputGrammar(step_strings(PolicyRequest(task, obs, (), 0, "t/0", 0)), page_lead=True)
         assert grammar.complete(f"Thought: {thought}\nCommand: {cmd.render()}"), thought
     assert marks["sorted"] > 3 and marks["added"] > 3, marks
 
@@ -307,6 +307,25 @@ def test_page_counted_counts_the_results_up_to_the_asked_rank(golden):
         if cmd.name == "TYPE" and cmd.arg not in quoted_strings(instruction):
             continue
         task = Task("t", "shop", "webshop", instruction, "/", 1, "train")
-        grammar = OutputGrammar(step_strings(PolicyRequest(task, obs, (), 0, "t/0", 0)))
+        grammar = OutputGrammar(step_strings(PolicyRequest(task, obs, (), 0, "t/0", 0)), page_lead=True)
         assert grammar.complete(f"Thought: {thought}\nCommand: {cmd.render()}"), thought
     assert counted > 5
+
+
+def test_the_decoding_holds_a_page_first_thought_to_the_pages_lead():
+    """With ``page_lead`` (the page-first wordings' switch) a thought opens with this page's lead, prefix by prefix;
+    another page's title, or the lead written twice, is refused; without the switch any opening passes."""
+    from rollout.policies.constrain import OutputGrammar, step_strings
+    from rollout.policies.thoughts import thoughts
+
+    assert thoughts("page_first").page_lead and thoughts("page_counted").page_lead and not thoughts("plain").page_lead
+    empty = Observation("http://shop/search?q=", "Search:", "", LINKS)
+    task = Task("t", "shop", "procedure", TASK, "/", 1, "train")
+    lead = page_lead(empty)
+    assert lead == 'Page "Search:".'
+    held = OutputGrammar(step_strings(PolicyRequest(task, empty, (), 0, "t/0", 0)), page_lead=True)
+    free = OutputGrammar(step_strings(PolicyRequest(task, empty, (), 0, "t/0", 0)))
+    right = f'Thought: {lead} Click link "Sort: Rating"[7].\nCommand: CLICK [7]'
+    assert all(held.viable(right[:i]) for i in range(len(right) + 1)) and held.complete(right)
+    for wrong in ('Thought: Page "Search: Page', 'Thought: Page "Search: red mug".', "Thought: Click"):
+        assert not held.viable(wrong) and free.viable(wrong), wrong

@@ -24,7 +24,11 @@ group the model writes must be a string the step offers, as it writes it:
   name, its id after the name (``link "Sort: Price low to high"[6]``, as a page with ``page_ids="after"`` shows
   it), gets the id of a page element of that role and name. Why: a model that chose the right element by its name
   still wrote a neighbour's id after it (the sort link beside the one it named), and the command then acted on that
-  id. Not for the copy wording: there the id is the decision, and a name before it may be another element's.
+  id. Not for the copy wording: there the id is the decision, and a name before it may be another element's;
+- where the wording opens each thought with the page's lead (``page_lead``, registered with it: ``page_first``,
+  ``page_counted``), the thought opens with this page's (``Page "Search: mugs (sorted)".``). Why: on a page whose
+  title ended in a colon (a search for nothing: ``Search:``) a trained model wrote ``Page "Search: Page "Search:``
+  on to the token limit, a step without a command, again and again.
 
 A wording that names its settings in a form of its own (registered with ``setting_form``,
 ``rollout/policies/thoughts.py``: the from-scratch copy model's, ``thoughts=scratch_copy``) is held to that form
@@ -54,7 +58,7 @@ from typing import Callable, Iterable
 from rollout.commands import parse_command
 from rollout.core import COMMANDS, ActionError, PolicyRequest
 from rollout.policies.prompt import element_refs
-from rollout.policies.thoughts import DEFAULT, thoughts as registered_thoughts
+from rollout.policies.thoughts import DEFAULT, page_lead, thoughts as registered_thoughts
 
 # element id groups and free-text groups per verb ("id", then the argument's kind)
 _GROUPS = {
@@ -81,6 +85,7 @@ class StepStrings:
     names: dict[str, str] = dataclasses.field(default_factory=dict)  # element id -> name, for those with options
     set_here: frozenset[str] = frozenset()  # the comboboxes the last steps' SELECTs set on this page (their names)
     refs: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)  # 'role "name"' -> its elements' ids
+    lead: str = ""  # the page's lead (thoughts.page_lead: 'Page "<title>".'), for a wording that opens with it
 
 
 class _Pool:
@@ -149,6 +154,7 @@ def step_strings(request: PolicyRequest) -> StepStrings:
         set_here=_set_here(request.history, els),
         typed=quoted_strings(request.task.instruction),
         refs=element_refs(request.observation.text),
+        lead=page_lead(request.observation),
     )
 
 
@@ -158,8 +164,16 @@ class OutputGrammar:
     the thoughts' wording names its settings as ``Set <role> "<name>"[id] to <name> [<option>]`` (the module's
     docstring)."""
 
-    def __init__(self, strings: StepStrings, split=None, setting_form: bool = False, name_ids: bool = True):
+    def __init__(
+        self,
+        strings: StepStrings,
+        split=None,
+        setting_form: bool = False,
+        name_ids: bool = True,
+        page_lead: bool = False,
+    ):
         self.setting_form, self.name_ids = setting_form, name_ids
+        self.lead = strings.lead if page_lead else ""
         all_options = [o for opts in strings.options.values() for o in opts]
         self.ids, self.scroll = _Pool(strings.ids), _Pool(("UP", "DOWN"))
         self.selects = _Pool(strings.options)  # SELECT acts on an element with options
@@ -212,6 +226,7 @@ class OutputGrammar:
             (group is None or group in self.any.ends)
             and self._boxes(text)
             and (not self.name_ids or self._refs(text))
+            and self._leads(text)
             and (not self.setting_form or (self._setting(text) and self._set_lead(text)))
         )
 
@@ -220,6 +235,19 @@ class OutputGrammar:
         """The thought's own words, after its ``Thought:`` label (decoded text may start with a space)."""
         text = thought.lstrip(" ")
         return text[len("Thought:") :].lstrip(" ") if text.startswith("Thought:") else text
+
+    def _leads(self, thought: str) -> bool:
+        """With ``page_lead``: the thought opens with the page's lead, as written (``Page "Your cart", heading
+        "Added Oak Tea to your cart".``), or a prefix of it while it is being written."""
+        if not self.lead:
+            return True
+        text = thought.lstrip(" ")
+        if "Thought:".startswith(text):
+            return True  # the label so far
+        if not text.startswith("Thought:"):
+            return True  # no label: the output's form is the command parser's concern
+        body = text[len("Thought:") :].lstrip(" ")
+        return self.lead.startswith(body) if len(body) <= len(self.lead) else body.startswith(self.lead)
 
     _LEAD = re.compile(r' \w*(?: (?:"([^"\n]*)(")?)?)?')  # `` <role> "<name>"`` after ``Set``, or a prefix of it
 
@@ -420,7 +448,7 @@ class GrammarConstraint:
 def constraints_for(requests, tokenizer, eos_ids: Iterable[int], thoughts: str = DEFAULT) -> list[GrammarConstraint]:
     """One grammar constraint per request, for ``Sampler.generate(..., constraints=...)``; ``thoughts``: the wording
     the model's thoughts were trained on (a name registered with ``rollout/policies/thoughts.py``), whose
-    ``setting_form`` and ``name_ids`` switch their rules on."""
+    ``setting_form``, ``name_ids`` and ``page_lead`` switch their rules on."""
     wording = registered_thoughts(thoughts)
     pieces = _piece_table(tokenizer)
     # control tokens (BOS, chat markers) never appear in an output; special tokens that are text (element id
@@ -429,7 +457,13 @@ def constraints_for(requests, tokenizer, eos_ids: Iterable[int], thoughts: str =
     split = token_bounds(tokenizer, pieces)
     return [
         GrammarConstraint(
-            OutputGrammar(step_strings(r), split, setting_form=wording.setting_form, name_ids=wording.name_ids),
+            OutputGrammar(
+                step_strings(r),
+                split,
+                setting_form=wording.setting_form,
+                name_ids=wording.name_ids,
+                page_lead=wording.page_lead,
+            ),
             pieces,
             eos_ids,
             special,

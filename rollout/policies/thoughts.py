@@ -45,13 +45,14 @@ HINT = "a recipe registers more: recipes.register_all(), or recipes.get(name).re
 @dataclasses.dataclass(frozen=True)
 class Thoughts:
     """A registered wording: its writer, whether the valid-argument decoding holds a thought that sets a combobox to
-    that wording's own form (``constrain.OutputGrammar``'s ``setting_form``), and whether an element's role and name
+    that wording's own form (``constrain.OutputGrammar``'s ``setting_form``), whether an element's role and name
     in a thought decide the id after them (``name_ids``; off where the id is the decision and the name may be
-    another element's)."""
+    another element's), and whether each thought opens with the page's lead (``page_lead``)."""
 
     write: Callable[..., str]
     setting_form: bool = False
     name_ids: bool = True
+    page_lead: bool = False  # every thought opens with ``page_lead(obs)``: the decoding holds it to the page's
 
 
 # ---------------------------------------------------------------- what the task asks for
@@ -226,16 +227,19 @@ def page_counted(cmd: Command, obs: Observation | None, instruction: str = "", p
 # ---------------------------------------------------------------- the registry
 THOUGHTS: dict[str, Thoughts] = {
     "plain": Thoughts(plain),
-    "page_first": Thoughts(page_first),
-    "page_counted": Thoughts(page_counted),
+    "page_first": Thoughts(page_first, page_lead=True),
+    "page_counted": Thoughts(page_counted, page_lead=True),
 }
 
 
-def register_thoughts(name: str, fn: Callable[..., str], *, setting_form: bool = False, name_ids: bool = True) -> None:
+def register_thoughts(
+    name: str, fn: Callable[..., str], *, setting_form: bool = False, name_ids: bool = True, page_lead: bool = False
+) -> None:
     """``thoughts=name`` words the oracle's thoughts with ``fn``; ``setting_form``: the valid-argument decoding holds
     a setting thought to ``fn``'s form; ``name_ids``: it holds an id written after an element's role and name to
-    that element's. Registering the same again is a no-op, another one under a taken name an error."""
-    entry = Thoughts(fn, setting_form, name_ids)
+    that element's; ``page_lead``: it holds each thought's opening to the page's lead (``page_lead``). Registering
+    the same again is a no-op, another one under a taken name an error."""
+    entry = Thoughts(fn, setting_form, name_ids, page_lead)
     if THOUGHTS.get(name, entry) != entry:
         raise ValueError(
             f"thoughts={name!r} is registered already (by {THOUGHTS[name].write.__module__}); pick another name"
