@@ -14,6 +14,7 @@ from rollout.core import Command, Element, Observation, PolicyRequest, Task
 from rollout.policies.thoughts import (
     THOUGHTS,
     element_ref,
+    item_done,
     page_counted,
     page_first,
     page_lead,
@@ -283,7 +284,8 @@ def test_page_first_writes_the_pages_state_before_the_plain_thought(golden):
 
 def test_page_counted_counts_the_results_up_to_the_asked_rank(golden):
     """``page_counted``: a click on the result at the task's rank lists the results up to it, each with its ordinal,
-    the clicked one last; any other thought is ``page_first``'s; the decoding accepts each with its command."""
+    the clicked one last; on a page that reports a task's item done, that item's place in the task's list comes
+    first (``item_done``); any other thought is ``page_first``'s; the decoding accepts each with its command."""
     from rollout.policies.constrain import OutputGrammar, quoted_strings, step_strings
 
     assert page_counted(Command("CLICK", "10"), PAGE, TASK, "after") == (
@@ -293,14 +295,28 @@ def test_page_counted_counts_the_results_up_to_the_asked_rank(golden):
     assert page_counted(Command("CLICK", "11"), PAGE, TASK, "after") == page_first(
         Command("CLICK", "11"), PAGE, TASK, "after"
     )  # not the asked rank: no count
+    three = "Buy these items in one order: first item [Oak Tea]; second item [Red Mug] with size [M]; third item [Mug]."
+    added = Observation(
+        "http://shop/added", "Your cart", 'heading "Added Red Mug to your cart"\n[5] link "View cart"', ()
+    )
+    assert item_done(added, three) == "[Red Mug] was the second item."  # the longest name it mentions, not "Mug"
+    last = Observation("http://shop/added", "Your cart", 'heading "Added Mug to your cart"', ())
+    assert item_done(last, three) == "[Mug] was the third item, the last."
+    own = Observation("http://shop/item/4", "Red Mug", 'heading "Red Mug"', ())
+    assert item_done(own, three) == "" and item_done(added, TASK) == ""
+    assert page_counted(Command("TYPE", "2", "Mug"), added, three, "after") == (
+        'Page "Your cart", heading "Added Red Mug to your cart". [Red Mug] was the second item. The task asks for '
+        "the third item [Mug]: type it into element 2."
+    )
     pages = [observation_of(p) for p in golden["pages"]]
-    counted = 0
+    counted = done = 0
     for page, ins, name, el, arg, _ in golden["cases"]:
         if page is None:
             continue
         obs, instruction, cmd = pages[page], golden["instructions"][ins], command_of([name, el, arg])
         thought = page_counted(cmd, obs, instruction, "after")
-        if thought != page_first(cmd, obs, instruction, "after"):
+        done += bool(item_done(obs, instruction))
+        if thought != page_first(cmd, obs, instruction, "after") and not item_done(obs, instruction):
             counted += 1
             ref = element_ref(obs.by_id(cmd.id), "after")
             assert thought.endswith(f"{ref}: click it.") and thought.count("link ") >= 1, thought
@@ -309,7 +325,7 @@ def test_page_counted_counts_the_results_up_to_the_asked_rank(golden):
         task = Task("t", "shop", "webshop", instruction, "/", 1, "train")
         grammar = OutputGrammar(step_strings(PolicyRequest(task, obs, (), 0, "t/0", 0)), page_lead=True)
         assert grammar.complete(f"Thought: {thought}\nCommand: {cmd.render()}"), thought
-    assert counted > 5
+    assert counted > 5 and done > 20
 
 
 def test_the_decoding_holds_a_page_first_thought_to_the_pages_lead():

@@ -18,7 +18,8 @@ combobox "size" to [M].`` — which item comes next, which option and which chec
 the thought, where a model reads them back (without them a pretrained model lost track of multi_cart's items).
 ``page_first``: the same thought after the page's title and, where it says more, its first heading
 (``page_lead``), so the page's state is written before the decision that depends on it. ``page_counted``: as
-``page_first``, with the results counted out up to the rank the task asks for (``counted_rank``).
+``page_first``, with the results counted out up to the rank the task asks for (``counted_rank``) and an item
+the page reports done placed in the task's list (``item_done``).
 
 A model that needs its own wording registers it from its recipe (``recipes/``) with ``register_thoughts``, and with
 it whether the valid-argument decoding holds that wording's settings to their form (``setting_form``,
@@ -213,15 +214,39 @@ def counted_rank(obs: Observation, nth: str, page_ids: str = "before") -> str:
     return f"The task asks for {nth}; the results are {listed}: click it."
 
 
+_TASK_ITEM = re.compile(r"\b(\w+) item \[([^\]]+)\]")
+
+
+def item_done(obs: Observation | None, instruction: str) -> str:
+    """Where the page's first heading mentions one of the items the task lists (``second item [Oak Tea]``) without
+    being that item's own page (``Added Oak Tea to your cart``, not ``Oak Tea``): ``[Oak Tea] was the second item.``
+    (``the third item, the last.`` for the task's last one), else "".
+
+    Why: which item comes next was the multi_cart decision a model missed most (it typed the item it had just added,
+    or called the third item the second): the item just done, its place in the task and whether it was the last
+    are then written down before the next step is chosen."""
+    m = HEADING_LINE.search(obs.text) if obs is not None else None
+    items = _TASK_ITEM.findall(instruction)
+    if m is None or not items:
+        return ""
+    heading = m.group(1).replace('\\"', '"').strip()
+    if any(name == heading for _, name in items):
+        return ""  # an item's own page
+    found = [(i, r, n) for i, (r, n) in enumerate(items) if re.search(rf"(?<!\w){re.escape(n)}(?!\w)", heading)]
+    if not found:
+        return ""
+    i, rank, name = max(found, key=lambda f: len(f[2]))
+    return f"[{name}] was the {rank} item{', the last' if i == len(items) - 1 else ''}."
+
+
 def page_counted(cmd: Command, obs: Observation | None, instruction: str = "", page_ids: str = "before") -> str:
     """The ``page_counted`` writer: ``page_first``, with a click on the result at the task's rank counted out
-    (``counted_rank``)."""
+    (``counted_rank``) and, on a page that reports one of the task's items done, that item's place in the task
+    first (``item_done``)."""
     el = obs.by_id(cmd.id) if (obs is not None and cmd.id) else None
     nth = item_asked(cmd, obs, el, instruction) if cmd.name == "CLICK" else ""
-    if not nth:
-        return page_first(cmd, obs, instruction, page_ids)
-    lead = page_lead(obs)
-    return f"{lead} {counted_rank(obs, nth, page_ids)}" if lead else counted_rank(obs, nth, page_ids)
+    body = counted_rank(obs, nth, page_ids) if nth else plain(cmd, obs, instruction, page_ids)
+    return " ".join(p for p in (page_lead(obs), item_done(obs, instruction), body) if p)
 
 
 # ---------------------------------------------------------------- the registry
