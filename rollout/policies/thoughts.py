@@ -205,9 +205,10 @@ def counted_rank(obs: Observation, nth: str, page_ids: str = "before") -> str:
     """The results counted up to the rank the task asks for (``task_item``'s ``the third item``): ``The task asks
     for the third item; the results are first link "A"[9], second link "B"[10], third link "C"[11]: click it.``
 
-    Why: a model that names the asked rank's result straight away picked the first result for the second and third
-    (procedure's held-out failures with ``page_first``, results/smollm2-sft-pagefirst-top10-seed0.json); counted, each result is the next page line copied with the
-    next ordinal, and the last one written is the one to click."""
+    Why: a model that names the asked rank's result straight away picked the first result for the second and
+    third (procedure's held-out failures with ``page_first``, results/smollm2-sft-pagefirst-top10-seed0.json);
+    counted, each result is the next page line copied with the next ordinal, and the last one written is the one to
+    click."""
     rank = ORDINALS_EN.index(nth.split()[1]) + 1
     results = [e for e in obs.elements if is_result(e)][:rank]
     listed = ", ".join(f"{ORDINALS_EN[i]} {element_ref(e, page_ids)}" for i, e in enumerate(results))
