@@ -63,26 +63,28 @@ def _parse_oracle(spec: str):
     named = ["=" in p for p in parts]
     if any(named) and not all(named):
         raise ValueError(f"--model={spec!r}: oracle rates are all named (wrong_choice=0.15,...) or all positional")
+    if all(named):
+        pairs = [(k.strip(), v) for k, v in (p.split("=", 1) for p in parts)]
+        keys = [k for k, _ in pairs]
+        unknown = sorted(set(keys) - set(names))
+        if unknown:
+            raise ValueError(f"--model={spec!r}: unknown oracle rate(s) {unknown}; known: {', '.join(names)}")
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"--model={spec!r}: an oracle rate is named twice")
+        return OracleNoise(**dict(zip(keys, _rates(spec, [v for _, v in pairs]))))
+    if len(parts) not in (4, 5, 6, 7, 8):
+        raise ValueError(
+            f"--model={spec!r}: expected oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>"
+            f"[,<recover>[,<repeat>[,<wrong_button>[,<wrong_sort>]]]] (four to eight rates in [0, 1]) or named "
+            f"rates (oracle:wrong_choice=0.15,loop=0.1), got {len(parts)} value(s)"
+        )
+    return OracleNoise(*_rates(spec, parts))
+
+
+def _rates(spec: str, values: list[str]) -> list[float]:
     try:
-        if all(named):
-            pairs = [p.split("=", 1) for p in parts]
-            unknown = sorted({k.strip() for k, _ in pairs} - set(names))
-            if unknown:
-                raise ValueError(f"--model={spec!r}: unknown oracle rate(s) {unknown}; known: {', '.join(names)}")
-            keys = [k.strip() for k, _ in pairs]
-            if len(set(keys)) != len(keys):
-                raise ValueError(f"--model={spec!r}: an oracle rate is named twice")
-            return OracleNoise(**{k.strip(): float(v) for k, v in pairs})
-        if len(parts) not in (4, 5, 6, 7, 8):
-            raise ValueError(
-                f"--model={spec!r}: expected oracle:<wrong_choice>,<loop>,<malformed>,<premature_stop>"
-                f"[,<recover>[,<repeat>[,<wrong_button>[,<wrong_sort>]]]] (four to eight rates in [0, 1]) or named "
-                f"rates (oracle:wrong_choice=0.15,loop=0.1), got {len(parts)} value(s)"
-            )
-        return OracleNoise(*[float(p) for p in parts])
+        return [float(v) for v in values]
     except ValueError as e:
-        if str(e).startswith(("--model=", "oracle noise")):
-            raise
         raise ValueError(f"--model={spec!r}: oracle rates must be numbers ({e})") from None
 
 

@@ -177,6 +177,12 @@ def plain(cmd: Command, obs: Observation | None, instruction: str = "", page_ids
 HEADING_LINE = re.compile(r'^heading "((?:[^"\\]|\\.)*)"', re.M)
 
 
+def first_heading(obs: Observation | None) -> str:
+    """The text of the page's first ``heading "…"`` line (its escaped quotes read back), or ""."""
+    m = HEADING_LINE.search(obs.text) if obs is not None else None
+    return m.group(1).replace('\\"', '"').strip() if m else ""
+
+
 def page_lead(obs: Observation | None) -> str:
     """``Page "<title>".``, with the page's first heading where it says what the title does not (``Page "Your
     cart", heading "Added Oak Tea to your cart".``); "" without a page or a title.
@@ -186,9 +192,7 @@ def page_lead(obs: Observation | None) -> str:
     is then made right after the model wrote it out, not read from a line hundreds of tokens back."""
     if obs is None or not obs.title.strip():
         return ""
-    title = obs.title.strip()
-    m = HEADING_LINE.search(obs.text)
-    heading = m.group(1).replace('\\"', '"').strip() if m else ""
+    title, heading = obs.title.strip(), first_heading(obs)
     if heading and heading.lower() not in title.lower():
         return f'Page "{title}", heading "{heading}".'
     return f'Page "{title}".'
@@ -197,8 +201,7 @@ def page_lead(obs: Observation | None) -> str:
 def page_first(cmd: Command, obs: Observation | None, instruction: str = "", page_ids: str = "before") -> str:
     """The ``page_first`` writer: ``page_lead`` then the ``plain`` thought (``Page "Search: mugs (sorted)". The
     task asks for the first item, and [9] link "Oak Mug" is the first result: click it.``)."""
-    lead = page_lead(obs)
-    return f"{lead} {plain(cmd, obs, instruction, page_ids)}" if lead else plain(cmd, obs, instruction, page_ids)
+    return " ".join(p for p in (page_lead(obs), plain(cmd, obs, instruction, page_ids)) if p)
 
 
 def counted_rank(obs: Observation, nth: str, page_ids: str = "before") -> str:
@@ -226,11 +229,9 @@ def item_done(obs: Observation | None, instruction: str) -> str:
     Why: which item comes next was the multi_cart decision a model missed most (it typed the item it had just added,
     or called the third item the second): the item just done, its place in the task and whether it was the last
     are then written down before the next step is chosen."""
-    m = HEADING_LINE.search(obs.text) if obs is not None else None
-    items = _TASK_ITEM.findall(instruction)
-    if m is None or not items:
+    heading, items = first_heading(obs), _TASK_ITEM.findall(instruction)
+    if not heading or not items:
         return ""
-    heading = m.group(1).replace('\\"', '"').strip()
     if any(name == heading for _, name in items):
         return ""  # an item's own page
     found = [(i, r, n) for i, (r, n) in enumerate(items) if re.search(rf"(?<!\w){re.escape(n)}(?!\w)", heading)]
