@@ -349,13 +349,13 @@ def seed_metrics(out_dir: str, tasks: Sequence[Task], runs: int, redundancy: str
                 "family": task.family,
                 "success": bool(ep.summary["success"]),
                 "steps": int(ep.summary["steps"]),
-                "score": float(ep.summary.get("score", 0.0)),
+                "score": float(ep.summary["score"]),
                 "redundant": episode_redundancy(ep, task, redundancy),
                 "optimal": task.optimal_steps,
             }
         )
         if ep.task_id in parsed:
-            final = (ep.summary.get("final") or {}).get("check")
+            final = (ep.summary["final"] or {}).get("check")
             rows[-1].update(episode_metrics(ep.steps, final, parsed[ep.task_id]))
     out = _summarize(rows)
     if any(r.get(m) is not None for r in rows for m in ELEMENT_METRICS):

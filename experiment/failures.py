@@ -45,11 +45,11 @@ def _target(step: Mapping) -> str:
 
 def ending(summary: Mapping, steps: Sequence[Mapping]) -> Ending:
     """The ending of one recorded episode (``summary.json`` and its ``steps.jsonl`` records)."""
-    task_id, family = summary["task_id"], summary.get("family", "")
-    if summary.get("success"):
+    task_id, family = summary["task_id"], summary["family"]
+    if summary["success"]:
         return Ending(task_id, family, "success")
-    reason = summary.get("end_reason", "")
-    if summary.get("status") == "errored" or summary.get("error") or reason == "error":
+    reason = summary["end_reason"]
+    if summary["status"] == "errored" or summary["error"] or reason == "error":
         return Ending(task_id, family, "error")
     if reason == "done":
         return Ending(task_id, family, "wrong_result")

@@ -603,7 +603,7 @@ class Pipeline:
         return {
             "reused": os.path.abspath(src),
             "episodes": len(eps),
-            "success": sum(bool(e.summary.get("success")) for e in eps),
+            "success": sum(e.summary["success"] for e in eps),
         }
 
     def train_tokenizer(self) -> dict:

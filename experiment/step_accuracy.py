@@ -63,7 +63,7 @@ def cases(by_task: dict, tasks: dict, prompt_of: Callable, match: str = "") -> l
                 gold = canonical(s["output"]) if s.get("output") else None
                 if gold is None or (pattern is not None and not pattern.search(s["output"])):
                     continue
-                family = getattr(task, "family", None) or ep.summary.get("family", "")
+                family = getattr(task, "family", None) or ep.summary["family"]
                 out.append(StepCase(task_id, family, t, gold, tuple(prompt_of(task, ep, t)), s["output"]))
     return out
 

@@ -89,7 +89,7 @@ def write_trees(
         graph = build_task_graph(eps, task, cfg)
         path = os.path.join(out, task_file_name(tid)) if to_dir else out
         _, view = write_task_pages(graph, eps, task, path, title=f"Task {tid}", thumb_width=thumb_width)
-        n_success = sum(1 for e in eps if e.summary.get("success", e.summary.get("status") == "success"))
+        n_success = sum(1 for e in eps if e.summary["success"])
         written.append(
             {
                 "task_id": tid,

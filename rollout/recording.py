@@ -25,16 +25,20 @@ import time
 from typing import Iterator
 
 from rollout.core import Task
+from rollout.episode_format import (  # noqa: F401 (FINISHED, STATUSES, RecordingError: re-exported)
+    FINISHED,
+    FORMAT,
+    STATUSES,
+    EpisodeSummary,
+    RecordingError,
+    StepRecord,
+    check_summary_to_write,
+    upgrade_step,
+    upgrade_summary,
+)
 from tgpo_jax.files import write_json_atomic, write_text_atomic  # noqa: F401 (write_json_atomic: re-exported)
 
 log = logging.getLogger(__name__)
-
-FINISHED = ("success", "failure")
-STATUSES = FINISHED + ("errored",)
-
-
-class RecordingError(ValueError):
-    """A collection directory or episode recording that cannot be read or does not match."""
 
 
 def task_dir_name(task_id: str) -> str:
@@ -64,8 +68,10 @@ class EpisodeWriter:
         rel = os.path.join("screens", f"{name}.png")
         return os.path.join(self.dir, rel), rel
 
-    def step(self, record: dict) -> None:
-        """Append one step record to ``steps.jsonl`` (flushed) and to the running digest."""
+    def step(self, record: StepRecord) -> None:
+        """Append one step record to ``steps.jsonl`` (flushed) and to the running digest; ``RecordingError`` for a
+        record that does not follow the format (``rollout/episode_format.py``)."""
+        upgrade_step(record, f"step {self.num_steps} to write")
         line = json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n"
         self._steps.write(line)
         self._steps.flush()
@@ -73,12 +79,12 @@ class EpisodeWriter:
         self.num_steps += 1
 
     def finish(self, summary: dict) -> None:
-        """Close the steps file and write ``summary.json`` sealed with the steps' sha256; ``ValueError`` for an unknown
-        status."""
-        if summary.get("status") not in STATUSES:
-            raise ValueError(f"bad episode status {summary.get('status')!r}")
+        """Close the steps file and write ``summary.json`` in this format, sealed with the steps' sha256;
+        ``RecordingError`` (a ``ValueError``) for a summary that does not follow the format."""
+        check_summary_to_write(summary)
         self._steps.close()
-        write_json_atomic(os.path.join(self.dir, "summary.json"), {**summary, "steps_sha256": self._digest.hexdigest()})
+        sealed = {**summary, "format": FORMAT, "steps_sha256": self._digest.hexdigest()}
+        write_json_atomic(os.path.join(self.dir, "summary.json"), sealed)
 
     def close(self) -> None:
         """Close the steps file if still open (an episode never finished has no summary)."""
@@ -86,31 +92,31 @@ class EpisodeWriter:
             self._steps.close()
 
 
-def read_summary(path: str) -> dict | None:
-    """The episode's ``summary.json``, or None when it has none; ``RecordingError`` when it is not valid JSON."""
+def read_summary(path: str) -> EpisodeSummary | None:
+    """The episode's ``summary.json`` in this reader's format, or None when it has none; ``RecordingError`` when it is
+    not valid JSON or does not follow the format."""
     f = os.path.join(path, "summary.json")
     if not os.path.exists(f):
         return None
     try:
         with open(f, encoding="utf-8") as fh:
-            return json.load(fh)
-    except json.JSONDecodeError as e:
+            d = json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise RecordingError(f"corrupt episode summary {f}: {e}") from e
+    return upgrade_summary(d, f)
 
 
 def episode_status(out_dir: str, task_id: str, run: int, repair: bool = False) -> str | None:
     """'success' | 'failure' | 'errored' for a sealed episode, None if absent, interrupted or damaged (a summary
-    that is not JSON or names no known status). ``repair``: a damaged episode is moved to
+    that is not JSON or does not follow the format). ``repair``: a damaged episode is moved to
     ``<out_dir>/damaged/<task>/<run>-<time>`` (kept, out of the way), so a resumed collection runs it again."""
     path = episode_dir(out_dir, task_id, run)
     try:
         s = read_summary(path)
         if s is None:
             return None
-        if s.get("status") in STATUSES:
-            return s["status"]
-        problem = f"{os.path.join(path, 'summary.json')} has no known status ({s.get('status')!r})"
-    except (RecordingError, OSError, AttributeError) as e:
+        return s["status"]
+    except (RecordingError, OSError) as e:
         problem = str(e)
     if repair:
         set_aside(out_dir, path, problem)
@@ -135,8 +141,8 @@ class EpisodeRecord:
     """A recorded episode: its directory, summary and step records."""
 
     path: str
-    summary: dict
-    steps: list[dict]
+    summary: EpisodeSummary
+    steps: list[StepRecord]
 
     @property
     def task_id(self) -> str:
@@ -144,8 +150,9 @@ class EpisodeRecord:
         return self.summary["task_id"]
 
 
-def read_steps(path: str, summary: dict | None = None) -> list[dict]:
-    """The steps of ``path``; with ``summary``, first checked against its seal (``verify_steps``) in the same read."""
+def read_steps(path: str, summary: EpisodeSummary | None = None) -> list[StepRecord]:
+    """The steps of ``path``, each checked against the format; with ``summary``, the file first checked against its
+    seal (``verify_steps``) in the same read."""
     with open(os.path.join(path, "steps.jsonl"), "rb") as f:
         data = f.read()
     if summary is not None:
@@ -156,9 +163,10 @@ def read_steps(path: str, summary: dict | None = None) -> list[dict]:
     steps = []
     for i, line in enumerate(lines):
         try:
-            steps.append(json.loads(line.decode("utf-8")))
+            d = json.loads(line.decode("utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise RecordingError(f"corrupt step {i} in {path}/steps.jsonl: {e}") from e
+        steps.append(upgrade_step(d, f"{path}/steps.jsonl, line {i + 1}"))
     return steps
 
 

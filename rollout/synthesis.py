@@ -297,8 +297,8 @@ def derive_check(final_url: str, final_title: str, values: Sequence[dict] = (), 
 def candidate(ep, start_url: str, site: SiteText) -> tuple[dict | None, str]:
     """(task dict without id / split, "ok") or (None, why not) for one recorded episode. ``site``: what the
     explored pages share (``site_text``), so that the page is named by what sets it apart."""
-    final = ep.summary.get("final")
-    if ep.summary.get("status") == "errored" or not final:
+    final = ep.summary["final"]
+    if ep.summary["status"] == "errored" or not final:
         return None, "errored"
     plan = plan_of(ep.steps, final)
     if plan is None:
@@ -332,7 +332,7 @@ def candidates(
     instruction. ``held_out``: tasks that none may overlap (``overlaps``)."""
     episodes = list(episodes)
     marks = held_out_marks(held_out)
-    site = site_text([e.summary.get("final") for e in episodes] + [e.steps[0] for e in episodes if e.steps])
+    site = site_text([e.summary["final"] for e in episodes] + [e.steps[0] for e in episodes if e.steps])
     best: dict[tuple[str, str], dict] = {}
     why: Counter = Counter()
     for ep in episodes:
@@ -487,7 +487,7 @@ def _collect(
         ),
     )
     eps = list(iter_episodes(out, include_errored=True))
-    return {e.task_id: bool(e.summary.get("success")) for e in eps}, eps
+    return {e.task_id: e.summary["success"] for e in eps}, eps
 
 
 def explore(start_urls: Sequence[str], origin: str | None, cfg: SynthConfig, policy=None):

@@ -11,8 +11,9 @@ import dataclasses
 import json
 import math
 import os
-from typing import Any, Iterator
+from typing import Iterator
 
+from rollout.fieldcheck import NUM, check_fields as _check
 from rollout.trajectory_export import FORMAT, SCHEMA_VERSION
 
 
@@ -20,7 +21,6 @@ class TrajectoryFormatError(ValueError):
     """A trajectories file that does not follow the format; the message names the line."""
 
 
-_NUM = "number"  # int or float, not bool
 _HEADER = {"type": str, "format": str, "schema_version": int, "collection": dict, "include_observation": bool}
 _EPISODE = {
     "type": str,
@@ -29,8 +29,8 @@ _EPISODE = {
     "agent_name": str,
     "goal": str,
     "n_steps": int,
-    "cum_reward": _NUM,
-    "cum_raw_reward": _NUM,
+    "cum_reward": NUM,
+    "cum_raw_reward": NUM,
     "terminated": bool,
     "truncated": bool,
     "err_msg": (str, None),
@@ -43,7 +43,7 @@ _EPISODE_TGPO = {
     "run": (int, None),
     "status": str,
     "success": bool,
-    "score": _NUM,
+    "score": NUM,
     "end_reason": (str, None),
     "step_lines": int,
 }
@@ -52,8 +52,8 @@ _STEP = {
     "episode_id": str,
     "step": int,
     "obs": dict,
-    "reward": _NUM,
-    "raw_reward": _NUM,
+    "reward": NUM,
+    "raw_reward": NUM,
     "terminated": bool,
     "truncated": bool,
     "action": (str, None),
@@ -81,32 +81,6 @@ class Trajectory:
 
     episode: dict  # the episode line
     steps: tuple[dict, ...]  # its step lines, in order
-
-
-def _ok(value: Any, want: Any) -> bool:
-    if isinstance(want, tuple):
-        return any(_ok(value, w) for w in want)
-    if want is None:
-        return value is None
-    if want == _NUM:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if want is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, want)
-
-
-def _name(want: Any) -> str:
-    if isinstance(want, tuple):
-        return " or ".join(_name(w) for w in want)
-    return "null" if want is None else want if isinstance(want, str) else want.__name__
-
-
-def _check(obj: dict, spec: dict, where: str, fail) -> None:
-    for key, want in spec.items():
-        if key not in obj:
-            fail(f"{where} has no {key!r}")
-        if not _ok(obj[key], want):
-            fail(f"{where}: {key!r} should be {_name(want)}, not {type(obj[key]).__name__} {obj[key]!r:.60}")
 
 
 def _lines(path: str) -> Iterator[tuple[int, dict]]:

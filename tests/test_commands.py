@@ -18,6 +18,7 @@ from rollout.recording import (
     write_tasks,
 )
 from rollout.urls import normalize_url, site_relative
+from episode_records import step_record, summary_record
 
 ALL = [
     Command("CLICK", "12"),
@@ -97,18 +98,18 @@ def test_normalize_url():
 def test_recording_seal_resume_and_errors(tmp_path):
     out = str(tmp_path)
     w = EpisodeWriter(out, "shop/webshop/1", 0)
-    w.step({"step": 0, "output": "x"})
+    w.step(step_record(0))
     assert episode_status(out, "shop/webshop/1", 0) is None  # unsealed = interrupted
-    w.finish({"task_id": "shop/webshop/1", "run": 0, "status": "success"})
+    w.finish(summary_record("shop/webshop/1", 0, "success"))
     assert episode_status(out, "shop/webshop/1", 0) == "success"
     w2 = EpisodeWriter(out, "shop/webshop/1", 1)
-    w2.finish({"task_id": "shop/webshop/1", "run": 1, "status": "errored"})
+    w2.finish(summary_record("shop/webshop/1", 1, "errored"))
     assert [e.summary["run"] for e in iter_episodes(out)] == [0]
     assert [e.summary["run"] for e in iter_episodes(out, include_errored=True)] == [0, 1]
     EpisodeWriter(out, "shop/webshop/1", 1)  # a re-run starts from an empty directory
     assert episode_status(out, "shop/webshop/1", 1) is None
     with pytest.raises(ValueError, match="status"):
-        EpisodeWriter(out, "t", 0).finish({"status": "fine"})
+        EpisodeWriter(out, "t", 0).finish(summary_record("t", 0, "fine"))
     with open(os.path.join(episode_dir(out, "shop/webshop/1", 0), "steps.jsonl"), "a") as f:
         f.write("{broken\n")
     with pytest.raises(RecordingError, match="corrupt step 1"):

@@ -16,10 +16,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def step(command, url="/", target=None, title="Page"):
     return {
-        "command": command,
-        "command_name": command.split(" ")[0],
+        "step": 0,
+        "url": url,
         "norm_url": url,
         "title": title,
+        "observation": f"URL: {url}",
+        "check": {"success": False, "score": 0.0, "progress": "", "done": False},
+        "output": f"Thought: go\nCommand: {command}",
+        "thought": "go",
+        "command": command,
+        "command_name": command.split(" ")[0],
+        "format_ok": True,
+        "error": None,
+        "effect": None,
         "target": target or {},
     }
 
@@ -48,7 +57,7 @@ CASES = {  # task id -> (summary fields, steps, expected kind, expected repeats)
     "short": ({"success": False, "end_reason": "max_steps"}, [step("CLICK [7]", "/s", SORT)] * 2, "step_limit", ""),
     "stop": ({"success": False, "end_reason": "stop"}, [step("STOP")], "early_stop", ""),
     "crash": (
-        {"success": False, "end_reason": "error", "status": "errored", "error": "browser closed"},
+        {"success": False, "end_reason": "error", "status": "errored", "error": {"message": "browser closed"}},
         [],
         "error",
         "",
@@ -59,7 +68,7 @@ CASES = {  # task id -> (summary fields, steps, expected kind, expected repeats)
 @pytest.mark.parametrize("task", sorted(CASES))
 def test_each_ending(task):
     fields, steps, kind, repeats = CASES[task]
-    e = ending({"task_id": task, "family": "f", **fields}, steps)
+    e = ending({"task_id": task, "family": "f", "status": "failure", "error": None, **fields}, steps)
     assert (e.kind, e.repeats) == (kind, repeats)
 
 
@@ -86,8 +95,10 @@ def _write(root, task, fields, steps, family):
     with open(os.path.join(d, "steps.jsonl"), "w") as f:
         f.writelines(json.dumps(s) + "\n" for s in steps)
     status = "success" if fields.get("success") else fields.get("status", "failure")
+    summary = {"task_id": task, "env": "shop", "family": family, "split": "test", "run": 0, "score": 0.0}
+    summary.update(steps=len(steps), final=None)
     with open(os.path.join(d, "summary.json"), "w") as f:
-        json.dump({"task_id": task, "family": family, "run": 0, **fields, "status": status}, f)
+        json.dump({"error": None, **summary, **fields, "status": status}, f)
 
 
 def test_the_launcher_reads_an_evaluation_of_two_seeds(tmp_path):

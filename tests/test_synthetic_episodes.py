@@ -48,6 +48,7 @@ SUMMARY_KEYS = {
     "duration_s",
     "started_at",
     "steps_sha256",
+    "format",
 }
 CHECK_KEYS = {"success", "score", "progress", "done"}
 EFFECT_KEYS = {"url_changed", "dom_changed", "navigated", "expected_change", "detail"}

@@ -70,6 +70,8 @@ def episode(run, pairs, success, final=None, path="/tmp/tgpo-test-ep"):
         "success": success,
         "score": float(success),
         "steps": len(steps),
+        "end_reason": "stop",
+        "error": None,
         "final": final or steps[-1],
         "split": "train",
         "env": "shop",

@@ -95,7 +95,7 @@ def changed_something(step: dict) -> bool:
 def episode_states(ep) -> list[dict]:
     """s_0 … s_T of an episode; the final state is dropped when the last step is a STOP (it is s_{T-1} again)."""
     states = [s for s in ep.steps]
-    final = ep.summary.get("final")
+    final = ep.summary["final"]
     if final is not None and not (ep.steps and ep.steps[-1].get("command_name") == "STOP"):
         states.append(final)
     return states

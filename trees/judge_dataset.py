@@ -75,7 +75,7 @@ def judge_dataset_records(
         for task_id in sorted(by_task)
         if task_id in wanted
         for ep in by_task[task_id]
-        if ep.summary.get("success") and ep.summary.get("split") in cfg.splits
+        if ep.summary["success"] and ep.summary["split"] in cfg.splits
         for t in range(len(ep.steps))
     ]
     counts["tasks"] = len({task_id for task_id, _, _ in steps})

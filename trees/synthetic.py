@@ -29,7 +29,14 @@ import shutil
 
 from rollout.commands import parse_output
 from rollout.core import ActionError, Task
-from rollout.recording import EpisodeWriter, check_collection, episode_dir, task_dir_name, write_tasks
+from rollout.recording import (
+    FORMAT as EPISODE_FORMAT,
+    EpisodeWriter,
+    check_collection,
+    episode_dir,
+    task_dir_name,
+    write_tasks,
+)
 from rollout.urls import normalize_url
 
 ORIGIN = "http://127.0.0.1:1"
@@ -460,7 +467,8 @@ def _write_fast(out_dir: str, task_id: str, run: int, steps: list[dict], summary
     text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in steps)
     with open(os.path.join(d, "steps.jsonl"), "w", encoding="utf-8") as f:
         f.write(text)
-    summary = {**summary, "steps_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}  # as EpisodeWriter seals
+    # as EpisodeWriter seals
+    summary = {**summary, "format": EPISODE_FORMAT, "steps_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
     with open(os.path.join(d, "summary.json"), "w", encoding="utf-8") as f:
         f.write(json.dumps(summary, ensure_ascii=False, indent=1, sort_keys=True))
 

@@ -44,8 +44,8 @@ class TrajectoryConfig:
 def pair_episodes(episodes: Sequence[EpisodeRecord], max_pairs: int) -> list[tuple[EpisodeRecord, EpisodeRecord]]:
     """(successful, failed) episodes of one task: failure i with success i mod n_success, in run order."""
     runs = sorted(episodes, key=lambda e: e.summary["run"])
-    won = [e for e in runs if e.summary.get("success")]
-    lost = [e for e in runs if not e.summary.get("success")]
+    won = [e for e in runs if e.summary["success"]]
+    lost = [e for e in runs if not e.summary["success"]]
     if not won:
         return []
     return [(won[i % len(won)], f) for i, f in enumerate(lost[:max_pairs])]
@@ -130,8 +130,8 @@ def trajectory_records(
                             "t": t,
                             "run": ep.summary["run"],
                             "url": s.get("norm_url"),
-                            "split": ep.summary.get("split"),
-                            "family": ep.summary.get("family"),
+                            "split": ep.summary["split"],
+                            "family": ep.summary["family"],
                             "steps": len(ep.steps),
                         },
                     )

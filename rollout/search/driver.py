@@ -178,13 +178,13 @@ class TaskSearch:
         policy = _SimulationPolicy(self.policy, list(path), leaf, self)
         summary = await run_episode(pool, self.env, self.task, sim, policy, self.out_dir, self.harness, self.seed)
         self.stats["episodes"] += 1
-        if summary.get("status") == "errored":
-            err = summary.get("error") or {}
+        if summary["status"] == "errored":
+            err = summary["error"] or {}
             self.stats["diverged" if err.get("type") == "ReplayDiverged" else "errored"] += 1
             log.warning("search %s simulation %d: %s", self.task.task_id, sim, err.get("message"))
             return summary
         steps = read_steps(episode_dir(self.out_dir, self.task.task_id, sim))
-        reward = 1.0 if summary.get("success") else 0.0
+        reward = 1.0 if summary["success"] else 0.0
         self.stats["success"] += int(reward)
         self._attach_children(policy.path, steps, summary, reward)
         backup(policy.path, reward)
@@ -202,7 +202,7 @@ class TaskSearch:
                 s = steps[depth + 1]
                 e.child = SearchNode(key=key_of(s["norm_url"], s["observation"]), prefix=prefix)
             else:  # the episode ended with this edge (STOP, the task done, the step cap)
-                final = summary.get("final") or {}
+                final = summary["final"] or {}
                 key = key_of(final.get("norm_url", ""), final.get("observation", "")) + "/end"
                 e.child = SearchNode(key=key, prefix=prefix, terminal=True, reward=reward)
 
