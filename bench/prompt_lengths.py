@@ -39,7 +39,7 @@ def command_id(output: str) -> str | None:
 def main(argv):
     del argv
     from bench.sides import cpu_flags
-    from rollout.policies.prompt import SYSTEM_PROMPTS, count_tokens
+    from rollout.policies.prompt import SYSTEM_PROMPTS, PromptConfig, count_tokens
     from rollout.recording import iter_episodes, read_tasks
     from trees.dataset import BuildConfig, step_prompt
     from tgpo_jax.models.tokenizer import load_tokenizer
@@ -53,16 +53,12 @@ def main(argv):
     completion = [len(tok(ep.steps[t].get("output") or "", add_special_tokens=False)["input_ids"]) for ep, t in steps]
     out["completion_tokens"] = percentiles(completion)
     for style, system in SYSTEM_PROMPTS.items():
-        full = BuildConfig(prompt_budget_tokens=1 << 20, system_prompt=system, thought_chars=0, tokenizer=F.tokenizer)
+        full = BuildConfig(prompt=PromptConfig(1 << 20, system, thought_chars=0), tokenizer=F.tokenizer)
         lengths = [count_tokens(step_prompt(tasks.get(ep.task_id), ep, t, full), tok) for ep, t in steps]
         row = {"prompt_tokens": percentiles(lengths), "budgets": {}}
         for b in map(int, F.budgets):
             cfg = BuildConfig(
-                prompt_budget_tokens=b,
-                system_prompt=system,
-                thought_chars=0,
-                tokenizer=F.tokenizer,
-                page_cut=F.page_cut,
+                prompt=PromptConfig(b, system, thought_chars=0, page_cut=F.page_cut), tokenizer=F.tokenizer
             )
             cut = lost = 0
             for (ep, t), n in zip(steps, lengths):

@@ -42,6 +42,7 @@ from typing import Callable, Sequence
 
 from rollout.collect import select_tasks  # noqa: F401  (re-exported: evaluation selects tasks as collection does)
 from rollout.core import Environment, Policy, Task
+from rollout.policies.prompt import PromptConfig
 
 METRICS = ("success_rate", "avg_steps", "redundant_steps", "avg_score")
 REDUNDANCY_RULES = ("page", "strict", "either")
@@ -103,6 +104,7 @@ def load_policy(
     model: str,
     *,
     params,
+    prompt: PromptConfig | None = None,
     budget_tokens: int = 2048,
     max_batch: int = 8,
     step: int | None = None,
@@ -127,6 +129,7 @@ def load_policy(
     - a Hugging Face directory, a ``.gguf`` file or ``'bundled'``.
 
     ``params`` (``SamplingParams``) sets decoding for model policies. The policy's ``name`` describes it.
+    ``prompt``: how a model is prompted, whole; without it, from the fields below over those saved with the model.
     The system text is ``prompt_style`` (``prompt.SYSTEM_PROMPTS``) when given, else the one saved next to the
     model (``policy.json``, written by the pipeline for the models it trains), else the full grammar; likewise
     ``thought_chars``, the characters of each earlier step's thought kept in the history (default 160), and
@@ -151,41 +154,25 @@ def load_policy(
         )
     from rollout.policies.model import ModelPolicy
 
-    from rollout.policies.prompt import (
-        DEFAULT_THOUGHT_CHARS,
-        KEEP_RECENT,
-        PAGE_CUTS,
-        PAGE_IDS,
-        SYSTEM_PROMPTS,
-        saved_prompt,
-    )
+    from rollout.policies.prompt import saved_prompt
 
     saved = saved_prompt(model)
-    style = prompt_style or saved.get("prompt_style", "full")
-    if style not in SYSTEM_PROMPTS:
-        raise ValueError(f"prompt_style {style!r}: expected one of {sorted(SYSTEM_PROMPTS)}")
-    kept = thought_chars if thought_chars is not None else int(saved.get("thought_chars", DEFAULT_THOUGHT_CHARS))
-    ids = page_ids or saved.get("page_ids", "before")
-    if ids not in PAGE_IDS:
-        raise ValueError(f"page_ids {ids!r}: expected one of {PAGE_IDS}")
-    last = history_last if history_last is not None else bool(saved.get("history_last", False))
-    recent = keep_recent if keep_recent is not None else int(saved.get("keep_recent", KEEP_RECENT))
-    cut = page_cut or saved.get("page_cut", "end")
-    if cut not in PAGE_CUTS:
-        raise ValueError(f"page_cut {cut!r}: expected one of {PAGE_CUTS}")
-    wording = thoughts or trained_thoughts(saved)
+    prompt = prompt or PromptConfig.from_saved(
+        saved,
+        prompt_style,
+        budget_tokens=budget_tokens,
+        thought_chars=thought_chars,
+        page_ids=page_ids,
+        history_last=history_last,
+        keep_recent=keep_recent,
+        page_cut=page_cut,
+    )
     kw = dict(
         params=params,
-        budget_tokens=budget_tokens,
+        prompt=prompt,
         max_batch=max_batch,
-        system_prompt=SYSTEM_PROMPTS[style],
-        thought_chars=kept,
-        page_ids=ids,
-        history_last=last,
-        keep_recent=recent,
-        page_cut=cut,
         constrain=constrain,
-        thoughts=wording,
+        thoughts=thoughts or trained_thoughts(saved),
     )
     if os.path.isdir(model) and is_run_dir(model):
         from tgpo_jax.models.loading import merged_model, with_tokenizer_eos

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from rollout.policies.prompt import PromptConfig
 from rollout.recording import iter_episodes, read_tasks
 from tgpo_jax.data.schema import Branch, NodeRecord
 
@@ -22,7 +23,7 @@ def step_texts(episodes_dir: str, system_prompt: str) -> Iterator[tuple[str, str
     from trees.dataset import BuildConfig, step_prompt
 
     tasks = {t.task_id: t for t in read_tasks(episodes_dir)}
-    cfg = BuildConfig(prompt_budget_tokens=1 << 20, system_prompt=system_prompt)
+    cfg = BuildConfig(prompt=PromptConfig(1 << 20, system_prompt))
     for ep in iter_episodes(episodes_dir):
         for t, step in enumerate(ep.steps):
             user = "\n".join(

@@ -503,17 +503,12 @@ class Pipeline:
         return load_policy(
             spec,
             params=params,
-            budget_tokens=self.cfg.prompt_tokens,
+            prompt=self.prompt_config(),
             max_batch=max_batch,
             env=self.env,
             seed=seed,
             step=step,
-            prompt_style=self.cfg.prompt_style,
-            thought_chars=self.cfg.history_thoughts,
             page_ids=self.cfg.page_ids,
-            history_last=self.cfg.history_last,
-            keep_recent=self.cfg.keep_recent,
-            page_cut=self.cfg.page_cut,
             constrain=constrain,
             thoughts=self.cfg.thoughts,
         )
@@ -609,7 +604,7 @@ class Pipeline:
     def train_tokenizer(self) -> dict:
         """Train the from-scratch SentencePiece tokenizer on round 1's prompts and outputs and the training
         instructions; the number of texts and the vocabulary size."""
-        from rollout.policies.prompt import SYSTEM_PROMPT, SYSTEM_PROMPTS
+        from rollout.policies.prompt import SYSTEM_PROMPT, SYSTEM_PROMPTS, PromptConfig
         from rollout.recording import iter_episodes, read_tasks
         from trees.dataset import BuildConfig, step_prompt
         from tgpo_jax.models.tokenizer import train_sentencepiece
@@ -619,15 +614,8 @@ class Pipeline:
         # untruncated and in the default order, so that the layout settings (history_last, keep_recent, page_cut)
         # leave the tokenizer as it is
         system = SYSTEM_PROMPTS[self.cfg.prompt_style]
-        texts, cfg = (
-            [SYSTEM_PROMPT],
-            BuildConfig(
-                prompt_budget_tokens=1 << 20,
-                system_prompt=system,
-                thought_chars=self.cfg.history_thoughts,
-                page_ids=self.cfg.page_ids,
-            ),
-        )
+        whole = PromptConfig(1 << 20, system, self.cfg.history_thoughts, self.cfg.page_ids)
+        texts, cfg = [SYSTEM_PROMPT], BuildConfig(prompt=whole)
         for ep in iter_episodes(self.episodes(1)):
             for t, step in enumerate(ep.steps):
                 texts += [m["content"] for m in step_prompt(tasks.get(ep.task_id), ep, t, cfg)]
@@ -723,9 +711,23 @@ class Pipeline:
             l_min=d.l_min,
         )
 
+    def prompt_config(self):
+        """How the run's models are prompted, in training and in the browser (the run's prompt settings)."""
+        from rollout.policies.prompt import SYSTEM_PROMPTS, PromptConfig
+
+        c = self.cfg
+        return PromptConfig(
+            budget_tokens=c.prompt_tokens,
+            system_prompt=SYSTEM_PROMPTS[c.prompt_style],
+            thought_chars=c.history_thoughts,
+            page_ids=c.page_ids,
+            history_last=c.history_last,
+            keep_recent=c.keep_recent,
+            page_cut=c.page_cut,
+        )
+
     def build_config(self):
         """How the datasets' prompts and trees are built: as the policy prompts (the run's prompt settings)."""
-        from rollout.policies.prompt import SYSTEM_PROMPTS
         from trees.dataset import BuildConfig
 
         d = self.cfg.dataset
@@ -733,14 +735,8 @@ class Pipeline:
             tree=self.tree_config(),
             splits=("train",),
             num_shards=d.num_shards,
-            prompt_budget_tokens=self.cfg.prompt_tokens,
+            prompt=self.prompt_config(),
             tokenizer=self.tokenizer,
-            system_prompt=SYSTEM_PROMPTS[self.cfg.prompt_style],
-            thought_chars=self.cfg.history_thoughts,
-            page_ids=self.cfg.page_ids,
-            history_last=self.cfg.history_last,
-            keep_recent=self.cfg.keep_recent,
-            page_cut=self.cfg.page_cut,
             include_invalid=d.include_invalid,
             overwrite=True,
         )

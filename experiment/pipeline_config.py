@@ -228,20 +228,14 @@ def validate(cfg) -> None:
         )
     if scratch and not cfg.sft.model.scratch:
         raise ValueError("sft.model.path is empty and sft.model.scratch names no from-scratch preset")
-    if cfg.prompt_style not in ("full", "compact"):
-        raise ValueError(f"prompt_style={cfg.prompt_style!r}: expected 'full' or 'compact'")
-    from rollout.policies.prompt import PAGE_CUTS, PAGE_IDS
+    from rollout.policies.prompt import PromptConfig
 
-    if cfg.page_ids not in PAGE_IDS:
-        raise ValueError(f"page_ids={cfg.page_ids!r}: expected one of {PAGE_IDS}")
+    # the prompt's fields, validated where they are made
+    PromptConfig.from_saved({}, cfg.prompt_style, **{k: cfg[k] for k in ("page_ids", "keep_recent", "page_cut")})
     import recipes
     from rollout.policies.thoughts import thoughts
 
     recipes.register_all()  # a preset's thoughts may name a recipe's wording
     thoughts(cfg.thoughts)  # one no recipe registers: ValueError naming the known ones
-    if cfg.keep_recent < 0:
-        raise ValueError(f"keep_recent={cfg.keep_recent}: the history items kept before the page is cut must be >= 0")
-    if cfg.page_cut not in PAGE_CUTS:
-        raise ValueError(f"page_cut={cfg.page_cut!r}: expected one of {PAGE_CUTS}")
     if cfg.export.select not in ("success_rate", "avg_steps", "redundant_steps"):
         raise ValueError(f"export.select={cfg.export.select!r}: expected success_rate, avg_steps or redundant_steps")

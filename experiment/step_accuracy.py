@@ -159,17 +159,7 @@ def measure(
     def prompt_of(task, ep, t):  # as this policy builds it (not the recorded policy's prompt)
         instruction = task.instruction if task is not None else ep.summary.get("instruction", "")
         return messages_for(
-            instruction,
-            history_of(ep, t),
-            ep.steps[t]["observation"],
-            tokenizer=policy.tokenizer,
-            budget_tokens=policy.budget_tokens,
-            thought_chars=policy.thought_chars,
-            system_prompt=policy.system_prompt,
-            page_ids=policy.page_ids,
-            history_last=policy.history_last,
-            keep_recent=policy.keep_recent,
-            page_cut=policy.page_cut,
+            instruction, history_of(ep, t), ep.steps[t]["observation"], policy.prompt, tokenizer=policy.tokenizer
         )
 
     steps = cases(by_task, tasks, prompt_of, match)

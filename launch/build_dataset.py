@@ -89,20 +89,23 @@ def main(argv):
         gamma=F.gamma,
         l_min=F.l_min,
     )
-    from rollout.policies.prompt import SYSTEM_PROMPTS
+    from rollout.policies.prompt import SYSTEM_PROMPTS, PromptConfig
 
-    cfg = BuildConfig(
-        tree=tree,
-        splits=tuple(F.splits),
-        num_shards=F.num_shards,
-        prompt_budget_tokens=F.prompt_budget_tokens,
-        tokenizer=F.tokenizer,
+    prompt = PromptConfig(
+        budget_tokens=F.prompt_budget_tokens,
         system_prompt=SYSTEM_PROMPTS[F.prompt_style],
         thought_chars=F.thought_chars,
         page_ids=F.page_ids,
         history_last=F.history_last,
         keep_recent=F.keep_recent,
         page_cut=F.page_cut,
+    )
+    cfg = BuildConfig(
+        tree=tree,
+        splits=tuple(F.splits),
+        num_shards=F.num_shards,
+        prompt=prompt,
+        tokenizer=F.tokenizer,
         include_invalid=F.include_invalid,
         overwrite=F.overwrite,
         judge_url=F.judge_url,

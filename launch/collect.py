@@ -113,6 +113,7 @@ def make_policy(env):
 
     if F.policy == "http":
         from rollout.policies.http import OpenAIPolicy
+        from rollout.policies.prompt import PromptConfig
 
         if F.http_observation == "both" and not F.screenshots:  # image: use_marks refused it before the browsers
             raise app.UsageError("--http_observation=both sends each step's screenshot: it needs --screenshots")
@@ -121,7 +122,7 @@ def make_policy(env):
             F.http_model,
             temperature=F.temperature,
             max_tokens=F.max_tokens,
-            budget_tokens=F.budget_tokens * 2,
+            prompt=PromptConfig(budget_tokens=F.budget_tokens * 2),
             observation=F.http_observation,
         ), {"http_url": F.http_url, "http_model": F.http_model, "http_observation": F.http_observation}
     spec = (

@@ -63,13 +63,11 @@ def main(argv):
     if not os.path.isdir(F.episodes):
         raise app.UsageError(f"--episodes={F.episodes!r} is not a directory")
     try:
-        budget = (
-            F.prompt_tokens or (saved_prompt(F.model).get("budget_tokens") if os.path.isdir(F.model) else None) or 2048
-        )
+        saved = saved_prompt(F.model)  # {} for a model without one
         policy = load_policy(
             F.model,
             params=SamplingParams(temperature=0.0, max_tokens=F.max_tokens),
-            budget_tokens=budget,
+            budget_tokens=F.prompt_tokens or saved.get("budget_tokens", 2048),
             step=F.step,
             prompt_style=F.prompt_style,
             thought_chars=F.thought_chars,

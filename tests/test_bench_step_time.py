@@ -7,7 +7,7 @@ from bench import step_time as st
 from rollout.core import Element, ErrorInfo, HistoryItem, Observation, PolicyRequest, Task
 from rollout.harness.observe import format_node
 from rollout.policies.constrain import step_strings
-from rollout.policies.prompt import build_messages
+from rollout.policies.prompt import PromptConfig, build_messages
 
 
 def test_shares_rates_and_decode_steps():
@@ -83,7 +83,9 @@ def _request(error=None) -> PolicyRequest:
 )
 def test_request_from_prompt_round_trips_what_constraints_read(page_ids, history_last, thought_chars, error):
     req = _request(error)
-    messages = build_messages(req, page_ids=page_ids, history_last=history_last, thought_chars=thought_chars)
+    messages = build_messages(
+        req, prompt=PromptConfig(page_ids=page_ids, history_last=history_last, thought_chars=thought_chars)
+    )
     back = st.request_from_prompt(messages)
     assert step_strings(back) == step_strings(req)  # ids, options, names, quoted strings, SELECTs set on this page
     assert step_strings(back).set_here == frozenset({"size", "color"})

@@ -8,6 +8,7 @@ import os
 import psutil
 import pytest
 
+from rollout.policies.prompt import PromptConfig
 from rollout.collect import CollectConfig, CollectionAborted, collect, shard_episodes
 from rollout.core import ERROR_KINDS
 from rollout.envs.shop.env import ShopEnv
@@ -302,8 +303,8 @@ def test_model_policy_records_behaviour_logprobs(shop, tmp_path, spm_tokenizer):
     policy = ModelPolicy(
         Sampler(init_model(cfg, seed=0), spm_tokenizer, bucket=512),
         spm_tokenizer,
+        prompt=PromptConfig(budget_tokens=400),
         params=SamplingParams(temperature=1.0, max_tokens=8, seed=0),
-        budget_tokens=400,
     )
     tasks = sample(shop, "train", 1, SHORT)
     counts = run(

@@ -3,11 +3,13 @@ numbers, a noisy oracle's seed-to-seed spread, per-episode redundancy against a 
 to end, and the CLI (eval.json, resume, a bad --model)."""
 
 import asyncio
+import dataclasses
 import json
 import os
 
 import pytest
 
+from rollout.policies.prompt import PromptConfig
 from rollout.envs.shop.env import ShopEnv
 from experiment.evaluate import (
     EvalConfig,
@@ -127,8 +129,8 @@ def test_tiny_random_model_end_to_end(shop, tmp_path, spm_tokenizer):
     policy = ModelPolicy(
         Sampler(init_model(mcfg, seed=0), spm_tokenizer, bucket=512),
         spm_tokenizer,
+        prompt=PromptConfig(budget_tokens=400),
         params=SamplingParams(temperature=0.0, max_tokens=8),
-        budget_tokens=400,
     )
     tasks = pick(shop)
 
@@ -314,7 +316,8 @@ def test_trained_run_directory_as_policy(shop, tmp_path):
     assert policy.sampler.cfg.lora_rank == 0  # adapters folded in
     latest = load_policy(run, params=params, budget_tokens=100)
     assert latest.name.endswith("@2")
-    latest.system_prompt = "Answer with one command."  # the tiny preset's 512 positions hold no full prompt
+    # the tiny preset's 512 positions hold no full prompt
+    latest.prompt = dataclasses.replace(latest.prompt, system_prompt="Answer with one command.")
 
     async def go():
         try:

@@ -17,6 +17,8 @@ from rollout.core import ErrorInfo, HistoryItem, Observation, PolicyRequest, Tas
 from rollout.policies.http import OpenAIPolicy, PolicyError
 from rollout.policies.model import ModelPolicy, cut_after_command
 from rollout.policies.prompt import (
+    SYSTEM_PROMPTS,
+    PromptConfig,
     ANSWER_CUE,
     KEEP_RECENT,
     SYSTEM_PROMPT,
@@ -82,7 +84,7 @@ def sampler(spm_tokenizer):
 # ---------------------------------------------------------------- prompt
 def test_prompt_keeps_newest_history_and_page_within_budget(spm_tokenizer):
     req = make_request(n_history=20)
-    full = build_messages(req, tokenizer=spm_tokenizer, budget_tokens=100_000)
+    full = build_messages(req, prompt=PromptConfig(budget_tokens=100000), tokenizer=spm_tokenizer)
     assert full[0] == {"role": "system", "content": SYSTEM_PROMPT}
     user = full[1]["content"]
     assert user.startswith("Task: search for red running shoes\n\nPrevious actions:\n1. CLICK [0] | step 0 thought")
@@ -92,7 +94,7 @@ def test_prompt_keeps_newest_history_and_page_within_budget(spm_tokenizer):
     assert "x" * 200 not in user and "…" in user  # thoughts cut to thought_chars
     n_full = len(chat_ids(spm_tokenizer, full))
     budget = n_full - 200
-    msgs = build_messages(req, tokenizer=spm_tokenizer, budget_tokens=budget)
+    msgs = build_messages(req, prompt=PromptConfig(budget_tokens=budget), tokenizer=spm_tokenizer)
     assert len(chat_ids(spm_tokenizer, msgs)) <= budget
     user = msgs[1]["content"]
     assert user.endswith(observation_text(req.observation) + "\n\n" + ANSWER_CUE)  # the page is whole
@@ -100,16 +102,20 @@ def test_prompt_keeps_newest_history_and_page_within_budget(spm_tokenizer):
     assert kept and kept == list(range(20 - len(kept), 20))  # the newest, oldest dropped first
     assert f"({20 - len(kept)} earlier actions omitted)" in user
     # one more item would not fit: as few dropped as possible
-    assert build_messages(req, tokenizer=spm_tokenizer, budget_tokens=budget) == msgs  # deterministic
-    assert prompt_ids(req, spm_tokenizer, budget) == chat_ids(spm_tokenizer, msgs)
+    assert (
+        build_messages(req, prompt=PromptConfig(budget_tokens=budget), tokenizer=spm_tokenizer) == msgs
+    )  # deterministic
+    assert prompt_ids(req, spm_tokenizer, prompt=PromptConfig(budget_tokens=budget)) == chat_ids(spm_tokenizer, msgs)
 
 
 def test_prompt_cuts_the_page_from_its_end_after_the_old_history(spm_tokenizer):
     """Oldest items go first, down to the last KEEP_RECENT; then the page is cut; the recent items stay."""
     req = make_request(n_history=KEEP_RECENT + 3, page_lines=80)
-    no_hist = build_messages(make_request(n_history=0, page_lines=80), tokenizer=spm_tokenizer, budget_tokens=10**6)
+    no_hist = build_messages(
+        make_request(n_history=0, page_lines=80), prompt=PromptConfig(budget_tokens=10**6), tokenizer=spm_tokenizer
+    )
     budget = len(chat_ids(spm_tokenizer, no_hist)) // 2
-    msgs = build_messages(req, tokenizer=spm_tokenizer, budget_tokens=budget, thought_chars=0)
+    msgs = build_messages(req, prompt=PromptConfig(budget_tokens=budget, thought_chars=0), tokenizer=spm_tokenizer)
     n = len(chat_ids(spm_tokenizer, msgs))
     assert budget - 30 <= n <= budget
     user = msgs[1]["content"]
@@ -127,16 +133,20 @@ def test_prompt_cuts_the_page_from_its_end_after_the_old_history(spm_tokenizer):
         len(
             chat_ids(
                 spm_tokenizer,
-                build_messages(make_request(n_history=0, page_lines=0), tokenizer=spm_tokenizer, budget_tokens=10**6),
+                build_messages(
+                    make_request(n_history=0, page_lines=0),
+                    prompt=PromptConfig(budget_tokens=10**6),
+                    tokenizer=spm_tokenizer,
+                ),
             )
         )
         + 40
     )
-    msgs = build_messages(req, tokenizer=spm_tokenizer, budget_tokens=tight, thought_chars=0)
+    msgs = build_messages(req, prompt=PromptConfig(budget_tokens=tight, thought_chars=0), tokenizer=spm_tokenizer)
     assert len(chat_ids(spm_tokenizer, msgs)) <= tight
     assert f"({KEEP_RECENT + 3 - 1} earlier actions omitted)" in msgs[1]["content"]  # only the newest fits
     # without a tokenizer: about 4 characters a token
-    est = build_messages(req, budget_tokens=budget, thought_chars=0)
+    est = build_messages(req, prompt=PromptConfig(budget_tokens=budget, thought_chars=0))
     assert sum(len(m["content"]) for m in est) <= 4 * budget
 
 
@@ -144,20 +154,26 @@ def test_history_last_moves_the_previous_actions_after_the_page_and_keep_recent_
     """history_last: the same lines, the previous actions between the page and the answer cue; keep_recent: how
     many items stay before the page is cut (the default's and history_last's truncation agree item for item)."""
     req = make_request(n_history=KEEP_RECENT + 3, page_lines=80)
-    first = build_messages(req, tokenizer=spm_tokenizer, budget_tokens=10**6, thought_chars=0)[1]["content"]
-    last = build_messages(req, tokenizer=spm_tokenizer, budget_tokens=10**6, thought_chars=0, history_last=True)[1][
+    first = build_messages(req, prompt=PromptConfig(budget_tokens=10**6, thought_chars=0), tokenizer=spm_tokenizer)[1][
         "content"
     ]
+    last = build_messages(
+        req, prompt=PromptConfig(budget_tokens=10**6, thought_chars=0, history_last=True), tokenizer=spm_tokenizer
+    )[1]["content"]
     task, done, seen, cue = re.fullmatch(
         r"(Task: .*?)\n\n(Previous actions:.*?)\n\n(Current page:.*)\n\n(.*)", first, re.S
     ).groups()
     assert last == "\n\n".join([task, seen, done, cue]) and cue == ANSWER_CUE
-    no_hist = build_messages(make_request(n_history=0, page_lines=80), tokenizer=spm_tokenizer, budget_tokens=10**6)
+    no_hist = build_messages(
+        make_request(n_history=0, page_lines=80), prompt=PromptConfig(budget_tokens=10**6), tokenizer=spm_tokenizer
+    )
     budget = len(chat_ids(spm_tokenizer, no_hist)) // 2
     for keep in (KEEP_RECENT, 2, 0):
         cut = [
             build_messages(
-                req, tokenizer=spm_tokenizer, budget_tokens=budget, thought_chars=0, keep_recent=keep, history_last=h
+                req,
+                prompt=PromptConfig(budget_tokens=budget, thought_chars=0, keep_recent=keep, history_last=h),
+                tokenizer=spm_tokenizer,
             )[1]["content"]
             for h in (False, True)
         ]
@@ -168,9 +184,9 @@ def test_history_last_moves_the_previous_actions_after_the_page_and_keep_recent_
     # fewer items kept: more of the page
     pages = [
         len(
-            build_messages(req, tokenizer=spm_tokenizer, budget_tokens=budget, thought_chars=0, keep_recent=k)[1][
-                "content"
-            ]
+            build_messages(
+                req, prompt=PromptConfig(budget_tokens=budget, thought_chars=0, keep_recent=k), tokenizer=spm_tokenizer
+            )[1]["content"]
             .split("Current page:")[1]
             .split("[... page")[0]
         )
@@ -178,7 +194,7 @@ def test_history_last_moves_the_previous_actions_after_the_page_and_keep_recent_
     ]
     assert pages[1] > pages[0]
     with pytest.raises(ValueError, match="keep_recent"):
-        build_messages(req, keep_recent=-1)
+        build_messages(req, prompt=PromptConfig(keep_recent=-1))
 
 
 def test_text_first_leaves_out_the_fewest_text_lines_from_the_end_before_any_element():
@@ -203,29 +219,41 @@ def test_text_first_leaves_out_the_fewest_text_lines_from_the_end_before_any_ele
     )
     assert text_lines(page) == [3, 4, 5] + list(range(8, 20))
     kw = dict(system_prompt="sys", thought_chars=0)
-    full = count_tokens(messages_for("Buy it.", [], page, budget_tokens=10**6, **kw))
+    full = count_tokens(messages_for("Buy it.", [], page, prompt=PromptConfig(budget_tokens=10**6, **kw)))
     budget = full - 40
-    user = messages_for("Buy it.", [], page, budget_tokens=budget, page_cut="text_first", **kw)[1]["content"]
+    user = messages_for("Buy it.", [], page, prompt=PromptConfig(budget_tokens=budget, page_cut="text_first", **kw))[1][
+        "content"
+    ]
     shown = user.split("Current page:\n")[1].split(CUT_NOTE)[0]
     assert all(line in shown for line in page.splitlines() if "[" in line) and shown.startswith("URL:")
     texts = text_lines(page)
     k = next(k for k in range(len(texts) + 1) if shown == without_lines(page, texts[len(texts) - k :]))
     assert 0 < k < len(texts)
     back = messages_for(
-        "Buy it.", [], without_lines(page, texts[len(texts) - k + 1 :]) + CUT_NOTE, budget_tokens=10**6, **kw
+        "Buy it.",
+        [],
+        without_lines(page, texts[len(texts) - k + 1 :]) + CUT_NOTE,
+        prompt=PromptConfig(budget_tokens=10**6, **kw),
     )
     assert count_tokens(back) > budget  # one line fewer left out does not fit
-    end = messages_for("Buy it.", [], page, budget_tokens=budget, **kw)[1]["content"]
-    assert end == messages_for("Buy it.", [], page, budget_tokens=budget, page_cut="end", **kw)[1]["content"]
+    end = messages_for("Buy it.", [], page, prompt=PromptConfig(budget_tokens=budget, **kw))[1]["content"]
+    assert (
+        end
+        == messages_for("Buy it.", [], page, prompt=PromptConfig(budget_tokens=budget, page_cut="end", **kw))[1][
+            "content"
+        ]
+    )
     assert '[4] link "Next >"' not in end  # the end cut loses the last element
     # no room even without the text: the elements are cut from their end
     elements = without_lines(page, texts)
-    tight = count_tokens(messages_for("Buy it.", [], elements, budget_tokens=10**6, **kw)) - 5
-    user = messages_for("Buy it.", [], page, budget_tokens=tight, page_cut="text_first", **kw)[1]["content"]
+    tight = count_tokens(messages_for("Buy it.", [], elements, prompt=PromptConfig(budget_tokens=10**6, **kw))) - 5
+    user = messages_for("Buy it.", [], page, prompt=PromptConfig(budget_tokens=tight, page_cut="text_first", **kw))[1][
+        "content"
+    ]
     shown = user.split("Current page:\n")[1].split(CUT_NOTE)[0]
     assert elements.startswith(shown) and len(shown) < len(elements) and "text " not in shown
     with pytest.raises(ValueError, match="page_cut"):
-        messages_for("Buy it.", [], page, page_cut="middle", **kw)
+        messages_for("Buy it.", [], page, prompt=PromptConfig(page_cut="middle", **kw))
 
 
 def test_page_ids_after_the_name():
@@ -249,9 +277,11 @@ def test_page_ids_after_the_name():
     with pytest.raises(ValueError, match="page_ids"):
         page_form(page, "middle")
     req = make_request(n_history=0, page_lines=2)
-    user = build_messages(req, budget_tokens=10**6, page_ids="after")[1]["content"]
+    user = build_messages(req, prompt=PromptConfig(budget_tokens=10**6, page_ids="after"))[1]["content"]
     assert "link 'Item 1" in user  # single-quoted names are no element line of the renderer: unchanged
-    assert messages_for("t", (), page, page_ids="after")[1]["content"].count('button "okay"[1]') == 1
+    assert (
+        messages_for("t", (), page, prompt=PromptConfig(page_ids="after"))[1]["content"].count('button "okay"[1]') == 1
+    )
 
 
 def test_command_end_and_cut(spm_tokenizer):
@@ -301,7 +331,13 @@ class CountingSampler:
 def test_model_policy_batches_concurrent_requests(sampler, spm_tokenizer):
     reqs = [make_request(n_history=i, page_lines=4 + i, key=f"t{i}/0") for i in range(4)]
     counting = CountingSampler(sampler)
-    policy = ModelPolicy(counting, spm_tokenizer, params=GREEDY, budget_tokens=BUDGET, max_batch=8, system_prompt=SYS)
+    policy = ModelPolicy(
+        counting,
+        spm_tokenizer,
+        prompt=PromptConfig(budget_tokens=BUDGET, system_prompt=SYS),
+        params=GREEDY,
+        max_batch=8,
+    )
 
     async def main():
         outs = await asyncio.gather(*(policy.act(r) for r in reqs))
@@ -313,7 +349,7 @@ def test_model_policy_batches_concurrent_requests(sampler, spm_tokenizer):
     print(f"batched act x4: {time.perf_counter() - t0:.2f}s (compile included)")
     assert counting.calls == [4]
     for r, out in zip(reqs, outs):
-        ids = prompt_ids(r, spm_tokenizer, BUDGET, system_prompt=SYS)
+        ids = prompt_ids(r, spm_tokenizer, prompt=PromptConfig(budget_tokens=BUDGET, system_prompt=SYS))
         assert BUDGET - 40 <= len(ids) <= BUDGET or r.history == ()  # the budget binds
         direct = sampler.generate([ids], GREEDY)[0]
         assert out.text == direct.text
@@ -328,7 +364,7 @@ def test_model_policy_errors_reach_every_caller(spm_tokenizer):
         def generate(self, prompts, params, row_seeds=None):
             raise RuntimeError("device on fire")
 
-    policy = ModelPolicy(Broken(), spm_tokenizer, params=GREEDY, budget_tokens=BUDGET)
+    policy = ModelPolicy(Broken(), spm_tokenizer, prompt=PromptConfig(budget_tokens=BUDGET), params=GREEDY)
 
     async def main():
         res = await asyncio.wait_for(
@@ -360,7 +396,8 @@ def test_a_server_from_a_saved_model_answers_as_the_model_does(sampler, spm_toke
 
     export_hf(nnx.merge(sampler.graphdef, sampler.state), str(tmp_path / "m"), spm_tokenizer)
     ids = chat_ids(
-        spm_tokenizer, build_messages(make_request(n_history=1), budget_tokens=BUDGET // 2, system_prompt=SYS)
+        spm_tokenizer,
+        build_messages(make_request(n_history=1), prompt=PromptConfig(budget_tokens=BUDGET // 2, system_prompt=SYS)),
     )
     with ModelServer.from_path(str(tmp_path / "m"), "saved") as s:
         assert s.model_name == "saved" and s.sampler.cfg.eos_token_id == spm_tokenizer.eos_token_id
@@ -372,17 +409,18 @@ def test_server_round_trip_matches_direct_sampling(server, sampler, spm_tokenize
     policy = OpenAIPolicy(
         server.base_url + "/v1",
         "tiny",
+        prompt=PromptConfig(budget_tokens=BUDGET // 2, system_prompt=SYS),
         temperature=0.0,
         max_tokens=GREEDY.max_tokens,
-        budget_tokens=BUDGET // 2,
         retries=0,
-        system_prompt=SYS,
     )
     t0 = time.perf_counter()
     out = asyncio.run(policy.act(req))
     print(f"http act: {time.perf_counter() - t0:.2f}s")
     ids = chat_ids(spm_tokenizer, out.info["messages"])
-    assert out.info["messages"] == build_messages(req, budget_tokens=BUDGET // 2, system_prompt=SYS)
+    assert out.info["messages"] == build_messages(
+        req, prompt=PromptConfig(budget_tokens=BUDGET // 2, system_prompt=SYS)
+    )
     direct = sampler.generate([ids], GREEDY)[0]
     assert out.text == direct.text
     assert out.logprob == pytest.approx(sum(direct.logprobs), abs=1e-4)
@@ -414,13 +452,20 @@ def test_server_round_trip_matches_direct_sampling(server, sampler, spm_tokenize
 
 
 def test_server_rejects_n2_with_a_clear_error(server):
-    policy = OpenAIPolicy(server.base_url, "tiny", budget_tokens=BUDGET, retries=3, backoff_s=10.0, extra_body={"n": 2})
+    policy = OpenAIPolicy(
+        server.base_url,
+        "tiny",
+        prompt=PromptConfig(budget_tokens=BUDGET),
+        retries=3,
+        backoff_s=10.0,
+        extra_body={"n": 2},
+    )
     posts, inner = [], policy._post_once
     policy._post_once = lambda body: (posts.append(1), inner(body))[1]
     with pytest.raises(PolicyError, match="400.*only n=1") as e:
         asyncio.run(policy.act(make_request()))
     assert e.value.status == 400 and len(posts) == 1  # 4xx: no retries
-    bad = OpenAIPolicy(server.base_url, "other-model", budget_tokens=BUDGET, retries=0)
+    bad = OpenAIPolicy(server.base_url, "other-model", prompt=PromptConfig(budget_tokens=BUDGET), retries=0)
     with pytest.raises(PolicyError, match="404.*other-model"):
         asyncio.run(bad.act(make_request()))
 
@@ -629,9 +674,8 @@ def test_constrained_model_policy_writes_only_what_the_step_offers(sampler, spm_
         policy = ModelPolicy(
             spy,
             spm_tokenizer,
+            prompt=PromptConfig(budget_tokens=BUDGET, system_prompt=SYS),
             params=params,
-            budget_tokens=BUDGET,
-            system_prompt=SYS,
             constrain=constrain,
             stop_after_command=False,
         )
@@ -640,3 +684,30 @@ def test_constrained_model_policy_writes_only_what_the_step_offers(sampler, spm_
     grammar = OutputGrammar(step_strings(req))
     assert all(grammar.viable(t) for t in outs[True])
     assert not all(grammar.viable(t) for t in outs[False]), "the unconstrained model must break the grammar here"
+
+
+def test_prompt_config_from_what_was_saved_and_overrides():
+    """A model's saved prompt over the defaults, the caller's fields over both (None: not given), each field checked
+    where the config is made."""
+    saved = {
+        "prompt_style": "compact",
+        "budget_tokens": 512,
+        "page_ids": "after",
+        "keep_recent": 2,
+        "page_cut": "text_first",
+    }
+    p = PromptConfig.from_saved(saved, budget_tokens=None, keep_recent=4, history_last=None)
+    assert p == PromptConfig(512, SYSTEM_PROMPTS["compact"], page_ids="after", keep_recent=4, page_cut="text_first")
+    assert PromptConfig.from_saved({}) == PromptConfig()  # nothing saved: the defaults, the full grammar
+    assert PromptConfig.from_saved(saved, "full").system_prompt == SYSTEM_PROMPTS["full"]
+    for bad, match in [
+        (dict(page_ids="middle"), "page_ids='middle'"),
+        (dict(keep_recent=-1), "keep_recent=-1"),
+        (dict(page_cut="middle"), "page_cut='middle'"),
+        (dict(thought_chars=-5), "thought_chars=-5"),
+        (dict(budget_tokens=0), "budget_tokens=0"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            PromptConfig(**bad)
+    with pytest.raises(ValueError, match="prompt_style 'terse'"):
+        PromptConfig.from_saved({"prompt_style": "terse"})

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from rollout.policies.prompt import PromptConfig
 from rollout.collect import CollectConfig, collect
 from rollout.envs.shop.env import ShopEnv
 from rollout.harness.pool import BrowserPool
@@ -182,8 +183,8 @@ def test_search_with_a_sampling_model_policy(recorded, tmp_path, spm_tokenizer):
     policy = ModelPolicy(
         Sampler(init_model(mcfg, seed=0), spm_tokenizer, bucket=512),
         spm_tokenizer,
+        prompt=PromptConfig(budget_tokens=400),
         params=SamplingParams(temperature=1.0, max_tokens=8),
-        budget_tokens=400,
     )
     out = str(tmp_path / "model-search")
     cfg = SearchConfig(simulations=3, k=3)

@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from rollout.policies.prompt import PromptConfig
 from experiment.step_accuracy import (
     StepCase,
     canonical,
@@ -155,13 +156,7 @@ def test_forced_thought_gives_the_recorded_thought_and_scores_the_model_command(
     policy = SimpleNamespace(
         tokenizer=_CharTokenizer(),
         sampler=Sampler(),
-        budget_tokens=10_000,
-        thought_chars=0,
-        page_ids="before",
-        history_last=False,
-        keep_recent=6,
-        page_cut="end",
-        system_prompt="sys",
+        prompt=PromptConfig(budget_tokens=10_000, system_prompt="sys", thought_chars=0),
         params=SimpleNamespace(max_tokens=16),
         name="fake",
     )

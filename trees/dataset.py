@@ -32,7 +32,7 @@ from typing import Sequence
 from tqdm.auto import tqdm
 
 from rollout.core import HistoryItem, Task
-from rollout.policies.prompt import KEEP_RECENT, SYSTEM_PROMPT, messages_for
+from rollout.policies.prompt import PromptConfig, messages_for
 from rollout.recording import (
     EpisodeRecord,
     EpisodeSummary,
@@ -58,14 +58,8 @@ class BuildConfig:
     tree: TreeConfig = TreeConfig()
     splits: tuple[str, ...] = ("train",)  # task splits admitted; test tasks never reach training data
     num_shards: int = 4
-    prompt_budget_tokens: int = 2048  # rebuilt prompts: as the policy builds them
-    system_prompt: str = SYSTEM_PROMPT  # the policy's system text (prompt.SYSTEM_PROMPTS)
+    prompt: PromptConfig = PromptConfig()  # rebuilt prompts: as the policy builds them
     tokenizer: str = ""  # count the budget with this tokenizer (the policy's, as ModelPolicy does); '' = 4 chars/token
-    thought_chars: int = 160
-    page_ids: str = "before"  # where page lines put element ids (prompt.PAGE_IDS)
-    history_last: bool = False  # the previous actions after the page (prompt.messages_for)
-    keep_recent: int = KEEP_RECENT  # history items kept before the page is cut
-    page_cut: str = "end"  # how a page too long for the budget is cut (prompt.PAGE_CUTS)
     include_invalid: bool = True  # keep branches whose output did not parse (they are useful rejected actions)
     overwrite: bool = False
     verifier: str = "builtin"  # R_acc: "builtin" checks, or "judge": a vision model over before/after screenshots
@@ -79,7 +73,7 @@ class BuildConfig:
     traj_max_steps: int = 16  # values=trajectory: a pair's steps after the shared ones, both sides together
 
     def __post_init__(self):
-        if self.num_shards < 1 or self.prompt_budget_tokens < 64:
+        if self.num_shards < 1 or self.prompt.budget_tokens < 64:
             raise ValueError(f"invalid build config: {self}")
         bad = set(self.splits) - {"train", "test"}
         if bad or not self.splits:
@@ -209,17 +203,7 @@ def step_prompt(task: Task | None, ep: EpisodeRecord, t: int, cfg: BuildConfig) 
         return [dict(m) for m in recorded]
     instruction = task.instruction if task is not None else ep.summary.get("instruction", "")
     return messages_for(
-        instruction,
-        history_of(ep, t),
-        step["observation"],
-        budget_tokens=cfg.prompt_budget_tokens,
-        tokenizer=_tokenizer(cfg.tokenizer),
-        thought_chars=cfg.thought_chars,
-        system_prompt=cfg.system_prompt,
-        page_ids=cfg.page_ids,
-        history_last=cfg.history_last,
-        keep_recent=cfg.keep_recent,
-        page_cut=cfg.page_cut,
+        instruction, history_of(ep, t), step["observation"], cfg.prompt, tokenizer=_tokenizer(cfg.tokenizer)
     )
 
 

@@ -25,7 +25,7 @@ import time
 
 from rollout.core import PolicyOutput, PolicyRequest
 from rollout.endpoint import ChatEndpoint, EndpointError
-from rollout.policies.prompt import ANSWER_CUE, SYSTEM_PROMPT, build_messages, command_end, kept_text
+from rollout.policies.prompt import ANSWER_CUE, PromptConfig, build_messages, command_end, kept_text
 
 
 PolicyError = EndpointError  # a policy could not answer (server unreachable, request refused, policy closed)
@@ -61,15 +61,13 @@ class OpenAIPolicy:
         stop=None,
         timeout_s: float = 120,
         retries: int = 3,
-        budget_tokens: int = 2048,
+        prompt: PromptConfig = PromptConfig(),
         name: str = "http",
         backoff_s: float = 0.5,
         logprobs: bool = True,
         seed: bool = True,
         stop_after_command: bool = True,
-        thought_chars: int = 160,
         extra_body: dict | None = None,
-        system_prompt: str = SYSTEM_PROMPT,
         observation: str = "text",
     ):
         if observation not in OBSERVATIONS:
@@ -82,20 +80,14 @@ class OpenAIPolicy:
         self.model = model
         self.temperature, self.max_tokens, self.top_p = temperature, max_tokens, top_p
         self.stop = [stop] if isinstance(stop, str) else (list(stop) if stop else None)
-        self.budget_tokens, self.thought_chars = budget_tokens, thought_chars
+        self.prompt = prompt  # how each step's text prompt is laid out and cut
         self.logprobs, self.seed, self.stop_after_command = logprobs, seed, stop_after_command
         self.extra_body = dict(extra_body or {})
-        self.system_prompt = system_prompt
         self.name = name
 
     def text_messages(self, request: PolicyRequest) -> list[dict]:
         """The step's prompt as text: what is recorded with the step, and what a text model trains on."""
-        return build_messages(
-            request,
-            budget_tokens=self.budget_tokens,
-            thought_chars=self.thought_chars,
-            system_prompt=self.system_prompt,
-        )
+        return build_messages(request, self.prompt)
 
     def payload(self, request: PolicyRequest, messages: list[dict] | None = None) -> dict:
         """The chat completions request body of a step, with the screenshot as ``observation`` says."""

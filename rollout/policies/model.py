@@ -22,7 +22,7 @@ import time
 
 from rollout.core import PolicyOutput, PolicyRequest
 from rollout.policies.http import PolicyError
-from rollout.policies.prompt import KEEP_RECENT, SYSTEM_PROMPT, build_messages, command_end, kept_text
+from rollout.policies.prompt import PromptConfig, build_messages, command_end, kept_text
 
 log = logging.getLogger(__name__)
 
@@ -70,16 +70,10 @@ class ModelPolicy:
         tokenizer,
         *,
         params,
-        budget_tokens: int = 2048,
+        prompt: PromptConfig = PromptConfig(),
         max_batch: int = 8,
         name: str = "model",
         stop_after_command: bool = True,
-        thought_chars: int = 160,
-        system_prompt: str = SYSTEM_PROMPT,
-        page_ids: str = "before",
-        history_last: bool = False,
-        keep_recent: int = KEEP_RECENT,
-        page_cut: str = "end",
         constrain: bool = False,
         thoughts: str = "plain",
     ):
@@ -88,16 +82,10 @@ class ModelPolicy:
         self.sampler = sampler
         self.tokenizer = tokenizer
         self.params = params
-        self.budget_tokens = budget_tokens
+        self.prompt = prompt  # how each step's prompt is laid out and cut (as the model was trained)
         self.max_batch = max_batch
         self.name = name
         self.stop_after_command = stop_after_command
-        self.thought_chars = thought_chars
-        self.system_prompt = system_prompt
-        self.page_ids = page_ids
-        self.history_last = history_last
-        self.keep_recent = keep_recent
-        self.page_cut = page_cut
         self.constrain = constrain  # valid-argument decoding (constrain.py)
         self.thoughts = thoughts  # the thought wording the model trained on: the decoding's rules for it
         if constrain:
@@ -191,20 +179,7 @@ class ModelPolicy:
         from tgpo_jax.models.tokenizer import chat_ids
 
         t0 = time.perf_counter()
-        messages = [
-            build_messages(
-                r,
-                tokenizer=self.tokenizer,
-                budget_tokens=self.budget_tokens,
-                thought_chars=self.thought_chars,
-                system_prompt=self.system_prompt,
-                page_ids=self.page_ids,
-                history_last=self.history_last,
-                keep_recent=self.keep_recent,
-                page_cut=self.page_cut,
-            )
-            for r in requests
-        ]
+        messages = [build_messages(r, self.prompt, tokenizer=self.tokenizer) for r in requests]
         prompts = [chat_ids(self.tokenizer, m) for m in messages]
         params = self.params
         seeds = [request_seed(params.seed, r) for r in requests]

@@ -23,6 +23,7 @@ deterministic: the same request gives the same messages.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Sequence
 
@@ -99,6 +100,46 @@ CUT_NOTE = "\n[... page text cut to fit the prompt]"
 # history cannot tell a sorted result list from the unsorted one (measured: the agent re-clicked the sort link)
 KEEP_RECENT = 6
 CHARS_PER_TOKEN = 4  # estimate without a tokenizer
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptConfig:
+    """How a step's prompt is laid out and cut: what a model was trained on and is prompted with again (saved next to
+    it in ``policy.json``). Validated where it is made."""
+
+    budget_tokens: int = 2048  # the whole prompt, in the model's tokens (4 characters a token without a tokenizer)
+    system_prompt: str = SYSTEM_PROMPT  # the system text (SYSTEM_PROMPTS)
+    thought_chars: int = DEFAULT_THOUGHT_CHARS  # characters of each earlier step's thought kept in the history
+    page_ids: str = "before"  # where page lines put element ids (PAGE_IDS)
+    history_last: bool = False  # the previous actions after the page, right before the answer cue
+    keep_recent: int = KEEP_RECENT  # history items kept before the page is cut
+    page_cut: str = "end"  # how a page too long for the budget is cut (PAGE_CUTS)
+
+    def __post_init__(self):
+        if self.budget_tokens < 1:
+            raise ValueError(f"prompt budget_tokens={self.budget_tokens}: must be >= 1")
+        if self.thought_chars < 0:
+            raise ValueError(f"prompt thought_chars={self.thought_chars}: must be >= 0 (0: commands only)")
+        if self.page_ids not in PAGE_IDS:
+            raise ValueError(f"prompt page_ids={self.page_ids!r}: expected one of {PAGE_IDS}")
+        if self.keep_recent < 0:
+            raise ValueError(
+                f"keep_recent={self.keep_recent}: the history items kept before the page is cut must be >= 0"
+            )
+        if self.page_cut not in PAGE_CUTS:
+            raise ValueError(f"page_cut={self.page_cut!r}; expected one of {PAGE_CUTS}")
+
+    @classmethod
+    def from_saved(cls, saved: dict, style: str | None = None, **overrides) -> "PromptConfig":
+        """The prompt saved next to a model (``saved_prompt``; {} for none: the defaults, the full system text),
+        ``style`` (a SYSTEM_PROMPTS name) and the fields in ``overrides`` that are not None taking precedence."""
+        style = style or saved.get("prompt_style", "full")
+        if style not in SYSTEM_PROMPTS:
+            raise ValueError(f"prompt_style {style!r}: expected one of {sorted(SYSTEM_PROMPTS)}")
+        names = ("budget_tokens", "thought_chars", "page_ids", "history_last", "keep_recent", "page_cut")
+        fields = {k: saved[k] for k in names if k in saved}
+        fields.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(system_prompt=SYSTEM_PROMPTS[style], **fields)
 
 
 def observation_text(obs: Observation) -> str:
@@ -206,32 +247,11 @@ def count_tokens(messages: Sequence[dict], tokenizer=None) -> int:
     return sum(len(tokenizer(m["content"], add_special_tokens=False)["input_ids"]) + 4 for m in messages) + 3
 
 
-def build_messages(
-    request: PolicyRequest,
-    *,
-    tokenizer=None,
-    budget_tokens: int = 2048,
-    thought_chars: int = 160,
-    system_prompt: str = SYSTEM_PROMPT,
-    page_ids: str = "before",
-    history_last: bool = False,
-    keep_recent: int = KEEP_RECENT,
-    page_cut: str = "end",
-) -> list[dict]:
-    """Chat messages for one step, within ``budget_tokens`` where at all possible (the system text and the
-    task alone are never cut)."""
+def build_messages(request: PolicyRequest, prompt: PromptConfig = PromptConfig(), *, tokenizer=None) -> list[dict]:
+    """Chat messages for one step, within the prompt's budget where at all possible (the system text and the task
+    alone are never cut)."""
     return messages_for(
-        request.task.instruction,
-        request.history,
-        observation_text(request.observation),
-        tokenizer=tokenizer,
-        budget_tokens=budget_tokens,
-        thought_chars=thought_chars,
-        system_prompt=system_prompt,
-        page_ids=page_ids,
-        history_last=history_last,
-        keep_recent=keep_recent,
-        page_cut=page_cut,
+        request.task.instruction, request.history, observation_text(request.observation), prompt, tokenizer=tokenizer
     )
 
 
@@ -239,32 +259,18 @@ def messages_for(
     instruction: str,
     history: Sequence[HistoryItem],
     page: str,
+    prompt: PromptConfig = PromptConfig(),
     *,
     tokenizer=None,
-    budget_tokens: int = 2048,
-    thought_chars: int = 160,
-    system_prompt: str = SYSTEM_PROMPT,
-    keep_recent: int = KEEP_RECENT,
-    page_ids: str = "before",
-    history_last: bool = False,
-    page_cut: str = "end",
 ) -> list[dict]:
     """``build_messages`` from its parts: the dataset builder rebuilds a recorded step's prompt with it."""
     history = tuple(history)
-    raw, page = page, page_form(page, page_ids)
-    if keep_recent < 0:
-        raise ValueError(f"keep_recent={keep_recent}: the history items kept before the page is cut must be >= 0")
-    if page_cut not in PAGE_CUTS:
-        raise ValueError(f"page_cut={page_cut!r}; expected one of {PAGE_CUTS}")
+    raw, page = page, page_form(page, prompt.page_ids)
+    budget_tokens, keep_recent, page_cut = prompt.budget_tokens, prompt.keep_recent, prompt.page_cut
 
     def messages(dropped: int, page_text: str) -> list[dict]:
-        return [
-            {"role": "system", "content": system_prompt},
-            {
-                "role": "user",
-                "content": _user_text(instruction, history, dropped, page_text, thought_chars, history_last),
-            },
-        ]
+        user = _user_text(instruction, history, dropped, page_text, prompt.thought_chars, prompt.history_last)
+        return [{"role": "system", "content": prompt.system_prompt}, {"role": "user", "content": user}]
 
     def fits(m) -> bool:
         return count_tokens(m, tokenizer) <= budget_tokens
@@ -282,7 +288,7 @@ def messages_for(
     texts = text_lines(raw) if page_cut == "text_first" else []
 
     def shown(k: int) -> str:  # the page without its last k text-only lines
-        return page_form(without_lines(raw, texts[len(texts) - k :]), page_ids) + CUT_NOTE
+        return page_form(without_lines(raw, texts[len(texts) - k :]), prompt.page_ids) + CUT_NOTE
 
     for dropped in range(floor, len(history) + 1):
         if not fits(messages(dropped, CUT_NOTE)) and dropped < len(history):
@@ -294,7 +300,9 @@ def messages_for(
                 lo, hi = (lo, mid) if fits(messages(dropped, shown(mid))) else (mid + 1, hi)
             return messages(dropped, shown(hi))
         if texts:
-            page = page_form(without_lines(raw, texts), page_ids)  # every text line out: the elements are cut next
+            page = page_form(
+                without_lines(raw, texts), prompt.page_ids
+            )  # every text line out: the elements are cut next
         lo, hi = 0, len(page)  # lo: longest prefix known to fit (0 may not fit either)
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -305,11 +313,11 @@ def messages_for(
         return messages(dropped, page[:lo] + CUT_NOTE)
 
 
-def prompt_ids(request: PolicyRequest, tokenizer, budget_tokens: int = 2048, **kw) -> list[int]:
+def prompt_ids(request: PolicyRequest, tokenizer, prompt: PromptConfig = PromptConfig()) -> list[int]:
     """Token ids of the step's prompt (chat template, generation prompt added), counted with ``tokenizer``."""
     from tgpo_jax.models.tokenizer import chat_ids
 
-    return chat_ids(tokenizer, build_messages(request, tokenizer=tokenizer, budget_tokens=budget_tokens, **kw))
+    return chat_ids(tokenizer, build_messages(request, prompt, tokenizer=tokenizer))
 
 
 # ---------------------------------------------------------------- the end of an output
