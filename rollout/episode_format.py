@@ -34,7 +34,7 @@ class State(TypedDict, total=False):
     screenshot: str | None  # relative to the episode directory
     phash: str | None  # perceptual hash of the screenshot
     obs_error: dict | None  # the previous action's error, as the page reported it
-    check: dict  # the task's check on this page: success, score, progress, done[, elements]
+    check: dict  # the task's check on this page (rollout.core.CheckResult): success, score, progress, done[, elements]
     screenshot_marked: bool  # the screenshot carries set-of-marks labels
 
 
@@ -82,6 +82,8 @@ class EpisodeSummary(TypedDict, total=False):
 
 
 _STATE = {"url": str, "norm_url": str, "title": str, "observation": str, "check": dict}
+_CHECK = {"success": bool, "score": NUM, "progress": str, "done": bool}  # rollout.core.CheckResult
+_CHECK_OPTIONAL = {"elements": (dict, None)}
 _STATE_OPTIONAL = {
     "truncated": bool,
     "screenshot": (str, None),
@@ -151,6 +153,7 @@ def upgrade_summary(d: Any, where: str) -> EpisodeSummary:
         fail(f"status {d['status']!r}, expected one of {', '.join(STATUSES)}")
     if d["final"] is not None:
         check_fields(d["final"], _STATE, "the summary's final state", fail, optional=_STATE_OPTIONAL)
+        check_fields(d["final"]["check"], _CHECK, "the final state's check", fail, optional=_CHECK_OPTIONAL)
     return d  # type: ignore[return-value]
 
 
@@ -164,6 +167,7 @@ def upgrade_step(d: Any, where: str) -> StepRecord:
     if not isinstance(d, dict):
         fail(f"a JSON {type(d).__name__}, not an object")
     check_fields(d, _STEP, "the step", fail, optional=_STEP_OPTIONAL)
+    check_fields(d["check"], _CHECK, "the step's check", fail, optional=_CHECK_OPTIONAL)
     return d  # type: ignore[return-value]
 
 

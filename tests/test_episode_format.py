@@ -57,6 +57,7 @@ def test_another_format_is_refused_by_name(tmp_path):
         (lambda d: d.update(status="fine"), "status 'fine', expected one of success, failure, errored"),
         (lambda d: d["final"].pop("norm_url"), "the summary's final state has no 'norm_url'"),
         (lambda d: d.update(family=3), "'family' should be str, not int"),
+        (lambda d: d["final"]["check"].update(done=None), "the final state's check: 'done' should be bool"),
     ],
 )
 def test_a_summary_off_its_format_names_the_file_and_field(tmp_path, edit, message):
@@ -77,6 +78,10 @@ def test_a_step_off_its_format_names_the_line_and_field(tmp_path):
     with open(os.path.join(path, "steps.jsonl"), "w") as f:
         f.write(json.dumps(step_record(0, thought=None)) + "\n")
     with pytest.raises(RecordingError, match=r"line 1: the step: 'thought' should be str, not NoneType"):
+        list(iter_episodes(out))
+    with open(os.path.join(path, "steps.jsonl"), "w") as f:
+        f.write(json.dumps(step_record(0, check={"success": True, "score": 1.0, "done": True})) + "\n")
+    with pytest.raises(RecordingError, match=r"line 1: the step's check has no 'progress'"):
         list(iter_episodes(out))
 
 
