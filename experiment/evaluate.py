@@ -90,9 +90,8 @@ def _rates(spec: str, values: list[str]) -> list[float]:
 
 
 def trained_thoughts(saved: dict) -> str:
-    """The thought wording a model trained on, from its ``policy.json`` (``saved``): as recorded, else scratch_copy
-    for a file from before the setting (every such run's oracle wrote that wording), else (no file) plain."""
-    return saved.get("thoughts", "scratch_copy" if saved else "plain")
+    """The thought wording a model trained on, from its ``policy.json`` (``saved_prompt``), else (no file) plain."""
+    return saved.get("thoughts", "plain")
 
 
 def is_run_dir(path: str) -> bool:

@@ -193,9 +193,10 @@ def save_policy_file(cfg, model_dir: str) -> None:
     hold its outputs to the rules of the thought wording it trained on (``thoughts``), on the shop it trained on
     (``shop``: the catalogue's locale and seed, and the task wording ``item_names``), and launch.evaluate decodes
     and caps its episodes as this run's evaluation did (``evaluation``)."""
-    from rollout.policies.prompt import POLICY_FILE
+    from rollout.policies.prompt import POLICY_FILE, POLICY_FORMAT
 
     saved = {
+        "format": POLICY_FORMAT,
         "prompt_style": cfg.prompt_style,
         "budget_tokens": cfg.prompt_tokens,
         "thought_chars": cfg.history_thoughts,

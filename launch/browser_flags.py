@@ -128,8 +128,8 @@ def env_and_tasks(model: str | None = None):
 
 def shop_settings(given: dict, model: str | None) -> dict:
     """The shop's settings (``ShopEnv`` kwargs: catalogue locale and seed, multi_cart's wording): each from ``given``
-    (the flags set), else as the pipeline run that trained ``model`` built its shop (``policy.json``'s ``shop``; files
-    from before it hold ``item_names`` alone), else the default. Why: another seed is another catalogue and other
+    (the flags set), else as the pipeline run that trained ``model`` built its shop (``policy.json``'s ``shop``), else
+    the default. Why: another seed is another catalogue and other
     tasks, another wording fails multi_cart for the wording alone, and nothing in an episode would say so; a flag
     that differs from the model's is said in the log."""
     from rollout.envs.shop.env import shop_defaults
@@ -139,7 +139,7 @@ def shop_settings(given: dict, model: str | None) -> dict:
         saved = saved_prompt(model) if model and os.path.isdir(model) else {}
     except ValueError as e:  # a policy.json that names no known prompt: say so before the browser starts
         raise app.UsageError(str(e)) from None
-    trained = saved.get("shop") or ({"item_names": saved["item_names"]} if "item_names" in saved else {})
+    trained = saved.get("shop", {})
     for k, v in given.items():
         if k in trained and v != trained[k]:
             logging.warning(

@@ -211,7 +211,24 @@ def test_the_oracle_and_a_saved_model_carry_their_thought_wording(shop, tmp_path
     for preset, wording in (("default", "scratch_copy"), ("smollm2", "plain")):
         save_policy_file(get_config(preset), str(tmp_path))
         assert saved_prompt(str(tmp_path))["thoughts"] == trained_thoughts(saved_prompt(str(tmp_path))) == wording
-    assert trained_thoughts({}) == "plain" and trained_thoughts({"prompt_style": "compact"}) == "scratch_copy"
+        assert saved_prompt(str(tmp_path))["format"] == 1
+    assert trained_thoughts({}) == "plain"  # no file
+    older = tmp_path / "older"  # a policy.json from before its format field: one upgrade reads it
+    older.mkdir()
+    (older / "policy.json").write_text(json.dumps({"prompt_style": "compact", "item_names": "number"}))
+    assert saved_prompt(str(older)) == {
+        "format": 1,
+        "prompt_style": "compact",
+        "item_names": "number",
+        "thoughts": "scratch_copy",  # every such run's wording
+        "shop": {"item_names": "number"},
+    }
+    (older / "policy.json").write_text(json.dumps({"format": 2, "prompt_style": "compact"}))
+    with pytest.raises(ValueError, match=r"older/policy.json: policy file format 2; this reader knows 1"):
+        saved_prompt(str(older))
+    (older / "policy.json").write_text("{")
+    with pytest.raises(ValueError, match=r"older/policy.json: not JSON"):
+        saved_prompt(str(older))
 
 
 def _cli(*args):

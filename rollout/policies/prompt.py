@@ -76,8 +76,32 @@ PAGE_CUTS = ("end", "text_first")
 DEFAULT_THOUGHT_CHARS = 160  # characters of each earlier step's thought kept in the history (0: commands only)
 
 
+POLICY_FORMAT = 1  # policy.json's layout, recorded in it as ``format``
+
+
+def upgrade_policy_file(saved: dict, where: str) -> dict:
+    """A ``policy.json``'s contents in this reader's format; ``ValueError`` naming ``where`` for a format this reader
+    does not know or a prompt style it has not. A file without ``format`` was written before the field: its model's
+    thoughts were worded ``scratch_copy`` where it names none (the only wording there was), and its shop's task wording
+    is its ``item_names`` where it has no ``shop``."""
+    if not isinstance(saved, dict):
+        raise ValueError(f"{where}: a JSON {type(saved).__name__}, not an object")
+    version = saved.get("format")
+    if version is None:
+        saved = {**saved, "format": POLICY_FORMAT}
+        saved.setdefault("thoughts", "scratch_copy")
+        if "shop" not in saved and "item_names" in saved:
+            saved["shop"] = {"item_names": saved["item_names"]}
+    elif version != POLICY_FORMAT:
+        raise ValueError(f"{where}: policy file format {version!r}; this reader knows {POLICY_FORMAT}")
+    if saved.get("prompt_style", "full") not in SYSTEM_PROMPTS:
+        raise ValueError(f"{where}: prompt_style {saved['prompt_style']!r}; expected one of {sorted(SYSTEM_PROMPTS)}")
+    return saved
+
+
 def saved_prompt(model_dir: str) -> dict:
-    """The prompt settings saved next to a model (``policy.json``), or {} when there are none."""
+    """What was saved next to a model (``policy.json``, in this reader's format: ``upgrade_policy_file``), or {} when
+    there is none."""
     import json
     import os
 
@@ -85,12 +109,11 @@ def saved_prompt(model_dir: str) -> dict:
     if not path or not os.path.exists(path):
         return {}
     with open(path) as f:
-        saved = json.load(f)
-    if saved.get("prompt_style", "full") not in SYSTEM_PROMPTS:
-        raise ValueError(
-            f"{path}: prompt_style {saved.get('prompt_style')!r}; expected one of {sorted(SYSTEM_PROMPTS)}"
-        )
-    return saved
+        try:
+            saved = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not JSON ({e})") from None
+    return upgrade_policy_file(saved, path)
 
 
 ANSWER_CUE = "Give your next step as 'Thought: ...' then 'Command: ...'."
