@@ -30,6 +30,7 @@ and judge_dpo's are configs/dpo.py); the pipeline fills in their model path, dat
 """
 
 import importlib
+from typing import Callable, NamedTuple
 
 import ml_collections
 
@@ -47,7 +48,21 @@ def _training(preset: str) -> dict:
 
 
 def get_config(preset: str = "default") -> ml_collections.ConfigDict:
-    """The main job's configuration for the preset ``preset`` (the presets are listed in the module docstring)."""
+    """The main job's configuration for the preset ``preset`` (``PRESETS``): the defaults, then the preset's
+    overrides, then the control's recipe (``_control``)."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown pipeline preset {preset!r}; choose from {', '.join(PRESETS)}")
+    c = _defaults(preset, PRESETS[preset].model)
+    PRESETS[preset].overrides(c)
+    # what the preset chose for its own environment: with another env.name (your task file) its task families and
+    # title do not apply, unless the command line sets them (experiment/pipeline_config.py:for_environment)
+    c.preset_env = ml_collections.ConfigDict(dict(name=c.env.name, families=c.tasks.families, title=c.title))
+    _control(c)
+    return c
+
+
+def _defaults(preset: str, model_preset: str) -> ml_collections.ConfigDict:
+    """Every field at its default, the training sections for the model preset ``model_preset``."""
     c = ml_collections.ConfigDict()
     c.preset = preset
     c.out = "runs/pipeline"
@@ -99,16 +114,16 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     # the policy prompt's budget in the model's tokens (dataset prompts are rebuilt to it)
     c.prompt_tokens = 320
     # system text: 'full' (the grammar, rollout/policies/prompt.py) or 'compact' (one line: from-scratch models)
-    c.prompt_style = "compact" if preset in ("default", "tiny", "large", "miniwob") else "full"
+    c.prompt_style = "full"
     # characters of each earlier step's thought kept in the history (0 = commands only: the command says it)
-    c.history_thoughts = 0 if c.prompt_style == "compact" else 160
+    c.history_thoughts = 160
     # where page lines put element ids: "before" (as rendered) or "after" the name (rollout/policies/prompt.py)
     c.page_ids = "before"
     # how the noisy oracle words its thoughts (rollout/policies/thoughts.py): "plain" English, elements named as the
     # page shows them, for any model; the from-scratch copy model's presets select its recipe's wording
     # (recipes/scratch_copy/thoughts.py), made for its planted copy circuit. Saved with each model (policy.json): the
     # valid-argument decoding's rules follow it
-    c.thoughts = "scratch_copy" if preset in ("default", "tiny", "large", "miniwob") else "plain"
+    c.thoughts = "plain"
     # from-scratch models: trained on round 1; id_pieces > 0: element ids [0]..[n-1] as single pieces (the
     # scratch_copy recipe's, recipes/scratch_copy: what its planted copy circuit matches on)
     c.tokenizer = ml_collections.ConfigDict(dict(vocab_size=2000, id_pieces=0))
@@ -203,15 +218,6 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     c.page_cut = "end"
     c.export = ml_collections.ConfigDict(dict(dtype="", select="success_rate"))  # '' = the run's dtype
 
-    model_preset = {
-        "default": "scratch-copy",
-        "tiny": "tiny",
-        "large": "scratch-copy",
-        "smollm2": "smollm2-135m",
-        "miniwob": "scratch-copy",
-    }.get(preset)
-    if model_preset is None:
-        raise ValueError(f"unknown pipeline preset {preset!r}; choose from default, tiny, large, smollm2, miniwob")
     c.update(_training(model_preset))
     # from-scratch models: language-model pretraining on the round-1 page text before SFT (experiment/lm_data.py);
     # pretrain_window = tokens per window, 0 = none (the base is the initialisation)
@@ -233,168 +239,216 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
     # q_i - q_j > margin (trees/judge_pairs.py)
     c.judge_dpo.data.margin = 0.0099
 
-    if preset in ("default", "large"):
-        # many distinct tasks, one run each (SFT diversity; the noisy oracle's detours still give trees branches)
-        c.tasks.update(num_train=160, num_test=50)
-        c.collect.update(runs=1)
-        # wrong clicks undone at once (GO_BACK, then the right choice): one run holds the pair at the decision and
-        # still succeeds, so more episodes train SFT (wrong buttons, the seventh rate, were measured and not kept)
-        c.collect.policy = "oracle:0.15,0.1,0.05,0.02,1.0"
-        # the copy model's levers: ids right after names, ids as single pieces, the gated recency term and the
-        # two-token match of the planted circuit, SFT on the shortest successful branches. 384-token prompts, in
-        # large too: 512 makes an SFT step half as slow again, and with page_cut text_first 384 keeps the command's
-        # element
-        c.prompt_tokens = 384
-        c.page_ids = "after"
-        # a page over the budget loses its text-only lines first: multi_cart product pages keep their comboboxes and
-        # buttons, which the end cut loses
-        c.page_cut = "text_first"
-        c.tokenizer.update(vocab_size=2200, id_pieces=200)
-        c.sft.data.sft_shortest = True
-        # every task family weighs alike in SFT's loss (multi_cart held half the steps, and three "Add to cart" for
-        # each "Buy Now", so webshop's "Buy Now" was drowned out; docs/method.md §7). The preference methods' SFT
-        # term can take it too (data.family_balance): no change measured there
-        c.sft.data.family_balance = True
-        # the planted circuit's three-piece match (circuit_trigram), on the shop's "second item [..]" wording of
-        # multi_cart's items: after adding an item the oracle's thought copies the task on to the next item or the
-        # list's end, which the two-piece match cannot find
-        for m in MODEL_KINDS:
-            t = c[m]
-            t.model.update(circuit_recency=20, circuit_bigram=0.7, circuit_trigram=0.5)
-            t.data.update(max_len=c.prompt_tokens + 64, max_prompt_len=c.prompt_tokens, max_completion_len=64)
-            t.train.update(batch_size=8)
-            t.optim.update(warmup_fraction=0.05, schedule="cosine")
-        c.sft.optim.learning_rate = 2e-3
-        # more steps kept helping SFT; 750 is what the 30-minute budget leaves
-        c.sft.train.max_steps = 750
-        c.sft.data.copy_swap = 0.75  # new strings in the copied spans every epoch (tgpo_jax/data/augment.py)
-        # 8 browser contexts, so the greedy model decodes batches of up to 8: the same outcomes as with 4, sooner
-        c.eval.contexts = 8
-        if preset == "default":  # the 30-minute budget: SFT and TGPO only, evaluated on 50 held-out tasks
-            c.methods = ("sft", "tgpo")
-            c.eval.models = ("sft", "tgpo")
-            # the report's success-vs-training-steps plot is an option (--config.eval.curve_methods='*': three
-            # snapshots of each evaluated method on the first 30 held-out tasks): its six evaluations do not fit the
-            # 30 minutes on CPUs without AVX-512
-        c.pretrain.data.update(max_len=300, max_prompt_len=32, max_completion_len=257)
-        c.pretrain.train.update(batch_size=8, num_epochs=1, max_steps=200)
-        c.pretrain.optim.update(learning_rate=2e-3, warmup_fraction=0.05, schedule="cosine")
-        for m in PREFERENCE + BASELINES:
-            c[m].optim.learning_rate = 2e-4
-        for m in ("dpo", "tgpo"):
-            # β 0.01 and no chosen-branch anchor: chosen among five TGPO variants on `large`'s held-out tasks 0-99,
-            # then confirmed on tasks 100-199, which no choice had seen
-            c[m].loss.update(beta=0.01, rpo_alpha=0.0)
-            # an SFT term over every successful step (the nodes without pairs too), one pass: the pairs alone
-            # move the few nodes they sit at and let the rest drift
-            c[m].loss.sft_alpha = 1.0
-            c[m].data.sft_shortest = True
-            c[m].train.num_epochs = 1
-            # pairs whose chosen branch is the longer way (an undone detour preferred by the mean) left out
-            # (docs/method.md §5). DPO gets it too, so both learn from the same pairs
-            c[m].data.distance_agree = True
-            # and pairs of branches equally far from a goal (docs/method.md §5): they steadied TGPO across seeds
-            # on `large`
-            c[m].data.distance_strict = True
-            # (data.margin, weight_norm and dataset.q_aggregate stay at their defaults: the alternatives measured
-            # no better)
-        for m in BASELINES:  # the baselines as our step-level DPO on the trees: its beta and anchor, one pass
-            c[m].loss.update(beta=c.dpo.loss.beta, rpo_alpha=c.dpo.loss.rpo_alpha)
-            c[m].train.num_epochs = 1
-    if preset == "large":
-        # the paper's five methods; the control sft_more (the preference methods' extra pass, as SFT) is added
-        # with --config.methods=...,sft_more: after the two-phase SFT below it is a third pass, ~0.3 h more
-        c.methods = ("sft", "kto", "kto_tree", "dpo", "tgpo")
-        c.tasks.update(num_train=400, num_test=100)
-        c.collect.update(runs=2, tree_tasks=100)  # K = 2 runs on 100 tasks for trees, one on the rest
-        c.train_seeds = (0, 1, 2)  # seed = initialisation + data order; greedy evaluation
-        c.sft.train.max_steps = 1000
-        # SFT in two phases, the second with the control's recipe (a few minutes a seed): a stronger SFT for
-        # every method to start from
-        c.sft_continue = True
-        # one pass, as DPO and TGPO get (two passes of KTO and KTO-Tree would add ~75 min over three seeds)
-        for m in ("kto", "kto_tree"):
-            c[m].train.num_epochs = 1
-    if preset == "tiny":
-        c.prompt_tokens = 256
-        c.tasks.update(families=("procedure",), num_train=3, num_test=2)  # short episodes: CI-sized
-        c.collect.update(runs=3, max_steps=8, contexts=3)
-        c.tokenizer.vocab_size = 1000
-        c.eval.update(max_steps=6, contexts=2, max_tokens=24)
-        c.trees = 2
-        for m in MODEL_KINDS:
-            t = c[m]
-            t.data.update(max_len=296, max_prompt_len=c.prompt_tokens, max_completion_len=40)
-            t.train.update(batch_size=4, num_epochs=1, max_steps=3, progress=False)
-            t.optim.update(learning_rate=1e-3, warmup_fraction=0.0, schedule="constant")
-        c.pretrain_window = 64
-        c.pretrain.data.update(max_len=112, max_prompt_len=32, max_completion_len=65)
-        c.pretrain.train.update(batch_size=4, max_steps=5, progress=False)
-        # three tasks' searches give a handful of nodes with pairs (3 at 8 simulations): one node per step
-        c.search_dpo.train.batch_size = 1
-        # enough SFT steps for valid commands, so round 2's model-collected tree has branches worth comparing
-        c.sft.train.max_steps = 150
-        c.sft.optim.learning_rate = 3e-3
-        c.collect.temperature = 0.5
-    if preset == "miniwob":  # measured in BUILD_NOTES.md, "The slow learning test"
-        c.title = "tgpo-jax: SFT on MiniWoB++"
-        c.env.name = "miniwob"
-        c.tasks.update(families=("focus-text", "click-button", "click-link"), num_train=90, num_test=30)
-        c.collect.update(runs=1, max_steps=8, step_slack=4)
-        c.methods, c.eval.models = ("sft",), ("sft",)
-        c.prompt_tokens, c.history_thoughts = 256, 60
-        c.tokenizer.update(vocab_size=1200, id_pieces=200)
-        c.eval.update(max_steps=8, step_slack=2)
-        t = c.sft
-        # the rows measured here: prompt <= 228 tokens, action <= 17, row <= 243; 256 instead of 320 trains the
-        # same tokens with less padding (BUILD_NOTES.md, "The slow learning test")
-        t.data.update(max_len=256, max_prompt_len=232, max_completion_len=24)
-        t.train.update(batch_size=8, max_steps=150)
-        t.optim.update(learning_rate=2e-3, warmup_fraction=0.05, schedule="cosine")
-        t.model.update(circuit_recency=20, circuit_bigram=0.7)
-        c.trees = 1
-    if preset == "smollm2":
-        # the bundled SmolLM2-135M-Instruct (its own tokenizer and chat template) on the shop's three families, as a
-        # user fine-tunes a pretrained model: the shop's default wording, the noisy oracle with undone wrong clicks
-        c.tasks.update(num_train=160, num_test=100)
-        c.collect.update(runs=1, policy="oracle:0.15,0.1,0.05,0.02,1.0")
-        c.methods = ("sft", "dpo", "tgpo")
-        # an evaluation of 100 tasks takes as long as SFT on a 2-core CPU: the base model's row is an option
-        # (--config.eval.models=base,sft,dpo,tgpo), so the three methods fit the 3-hour budget
-        c.eval.models = ("sft", "dpo", "tgpo")
-        c.eval.contexts = 8
-        # the page cut to the budget text-only lines first (the elements a command acts on stay)
-        c.prompt_style, c.history_thoughts, c.page_cut = "compact", 0, "text_first"
-        c.prompt_tokens = 512
-        # an output of up to 80 of its tokens: a thought that quotes the task's words for a long item name, then the
-        # command that types it, takes up to 68 on the shop's tasks
-        c.eval.max_tokens = c.collect.max_tokens = 80
-        for m in MODEL_KINDS:
-            t = c[m]
-            t.data.update(max_len=c.prompt_tokens + 80, max_prompt_len=c.prompt_tokens, max_completion_len=80)
-            # the top 10 of the 30 layers train: the 20 below run without a backward pass, 2.2x faster a step
-            # than full fine-tuning (bench.step_time); without remat, as the backward then keeps 10 layers only
-            t.model.update(train_layers=10, remat=False)
-            # a step takes 20 s on a 2-core CPU: a checkpoint every 16 steps, so a killed run loses little
-            t.train.update(batch_size=8, save_every=16)
-            t.optim.update(warmup_fraction=0.05, schedule="cosine")
-        c.sft.optim.learning_rate = 2e-4
-        c.sft.train.num_epochs = 1
-        # SFT imitates each node's shortest successful branches only: the noisy oracle's wrong clicks that its
-        # successful runs undid (a wrong result, option or sort, then GO_BACK) are otherwise imitated as well
-        c.sft.data.sft_shortest = True
-        for m in PREFERENCE + BASELINES:
-            c[m].optim.learning_rate = 5e-5
-            c[m].train.num_epochs = 1
-            # the chosen actions' NLL (RPO) rather than the SFT term over every node: an epoch is then the pair
-            # nodes' (22 steps of 8) instead of all SFT's nodes again (156 steps, an hour at 20-30 s a step)
-            c[m].loss.update(beta=0.1, **({"sft_alpha": 1.0} if m.startswith("kto") else {"rpo_alpha": 1.0}))
-            c[m].data.update(sft_shortest=True, distance_agree=True, distance_strict=True)
-    # what the preset chose for its own environment: with another env.name (your task file) its task families and
-    # title do not apply, unless the command line sets them (experiment/pipeline_config.py:for_environment)
-    c.preset_env = ml_collections.ConfigDict(dict(name=c.env.name, families=c.tasks.families, title=c.title))
-    _control(c)
     return c
+
+
+def _scratch(c) -> None:
+    """The from-scratch copy model's recipe (recipes/scratch_copy): the one-line system text, a commands-only history,
+    the noisy oracle's thoughts worded for its planted circuit."""
+    c.prompt_style, c.history_thoughts, c.thoughts = "compact", 0, "scratch_copy"
+
+
+def _scratch_shop(c) -> None:
+    """The copy model on the shop's three families (default and large): many tasks, one run each, its levers."""
+    _scratch(c)
+    # many distinct tasks, one run each (SFT diversity; the noisy oracle's detours still give trees branches)
+    c.tasks.update(num_train=160, num_test=50)
+    c.collect.update(runs=1)
+    # wrong clicks undone at once (GO_BACK, then the right choice): one run holds the pair at the decision and
+    # still succeeds, so more episodes train SFT (wrong buttons, the seventh rate, were measured and not kept)
+    c.collect.policy = "oracle:0.15,0.1,0.05,0.02,1.0"
+    # the copy model's levers: ids right after names, ids as single pieces, the gated recency term and the
+    # two-token match of the planted circuit, SFT on the shortest successful branches. 384-token prompts, in
+    # large too: 512 makes an SFT step half as slow again, and with page_cut text_first 384 keeps the command's
+    # element
+    c.prompt_tokens = 384
+    c.page_ids = "after"
+    # a page over the budget loses its text-only lines first: multi_cart product pages keep their comboboxes and
+    # buttons, which the end cut loses
+    c.page_cut = "text_first"
+    c.tokenizer.update(vocab_size=2200, id_pieces=200)
+    c.sft.data.sft_shortest = True
+    # every task family weighs alike in SFT's loss (multi_cart held half the steps, and three "Add to cart" for
+    # each "Buy Now", so webshop's "Buy Now" was drowned out; docs/method.md §7). The preference methods' SFT
+    # term can take it too (data.family_balance): no change measured there
+    c.sft.data.family_balance = True
+    # the planted circuit's three-piece match (circuit_trigram), on the shop's "second item [..]" wording of
+    # multi_cart's items: after adding an item the oracle's thought copies the task on to the next item or the
+    # list's end, which the two-piece match cannot find
+    for m in MODEL_KINDS:
+        t = c[m]
+        t.model.update(circuit_recency=20, circuit_bigram=0.7, circuit_trigram=0.5)
+        t.data.update(max_len=c.prompt_tokens + 64, max_prompt_len=c.prompt_tokens, max_completion_len=64)
+        t.train.update(batch_size=8)
+        t.optim.update(warmup_fraction=0.05, schedule="cosine")
+    c.sft.optim.learning_rate = 2e-3
+    # more steps kept helping SFT; 750 is what the 30-minute budget leaves
+    c.sft.train.max_steps = 750
+    c.sft.data.copy_swap = 0.75  # new strings in the copied spans every epoch (tgpo_jax/data/augment.py)
+    # 8 browser contexts, so the greedy model decodes batches of up to 8: the same outcomes as with 4, sooner
+    c.eval.contexts = 8
+    c.pretrain.data.update(max_len=300, max_prompt_len=32, max_completion_len=257)
+    c.pretrain.train.update(batch_size=8, num_epochs=1, max_steps=200)
+    c.pretrain.optim.update(learning_rate=2e-3, warmup_fraction=0.05, schedule="cosine")
+    for m in PREFERENCE + BASELINES:
+        c[m].optim.learning_rate = 2e-4
+    for m in ("dpo", "tgpo"):
+        # β 0.01 and no chosen-branch anchor: chosen among five TGPO variants on `large`'s held-out tasks 0-99,
+        # then confirmed on tasks 100-199, which no choice had seen
+        c[m].loss.update(beta=0.01, rpo_alpha=0.0)
+        # an SFT term over every successful step (the nodes without pairs too), one pass: the pairs alone
+        # move the few nodes they sit at and let the rest drift
+        c[m].loss.sft_alpha = 1.0
+        c[m].data.sft_shortest = True
+        c[m].train.num_epochs = 1
+        # pairs whose chosen branch is the longer way (an undone detour preferred by the mean) left out
+        # (docs/method.md §5). DPO gets it too, so both learn from the same pairs
+        c[m].data.distance_agree = True
+        # and pairs of branches equally far from a goal (docs/method.md §5): they steadied TGPO across seeds
+        # on `large`
+        c[m].data.distance_strict = True
+        # (data.margin, weight_norm and dataset.q_aggregate stay at their defaults: the alternatives measured
+        # no better)
+    for m in BASELINES:  # the baselines as our step-level DPO on the trees: its beta and anchor, one pass
+        c[m].loss.update(beta=c.dpo.loss.beta, rpo_alpha=c.dpo.loss.rpo_alpha)
+        c[m].train.num_epochs = 1
+
+
+def _default(c) -> None:
+    """The 30-minute budget: SFT and TGPO only, evaluated on 50 held-out tasks."""
+    _scratch_shop(c)
+    c.methods = ("sft", "tgpo")
+    c.eval.models = ("sft", "tgpo")
+    # the report's success-vs-training-steps plot is an option (--config.eval.curve_methods='*': three
+    # snapshots of each evaluated method on the first 30 held-out tasks): its six evaluations do not fit the
+    # 30 minutes on CPUs without AVX-512
+
+
+def _large(c) -> None:
+    """The learning result: the paper's five methods, three training seeds, 100 held-out tasks."""
+    _scratch_shop(c)
+    # the paper's five methods; the control sft_more (the preference methods' extra pass, as SFT) is added
+    # with --config.methods=...,sft_more: after the two-phase SFT below it is a third pass, ~0.3 h more
+    c.methods = ("sft", "kto", "kto_tree", "dpo", "tgpo")
+    c.tasks.update(num_train=400, num_test=100)
+    c.collect.update(runs=2, tree_tasks=100)  # K = 2 runs on 100 tasks for trees, one on the rest
+    c.train_seeds = (0, 1, 2)  # seed = initialisation + data order; greedy evaluation
+    c.sft.train.max_steps = 1000
+    # SFT in two phases, the second with the control's recipe (a few minutes a seed): a stronger SFT for
+    # every method to start from
+    c.sft_continue = True
+    # one pass, as DPO and TGPO get (two passes of KTO and KTO-Tree would add ~75 min over three seeds)
+    for m in ("kto", "kto_tree"):
+        c[m].train.num_epochs = 1
+
+
+def _tiny(c) -> None:
+    """The same stages in a few minutes: CI's end-to-end run."""
+    _scratch(c)
+    c.prompt_tokens = 256
+    c.tasks.update(families=("procedure",), num_train=3, num_test=2)  # short episodes: CI-sized
+    c.collect.update(runs=3, max_steps=8, contexts=3)
+    c.tokenizer.vocab_size = 1000
+    c.eval.update(max_steps=6, contexts=2, max_tokens=24)
+    c.trees = 2
+    for m in MODEL_KINDS:
+        t = c[m]
+        t.data.update(max_len=296, max_prompt_len=c.prompt_tokens, max_completion_len=40)
+        t.train.update(batch_size=4, num_epochs=1, max_steps=3, progress=False)
+        t.optim.update(learning_rate=1e-3, warmup_fraction=0.0, schedule="constant")
+    c.pretrain_window = 64
+    c.pretrain.data.update(max_len=112, max_prompt_len=32, max_completion_len=65)
+    c.pretrain.train.update(batch_size=4, max_steps=5, progress=False)
+    # three tasks' searches give a handful of nodes with pairs (3 at 8 simulations): one node per step
+    c.search_dpo.train.batch_size = 1
+    # enough SFT steps for valid commands, so round 2's model-collected tree has branches worth comparing
+    c.sft.train.max_steps = 150
+    c.sft.optim.learning_rate = 3e-3
+    c.collect.temperature = 0.5
+
+
+def _miniwob(c) -> None:
+    """SFT of the copy model on three MiniWoB++ tasks in minutes: the slow learning test."""
+    _scratch(c)
+    c.title = "tgpo-jax: SFT on MiniWoB++"
+    c.env.name = "miniwob"
+    c.tasks.update(families=("focus-text", "click-button", "click-link"), num_train=90, num_test=30)
+    c.collect.update(runs=1, max_steps=8, step_slack=4)
+    c.methods, c.eval.models = ("sft",), ("sft",)
+    c.prompt_tokens, c.history_thoughts = 256, 60
+    c.tokenizer.update(vocab_size=1200, id_pieces=200)
+    c.eval.update(max_steps=8, step_slack=2)
+    t = c.sft
+    # the rows measured here: prompt <= 228 tokens, action <= 17, row <= 243; 256 instead of 320 trains the
+    # same tokens with less padding (BUILD_NOTES.md, "The slow learning test")
+    t.data.update(max_len=256, max_prompt_len=232, max_completion_len=24)
+    t.train.update(batch_size=8, max_steps=150)
+    t.optim.update(learning_rate=2e-3, warmup_fraction=0.05, schedule="cosine")
+    t.model.update(circuit_recency=20, circuit_bigram=0.7)
+    c.trees = 1
+
+
+def _smollm2(c) -> None:
+    """The bundled SmolLM2-135M-Instruct on the shop's three families, as a user fine-tunes a pretrained model."""
+    # the bundled SmolLM2-135M-Instruct (its own tokenizer and chat template) on the shop's three families, as a
+    # user fine-tunes a pretrained model: the shop's default wording, the noisy oracle with undone wrong clicks
+    c.tasks.update(num_train=160, num_test=100)
+    c.collect.update(runs=1, policy="oracle:0.15,0.1,0.05,0.02,1.0")
+    c.methods = ("sft", "dpo", "tgpo")
+    # an evaluation of 100 tasks takes as long as SFT on a 2-core CPU: the base model's row is an option
+    # (--config.eval.models=base,sft,dpo,tgpo), so the three methods fit the 3-hour budget
+    c.eval.models = ("sft", "dpo", "tgpo")
+    c.eval.contexts = 8
+    # the page cut to the budget text-only lines first (the elements a command acts on stay)
+    c.prompt_style, c.history_thoughts, c.page_cut = "compact", 0, "text_first"
+    c.prompt_tokens = 512
+    # an output of up to 80 of its tokens: a thought that quotes the task's words for a long item name, then the
+    # command that types it, takes up to 68 on the shop's tasks
+    c.eval.max_tokens = c.collect.max_tokens = 80
+    for m in MODEL_KINDS:
+        t = c[m]
+        t.data.update(max_len=c.prompt_tokens + 80, max_prompt_len=c.prompt_tokens, max_completion_len=80)
+        # the top 10 of the 30 layers train: the 20 below run without a backward pass, 2.2x faster a step
+        # than full fine-tuning (bench.step_time); without remat, as the backward then keeps 10 layers only
+        t.model.update(train_layers=10, remat=False)
+        # a step takes 20 s on a 2-core CPU: a checkpoint every 16 steps, so a killed run loses little
+        t.train.update(batch_size=8, save_every=16)
+        t.optim.update(warmup_fraction=0.05, schedule="cosine")
+    c.sft.optim.learning_rate = 2e-4
+    c.sft.train.num_epochs = 1
+    # SFT imitates each node's shortest successful branches only: the noisy oracle's wrong clicks that its
+    # successful runs undid (a wrong result, option or sort, then GO_BACK) are otherwise imitated as well
+    c.sft.data.sft_shortest = True
+    for m in PREFERENCE + BASELINES:
+        c[m].optim.learning_rate = 5e-5
+        c[m].train.num_epochs = 1
+        # the chosen actions' NLL (RPO) rather than the SFT term over every node: an epoch is then the pair
+        # nodes' (22 steps of 8) instead of all SFT's nodes again (156 steps, an hour at 20-30 s a step)
+        c[m].loss.update(beta=0.1, **({"sft_alpha": 1.0} if m.startswith("kto") else {"rpo_alpha": 1.0}))
+        c[m].data.update(sft_shortest=True, distance_agree=True, distance_strict=True)
+
+
+class Preset(NamedTuple):
+    """A preset: a short declaration of what it changes in the defaults."""
+
+    about: str  # what it is for
+    model: str  # the training sections' model preset (configs/models.py)
+    overrides: Callable[[ml_collections.ConfigDict], None]  # its changes to the defaults
+
+
+PRESETS = {
+    "default": Preset(
+        "the embedded default in 30 minutes on 2 cores: the copy model, SFT and TGPO", "scratch-copy", _default
+    ),
+    "tiny": Preset("the same stages in a few minutes (CI's end-to-end test)", "tiny", _tiny),
+    "large": Preset("the learning result: five methods, three seeds, 100 held-out tasks", "scratch-copy", _large),
+    "smollm2": Preset(
+        "the bundled SmolLM2-135M-Instruct, its top 10 layers trained, SFT, DPO, TGPO", "smollm2-135m", _smollm2
+    ),
+    "miniwob": Preset(
+        "SFT of the copy model on three MiniWoB++ tasks (the slow learning test)", "scratch-copy", _miniwob
+    ),
+}
 
 
 def _control(c) -> None:
