@@ -234,6 +234,7 @@ def test_show_tree_cli(tmp_path, monkeypatch):
     """launch.show_tree groups a collection's episodes by task and writes one page per task (+ index)."""
     from launch import show_tree
     from rollout.core import Task
+    from episode_records import step_record, summary_record
     from rollout.recording import EpisodeWriter, write_tasks
 
     out_dir = str(tmp_path / "coll")
@@ -243,8 +244,8 @@ def test_show_tree_cli(tmp_path, monkeypatch):
     for t in tasks:
         for run in range(2):
             w = EpisodeWriter(out_dir, t.task_id, run, screenshots=False)
-            w.step({"t": 0, "command": "STOP [x]"})
-            w.finish({"task_id": t.task_id, "run": run, "status": "success" if run == 0 else "failure"})
+            w.step(step_record(0, command="STOP [x]"))
+            w.finish(summary_record(t.task_id, run, "success" if run == 0 else "failure"))
 
     calls = []
 
