@@ -82,9 +82,9 @@ def main(a: str, b: str) -> int:
     same_all = True
     for name, read in (("episodes", episodes), ("shards", shards), ("losses", losses), ("evaluations", evaluations)):
         x, y = read(os.path.abspath(a)), read(os.path.abspath(b))
-        same = x == y and bool(x)
+        same = x == y
         same_all &= same
-        print(f"{name}: {'identical' if same else 'DIFFERENT'} ({len(x)} vs {len(y)})")
+        print(f"{name}: {('identical' if x else 'none in either') if same else 'DIFFERENT'} ({len(x)} vs {len(y)})")
         if not same:
             first = next((k for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)), None)
             print(f"  first difference: {first}")
