@@ -36,11 +36,11 @@ class Ending:
 
 def _target(step: Mapping) -> str:
     """The command's kind and its element as the page named it (``CLICK link "Sort: Rating"``)."""
-    name = step.get("command_name") or str(step.get("command") or "").split(" ")[0] or "?"
-    target = step.get("target") or {}
+    name = step["command_name"] or "?"
+    target = step["target"] or {}
     if target.get("role"):
         return f'{name} {target["role"]} "{target.get("name", "")}"'
-    return str(step.get("command") or name)
+    return step["command"] or name
 
 
 def ending(summary: Mapping, steps: Sequence[Mapping]) -> Ending:
@@ -57,9 +57,9 @@ def ending(summary: Mapping, steps: Sequence[Mapping]) -> Ending:
         return Ending(task_id, family, "early_stop")
     if reason != "max_steps":
         return Ending(task_id, family, "other")
-    last = [s for s in steps if s.get("command")][-LOOP_RUN:]
+    last = [s for s in steps if s["command"]][-LOOP_RUN:]
     same = len(last) == LOOP_RUN and all(
-        (s["command"], s.get("norm_url")) == (last[0]["command"], last[0].get("norm_url")) for s in last
+        (s["command"], s["norm_url"]) == (last[0]["command"], last[0]["norm_url"]) for s in last
     )
     if same:
         path = str(last[0].get("norm_url") or last[0].get("url") or "").split("?")[0]

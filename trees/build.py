@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 
 from rollout.commands import parse_command
 from rollout.core import ActionError, Task
+from rollout.episode_format import StepRecord
 from trees.graph import BranchValue, Edge, Node, StateRef, TaskGraph
 from trees.verify import builtin_verifier
 
@@ -68,27 +69,27 @@ Verifier = Callable[[dict, dict, dict, str], bool]
 
 
 # ---------------------------------------------------------------- canonical commands and sequences
-def canonical(step: dict) -> str:
+def canonical(step: StepRecord) -> str:
     """The step's command with the element id replaced by its stable descriptor (role + accessible name)."""
-    if not step.get("format_ok") or not step.get("command"):
-        lines = [ln.strip() for ln in (step.get("output") or "").strip().splitlines() if ln.strip()]
+    if not step["format_ok"] or not step["command"]:
+        lines = [ln.strip() for ln in step["output"].strip().splitlines() if ln.strip()]
         return "INVALID " + (lines[-1][:120] if lines else "(empty)")
     try:
         cmd = parse_command(step["command"])
     except ActionError:
         return "INVALID " + step["command"][:120]
-    target = step.get("target")
+    target = step["target"]
     where = f'{target["role"]} "{target["name"]}"' if target else (f"#{cmd.id}" if cmd.id else "")
     parts = [cmd.name] + ([where] if where else []) + ([f"[{cmd.arg}]"] if cmd.arg is not None else [])
     return " ".join(parts)
 
 
-def changed_something(step: dict) -> bool:
+def changed_something(step: StepRecord) -> bool:
     """Whether a recorded step changed the page: the URL or the DOM changed, or a scroll moved as expected."""
-    eff = step.get("effect")
+    eff = step["effect"]
     if not eff:
         return False
-    scrolled = step.get("command_name") == "SCROLL" and eff.get("expected_change")
+    scrolled = step["command_name"] == "SCROLL" and eff.get("expected_change")
     return bool(eff.get("url_changed") or eff.get("dom_changed") or scrolled)
 
 
@@ -96,7 +97,7 @@ def episode_states(ep) -> list[dict]:
     """s_0 … s_T of an episode; the final state is dropped when the last step is a STOP (it is s_{T-1} again)."""
     states = [s for s in ep.steps]
     final = ep.summary["final"]
-    if final is not None and not (ep.steps and ep.steps[-1].get("command_name") == "STOP"):
+    if final is not None and not (ep.steps and ep.steps[-1]["command_name"] == "STOP"):
         states.append(final)
     return states
 
@@ -153,10 +154,10 @@ def merge_states(episodes, cfg: TreeConfig):
     stats = {"states": len(states), "merged_by_sequence": 0, "merged_by_phash": 0, "guard_refusals": 0}
     groups: dict[tuple, list[int]] = defaultdict(list)
     for i, s in enumerate(states):
-        c = s.get("check") or {}
-        guard = (bool(c.get("success")), c.get("progress", "")) if cfg.guard else None
+        c = s["check"]
+        guard = (c["success"], c["progress"]) if cfg.guard else None
         if cfg.form_guard:
-            guard = (guard, form_values(s.get("observation") or ""))
+            guard = (guard, form_values(s["observation"]))
         groups[(s["norm_url"], guard)].append(i)
     if cfg.guard:  # how many merges the guard refused: same URL (and sequence or pHash), other check result
         by_url: dict[tuple, set] = defaultdict(set)
@@ -263,7 +264,7 @@ def build_task_graph(
     for e, ep in enumerate(episodes):
         for t, step in enumerate(ep.steps):
             src = state_node[StateRef(e, t)]
-            if step.get("command_name") == "STOP":
+            if step["command_name"] == "STOP":
                 dst = f"{src}/end"
                 if dst not in nodes:
                     n = nodes[src]
@@ -341,9 +342,9 @@ def step_rewards(
             ref = StateRef(e, t)
             visited.add(graph.state_node[ref])
             nxt = next_node[ref]
-            is_stop = step.get("command_name") == "STOP"
-            r_format = 1.0 if step.get("format_ok") else 0.0
-            if not r_format or step.get("error"):
+            is_stop = step["command_name"] == "STOP"
+            r_format = 1.0 if step["format_ok"] else 0.0
+            if not r_format or step["error"]:
                 r_acc = 0.0
             elif is_stop:
                 r_acc = 1.0

@@ -155,10 +155,10 @@ def page_ids(observation: str) -> dict[tuple[str, str], str]:
     return out
 
 
-def remap_output(step: dict, page: str) -> str | None:
+def remap_output(step: StepRecord, page: str) -> str | None:
     """The step's output with its element id replaced by the id the same element has on ``page``; None if the
     element is not on that page."""
-    out, target, cmd = step["output"], step.get("target"), step.get("command")
+    out, target, cmd = step["output"], step["target"], step["command"]
     if step["observation"] == page or not target or not cmd:
         return out
     new_id = page_ids(page).get((target["role"], target["name"]))
@@ -176,12 +176,12 @@ def history_of(ep: EpisodeRecord, t: int) -> list[HistoryItem]:
     """The history the policy saw at step t (as the runner builds it)."""
     items = []
     for s in ep.steps[:t]:
-        if s.get("command"):
+        if s["command"]:
             command = s["command"]
         else:
             lines = [ln.strip() for ln in s["output"].strip().splitlines() if ln.strip()]
             command = (lines[-1] if lines else "(empty output)")[:120]
-        items.append(HistoryItem(command, s.get("thought", ""), (s.get("error") or {}).get("kind")))
+        items.append(HistoryItem(command, s["thought"], (s["error"] or {}).get("kind")))
     return items
 
 
