@@ -380,7 +380,7 @@ def _miniwob(c) -> None:
     c.eval.update(max_steps=8, step_slack=2)
     t = c.sft
     # the rows measured here: prompt <= 228 tokens, action <= 17, row <= 243; 256 instead of 320 trains the
-    # same tokens with less padding (BUILD_NOTES.md, "The slow learning test")
+    # same tokens with less padding
     t.data.update(max_len=256, max_prompt_len=232, max_completion_len=24)
     t.train.update(batch_size=8, max_steps=150)
     t.optim.update(learning_rate=2e-3, warmup_fraction=0.05, schedule="cosine")

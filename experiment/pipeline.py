@@ -32,7 +32,7 @@ import sys
 
 from experiment import agent_q, judge_dpo, outputs
 from experiment.names import MODEL_KINDS, display_name, first_phase, model_name, parse_name
-from experiment.pipeline_config import curve_methods, normalize, plain as _plain, shop_kwargs, validate
+from experiment.pipeline_config import curve_methods, normalize, plain as _plain, prompt_config, shop_kwargs, validate
 from experiment.stages import Stage, StageRunner
 import recipes
 from tgpo_jax.files import write_text_atomic
@@ -713,18 +713,7 @@ class Pipeline:
 
     def prompt_config(self):
         """How the run's models are prompted, in training and in the browser (the run's prompt settings)."""
-        from rollout.policies.prompt import SYSTEM_PROMPTS, PromptConfig
-
-        c = self.cfg
-        return PromptConfig(
-            budget_tokens=c.prompt_tokens,
-            system_prompt=SYSTEM_PROMPTS[c.prompt_style],
-            thought_chars=c.history_thoughts,
-            page_ids=c.page_ids,
-            history_last=c.history_last,
-            keep_recent=c.keep_recent,
-            page_cut=c.page_cut,
-        )
+        return prompt_config(self.cfg)
 
     def build_config(self):
         """How the datasets' prompts and trees are built: as the policy prompts (the run's prompt settings)."""

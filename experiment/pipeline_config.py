@@ -228,10 +228,7 @@ def validate(cfg) -> None:
         )
     if scratch and not cfg.sft.model.scratch:
         raise ValueError("sft.model.path is empty and sft.model.scratch names no from-scratch preset")
-    from rollout.policies.prompt import PromptConfig
-
-    # the prompt's fields, validated where they are made
-    PromptConfig.from_saved({}, cfg.prompt_style, **{k: cfg[k] for k in ("page_ids", "keep_recent", "page_cut")})
+    prompt_config(cfg)  # the prompt's fields, validated where they are made
     import recipes
     from rollout.policies.thoughts import thoughts
 
@@ -239,3 +236,21 @@ def validate(cfg) -> None:
     thoughts(cfg.thoughts)  # one no recipe registers: ValueError naming the known ones
     if cfg.export.select not in ("success_rate", "avg_steps", "redundant_steps"):
         raise ValueError(f"export.select={cfg.export.select!r}: expected success_rate, avg_steps or redundant_steps")
+
+
+def prompt_config(cfg):
+    """The run's ``PromptConfig``: how its models are prompted, in training and in the browser (``ValueError`` naming
+    a bad field)."""
+    from rollout.policies.prompt import SYSTEM_PROMPTS, PromptConfig
+
+    if cfg.prompt_style not in SYSTEM_PROMPTS:
+        raise ValueError(f"prompt_style={cfg.prompt_style!r}: expected one of {sorted(SYSTEM_PROMPTS)}")
+    return PromptConfig(
+        budget_tokens=cfg.prompt_tokens,
+        system_prompt=SYSTEM_PROMPTS[cfg.prompt_style],
+        thought_chars=cfg.history_thoughts,
+        page_ids=cfg.page_ids,
+        history_last=cfg.history_last,
+        keep_recent=cfg.keep_recent,
+        page_cut=cfg.page_cut,
+    )

@@ -396,8 +396,7 @@ def test_killed_in_every_kind_of_stage_resumes_to_the_undisturbed_outputs(run):
     busy the machine is (the slow tier runs two test files at once); the others are killed at a random fraction of
     their duration in the undisturbed run and may end first (the tokenizer, dataset and export stages take seconds).
     One stage at a time, not a second whole pipeline, and one collection (round 2's, by round 1's model: the same
-    stage code as the oracle's round 1, with the model's prompts besides): CI time (BUILD_NOTES.md, "The pipeline's kill
-    tests")."""
+    stage code as the oracle's round 1, with the model's prompts besides): the slow tier's time."""
     import hashlib
     import random
     import signal

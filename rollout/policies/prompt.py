@@ -323,9 +323,8 @@ def messages_for(
                 lo, hi = (lo, mid) if fits(messages(dropped, shown(mid))) else (mid + 1, hi)
             return messages(dropped, shown(hi))
         if texts:
-            page = page_form(
-                without_lines(raw, texts), prompt.page_ids
-            )  # every text line out: the elements are cut next
+            # every text line out: the elements are cut next
+            page = page_form(without_lines(raw, texts), prompt.page_ids)
         lo, hi = 0, len(page)  # lo: longest prefix known to fit (0 may not fit either)
         while lo < hi:
             mid = (lo + hi + 1) // 2
